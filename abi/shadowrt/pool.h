@@ -1,0 +1,92 @@
+/*
+ * shadowrt plugin ABI v1 — cache pools (ShadowRadix) and the batch view handed to kernels.
+ *
+ * The core never stores KV itself. It stores virtual token coordinates: a sequence's tokens sit
+ * on virtual pages of P tokens (srt_plugin_args.page_tokens). Each attention plugin declares the
+ * physical pools it needs; for every pool the core keeps a shadow map from virtual page to a
+ * physical page of that pool, and hands the kernel, per sequence and pool, a page table.
+ *
+ * Physical page layout (owned by the plugin, opaque to the core): a page of a pool with ratio r
+ * holds P/r entries for each of the pool's n_layers layers, laid out as
+ *     page + (layer_slot * (P / r) + entry_in_page) * entry_bytes
+ * where layer_slot is the index of the model layer in the pool's `layers` list. So a page is
+ * n_layers * (P / r) * entry_bytes bytes, and token t maps to entry t / r, on virtual page
+ * (t / r) / (P / r) = t / P.
+ */
+#ifndef SHADOWRT_POOL_H
+#define SHADOWRT_POOL_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SRT_POOL_NAME_MAX 32
+#define SRT_MAX_POOLS 16 /* pools one plugin instance may declare */
+
+/*
+ * Retention: which entries of a cached prefix are needed to resume a request right after it.
+ *  ALL:  every entry of [0, t) (compressed KV, indexer keys).
+ *  TAIL: only entries covering the last `tail_tokens` tokens before t (sliding-window KV:
+ *        ratio 1, TAIL 128; one-per-page compressor carry state: ratio P, TAIL 1).
+ */
+enum srt_retention { SRT_RETAIN_ALL = 0, SRT_RETAIN_TAIL = 1 };
+
+/* ratio value meaning "one entry per page" (the core substitutes P). */
+#define SRT_RATIO_PAGE 0u
+
+struct srt_pool_decl {
+	uint32_t struct_size;
+	char name[SRT_POOL_NAME_MAX]; /* unique within the model, e.g. "swa_kv", "c4_kv" */
+	uint32_t ratio;               /* tokens per entry; SRT_RATIO_PAGE for one per page */
+	uint32_t retention;           /* enum srt_retention */
+	uint32_t tail_tokens;         /* w, for SRT_RETAIN_TAIL */
+	uint64_t entry_bytes;         /* bytes of one entry of one layer */
+	uint32_t n_layers;            /* layers covered; layers[] lists the model layer indices */
+	const int32_t *layers;        /* borrowed from the plugin instance; valid until destroy */
+};
+
+/*
+ * One sequence's view of one pool: virtual page v -> pointer to its physical page, or NULL
+ * where the page is absent (never allocated, released out of the window, or not loaded).
+ * Pages [0, n_pages) cover positions [0, n_pages * P). Writes go to pages the core allocated
+ * before the call (every page that covers a token of the call).
+ */
+struct srt_page_table {
+	uint32_t n_pages;
+	uint32_t mem;       /* enum srt_mem of the page pointers */
+	void *const *pages; /* [n_pages] */
+};
+
+/*
+ * One sequence inside a batched call. Its tokens are positions [pos, pos + n_tokens), and
+ * [0, pos) is in the cache (computed earlier or restored from a prefix hit).
+ */
+struct srt_seq_view {
+	uint64_t seq_id;
+	int64_t pos;
+	int32_t n_tokens;
+	int32_t first_row;                  /* row of its first token in the batch activations */
+	const int32_t *token_ids;           /* [n_tokens] */
+	const struct srt_page_table *pools; /* [n_pools] in the plugin's declaration order */
+	uint32_t n_pools;
+};
+
+/*
+ * A batch: activations are [n_rows][width] row-major, sequences one after another
+ * (seqs[i].first_row). Prefill chunks and decode steps use the same shape.
+ */
+struct srt_batch {
+	uint32_t struct_size;
+	uint32_t n_seqs;
+	const struct srt_seq_view *seqs;
+	int32_t n_rows;
+	uint32_t mem; /* enum srt_mem of the activation buffers */
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHADOWRT_POOL_H */

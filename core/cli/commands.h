@@ -1,0 +1,21 @@
+/*
+ * The `shadowrt` command line: one function per subcommand, each in its own cmd_<name>.c.
+ * A command gets argv with argv[0] = the subcommand name, prints its own --help, and returns
+ * the process exit status (0 ok, 1 runtime error, 2 usage error).
+ */
+#ifndef SRT_CLI_COMMANDS_H
+#define SRT_CLI_COMMANDS_H
+
+struct srt_command {
+	const char *name;
+	const char *summary; /* one line for `shadowrt --help` */
+	int (*run)(int argc, char **argv);
+};
+
+/* The table, in the order `shadowrt --help` lists it; ends with a NULL name. */
+extern const struct srt_command srt_commands[];
+
+/* True when argv holds -h or --help (commands use it before parsing anything else). */
+int srt_cli_wants_help(int argc, char **argv);
+
+#endif

@@ -1,0 +1,62 @@
+/* shadowrt — entry point: dispatch to a subcommand (see commands.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+#ifndef SRT_VERSION
+#define SRT_VERSION "dev"
+#endif
+
+/* Subcommands, one per cmd_<name>.c. Add a line here when a command lands. */
+const struct srt_command srt_commands[] = {
+	{NULL, NULL, NULL},
+};
+
+int srt_cli_wants_help(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--"))
+			break;
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
+			return 1;
+	}
+	return 0;
+}
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowrt <command> [options]\n"
+		"\n"
+		"shadowrt serves DeepSeek-V4-architecture models on a plugin core with the ShadowRadix\n"
+		"prefix cache. Every command takes --help.\n"
+		"\n"
+		"commands:\n");
+	for (const struct srt_command *c = srt_commands; c->name; c++)
+		fprintf(out, "  %-12s %s\n", c->name, c->summary);
+	fprintf(out, "\noptions:\n"
+		     "  -h, --help     this help\n"
+		     "  --version      print the version and the plugin ABI version\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+		usage(stdout);
+		return 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("shadowrt %s (plugin ABI %d.%d)\n", SRT_VERSION, 1, 0);
+		return 0;
+	}
+	for (const struct srt_command *c = srt_commands; c->name; c++)
+		if (!strcmp(argv[1], c->name))
+			return c->run(argc - 1, argv + 1);
+	fprintf(stderr, "shadowrt: unknown command '%s' (see shadowrt --help)\n", argv[1]);
+	return 2;
+}

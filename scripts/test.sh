@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The whole test suite: install packages, build, run every test under ctest, then build the
+# unit tests again with AddressSanitizer + UndefinedBehaviorSanitizer and run them.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/deps.sh"
+jobs=${SRT_JOBS:-$(nproc)}
+
+echo "== build (RelWithDebInfo) ==" >&2
+SRT_BUILD_DIR="$root/build" "$root/scripts/build.sh"
+echo "== tests ==" >&2
+(cd "$root/build" && ctest --output-on-failure -j"$jobs" --timeout 900)
+
+if [ "${SRT_SKIP_ASAN:-0}" != 1 ]; then
+	echo "== unit tests under ASan + UBSan ==" >&2
+	SRT_BUILD_DIR="$root/build-asan" SRT_BUILD_TYPE=Debug "$root/scripts/build.sh" -DSRT_SANITIZE=ON -DSRT_CUDA=OFF
+	(cd "$root/build-asan" && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+		ctest --output-on-failure -j"$jobs" -L unit --timeout 900)
+fi

@@ -1,0 +1,83 @@
+/*
+ * core/ops/gemm.h — dense products y = x · Wᵀ in float32 for bf16, f32, FP8 and FP4 weights.
+ *
+ * Shapes: W is [N][K] (rows = output features, PyTorch's Linear layout), x is [M][K] with row
+ * stride ldx, y is [M][N] with row stride ldy. Callers compute a column range [n0, n1) of y, so
+ * threads split the output features (or the rows of x) between them; nothing is shared or
+ * allocated except in srt_gemm, which allocates the quantized activations.
+ *
+ * Two modes:
+ *  - EXACT: dequantized weights (code value × block scale, exact in float32) times the float32
+ *    activations, float32 accumulation.
+ *  - REFERENCE: the DeepSeek reference GEMM for FP8/FP4 weights. Each row of x is first
+ *    quantized to E4M3 per 128 channels with power-of-two scales (srt_quant_act); then for each
+ *    128-wide K block b:  y += (Σ_k xq[k]·wq[k]) · (sa_b · sb_b), where the sum runs over the
+ *    code values (no scales) in float32. FP8 weights have one scale per 128x128 block; FP4
+ *    weights one per 32 along K, so a 128 block is 4 sub-blocks, each summed alone and added
+ *    as (Σ_32 xq·wq) · sa_b · sb_sub, in order. f32 and bf16 weights are not quantized by the
+ *    reference (bf16 F.linear): REFERENCE is the same as EXACT for them. The reference then
+ *    rounds y to bf16; callers do that where they follow it.
+ *
+ * Determinism: every y[m][n] is a dot product over K computed in 128-wide blocks, each block
+ * by 8 interleaved float32 partial sums combined in a fixed order, blocks added in order. The
+ * result does not depend on M, on [n0, n1), on threads or on the ISA chosen by the compiler
+ * (no fused multiply-add contraction in this library), so chunked and one-shot runs are
+ * bitwise identical.
+ *
+ * Preconditions (asserted, programmer errors): K a multiple of 128 for FP8 weights and for
+ * REFERENCE mode with quantized weights; K a multiple of 32 for FP4; n0 <= n1 <= N;
+ * ldx >= K; ldy >= n1. Weights must hold no NaN codes (the quantizers never write them).
+ */
+#ifndef SRT_OPS_GEMM_H
+#define SRT_OPS_GEMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum srt_wtype {
+	SRT_WT_F32 = 0,  /* float [N][K] */
+	SRT_WT_BF16 = 1, /* uint16_t bf16 bits [N][K] */
+	SRT_WT_FP8 = 2,  /* uint8_t E4M3 codes [N][K]; scales UE8M0 [ceil(N/128)][ceil(K/128)] */
+	SRT_WT_FP4 = 3,  /* uint8_t packed E2M1 [N][K/2] (low nibble = even k);
+			  * scales UE8M0 [N][K/32] */
+};
+
+/* A borrowed view of one weight matrix (typically into a memory-mapped checkpoint). */
+struct srt_weight {
+	enum srt_wtype type;
+	size_t rows;           /* N, output features */
+	size_t cols;           /* K, input features */
+	const void *data;      /* layout per type above */
+	const uint8_t *scales; /* UE8M0 block scales for FP8/FP4; NULL for F32/BF16 */
+};
+
+enum srt_gemm_mode {
+	SRT_GEMM_EXACT = 0,
+	SRT_GEMM_REFERENCE = 1,
+};
+
+/* EXACT mode: y[m][n] = Σ_k x[m][k] · W[n][k] (dequantized), n in [n0, n1). */
+void srt_gemm_exact(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
+		    float *y, size_t ldy, size_t n0, size_t n1);
+
+/* Prepare one row of K activations for REFERENCE mode: xq[k] = the E4M3 value of the quantized
+ * activation (unscaled, as a float), xs[b] = its power-of-two scale per 128 block (K/128
+ * entries). K a multiple of 128. Quantize once, share across threads. */
+void srt_gemm_quant_row(const float *x, size_t k, float *xq, float *xs);
+
+/* REFERENCE mode on prepared activations: xq rows of stride ldx, xs rows of K/128 scales
+ * (contiguous). For F32/BF16 weights this computes the EXACT product of xq·xs. */
+void srt_gemm_ref(const struct srt_weight *w, const float *xq, const float *xs, size_t m,
+		  size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+
+/* Either mode from float32 activations. REFERENCE with FP8/FP4 weights allocates M·K + M·K/128
+ * floats for the quantized activations: returns 0, or SRT_ENOMEM (-12) if that allocation
+ * fails (y untouched). EXACT and F32/BF16 weights never allocate and always return 0. */
+int srt_gemm(const struct srt_weight *w, const float *x, size_t m, size_t ldx, float *y,
+	     size_t ldy, size_t n0, size_t n1, enum srt_gemm_mode mode);
+
+/* Bytes of the data and scales arrays of a weight of this type and shape. */
+size_t srt_weight_data_bytes(enum srt_wtype type, size_t rows, size_t cols);
+size_t srt_weight_scale_bytes(enum srt_wtype type, size_t rows, size_t cols);
+
+#endif /* SRT_OPS_GEMM_H */

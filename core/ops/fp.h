@@ -46,9 +46,10 @@ void srt_round_bf16_n(float *x, size_t n);
 /* Decode table: srt_fp8_e4m3_table[c] is the value of code c (NaN for 0x7F and 0xFF). */
 extern const float srt_fp8_e4m3_table[256];
 
-/* RAW cast, exactly PyTorch's `x.to(torch.float8_e4m3fn)`: round to nearest even; a value whose
- * magnitude is >= 480 (i.e. rounds beyond 448), ±inf and NaN all give NaN (0x7F, or 0xFF for a
- * negative sign bit). Values in [448, 480) round to ±448. */
+/* RAW cast, exactly PyTorch's `x.to(torch.float8_e4m3fn)` (and ml_dtypes'): round to nearest
+ * even; a magnitude above 464 (the midpoint between 448 and the missing 480, which would round
+ * beyond 448), ±inf and NaN all give NaN (0x7F, or 0xFF for a negative sign bit). 464 itself
+ * rounds to ±448 (tie to the even code). */
 uint8_t srt_fp8_e4m3_from_f32(float x);
 /* SATURATING cast, what the reference quantizers do (`x.clamp(-448, 448)` before the cast):
  * |x| > 448 and ±inf give ±448; NaN still gives NaN (0x7F, sign kept). Otherwise identical to
@@ -86,9 +87,9 @@ extern const float srt_fp4_e2m1_table[16];
 
 /* float32 -> 4-bit code (in the low nibble), round to nearest even, SATURATING: |x| > 6 and
  * ±inf give ±6 (as the CUDA `satfinite` conversion the reference kernels use, and ml_dtypes).
- * NaN has no E2M1 encoding: it gives code 0x7 (+6) if the sign bit is clear, 0xF otherwise;
- * callers that can see NaN must check for it themselves. -0.0 and values that round to zero
- * keep their sign (code 8 for negatives). */
+ * NaN has no E2M1 encoding: it gives 0x7 (+6) as CUDA's satfinite conversion does (ml_dtypes
+ * gives -0 instead); callers that can see NaN must check for it themselves. -0.0 and negative
+ * values that round to zero keep their sign (code 8). */
 uint8_t srt_fp4_e2m1_from_f32(float x);
 static inline float srt_fp4_e2m1_to_f32(uint8_t code) { return srt_fp4_e2m1_table[code & 0xFu]; }
 

@@ -1,0 +1,249 @@
+/* Dense y = x · Wᵀ for f32 / bf16 / FP8 / FP4 weights, exact and reference modes (gemm.h). */
+#include "ops/gemm.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops/fp.h"
+#include "ops/quant.h"
+#include "shadowrt/plugin.h"
+
+#define KB 128 /* K block */
+#define NT 4   /* output features decoded together, so each x block is reused NT times */
+
+/* The fixed-order dot product every result is built from: 8 interleaved partial sums (lane
+ * k mod 8), combined pairwise. Written so the compiler can keep the lanes in vector registers
+ * without reordering anything. */
+static inline float dot_blk(const float *restrict a, const float *restrict b, size_t len)
+{
+	float acc[8] = {0};
+	const size_t full = len & ~(size_t)7;
+	for (size_t k = 0; k < full; k += 8)
+		for (size_t j = 0; j < 8; j++)
+			acc[j] += a[k + j] * b[k + j];
+	for (size_t j = 0; j < (len & 7u); j++) /* tail: element full + j goes to lane j */
+		acc[j] += a[full + j] * b[full + j];
+	return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* E4M3 code -> float by bit placement (vectorizable, exact; NaN codes decode to ±480). The
+ * code's exponent/mantissa bits land in a float32 whose bias is 127 instead of 7; the
+ * multiplication by 2^120 rebiases, and also turns the float32 subnormal of a code with
+ * exponent 0 into the right E4M3 subnormal. */
+static inline float fp8_fast(uint8_t c)
+{
+	uint32_t u = ((uint32_t)(c & 0x7Fu) << 20) | ((uint32_t)(c & 0x80u) << 24);
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f * 0x1p120f;
+}
+
+static size_t ceil_div(size_t a, size_t b)
+{
+	return (a + b - 1) / b;
+}
+
+/* Decode W[n][k0 .. k0+len) into out: code values, times the block scales when `scaled`. */
+static void decode_row(const struct srt_weight *w, size_t n, size_t k0, size_t len, bool scaled,
+		       float *restrict out)
+{
+	const size_t K = w->cols;
+	switch (w->type) {
+	case SRT_WT_F32:
+		memcpy(out, (const float *)w->data + n * K + k0, len * sizeof(float));
+		break;
+	case SRT_WT_BF16: {
+		const uint16_t *src = (const uint16_t *)w->data + n * K + k0;
+		for (size_t k = 0; k < len; k++) {
+			uint32_t u = (uint32_t)src[k] << 16;
+			memcpy(&out[k], &u, sizeof u);
+		}
+		break;
+	}
+	case SRT_WT_FP8: {
+		const uint8_t *src = (const uint8_t *)w->data + n * K + k0;
+		for (size_t k = 0; k < len; k++)
+			out[k] = fp8_fast(src[k]);
+		if (scaled) {
+			float s = srt_e8m0_to_f32(w->scales[(n / KB) * ceil_div(K, KB) + k0 / KB]);
+			for (size_t k = 0; k < len; k++)
+				out[k] *= s;
+		}
+		break;
+	}
+	case SRT_WT_FP4: {
+		const uint8_t *src = (const uint8_t *)w->data + (n * K + k0) / 2;
+		for (size_t k = 0; k < len / 2; k++) {
+			out[2 * k] = srt_fp4_e2m1_table[src[k] & 0xFu];
+			out[2 * k + 1] = srt_fp4_e2m1_table[src[k] >> 4];
+		}
+		if (scaled) {
+			const uint8_t *sc = w->scales + n * (K / 32) + k0 / 32;
+			for (size_t sb = 0; sb < len / 32; sb++) {
+				float s = srt_e8m0_to_f32(sc[sb]);
+				for (size_t k = 0; k < 32; k++)
+					out[sb * 32 + k] *= s;
+			}
+		}
+		break;
+	}
+	}
+}
+
+static void check_args(const struct srt_weight *w, size_t ldx, size_t ldy, size_t n0, size_t n1)
+{
+	assert(w && w->data && n0 <= n1 && n1 <= w->rows && ldx >= w->cols && ldy >= n1);
+	assert(w->type != SRT_WT_FP8 || (w->scales && w->cols % KB == 0));
+	assert(w->type != SRT_WT_FP4 || (w->scales && w->cols % 32 == 0));
+	(void)w, (void)ldx, (void)ldy, (void)n0, (void)n1;
+}
+
+void srt_gemm_exact(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
+		    float *y, size_t ldy, size_t n0, size_t n1)
+{
+	check_args(w, ldx, ldy, n0, n1);
+	const size_t K = w->cols;
+	float wb[NT][KB];
+	for (size_t n = n0; n < n1; n += NT) {
+		size_t nt = n1 - n < NT ? n1 - n : NT;
+		for (size_t i = 0; i < m; i++)
+			for (size_t t = 0; t < nt; t++)
+				y[i * ldy + n + t] = 0.0f;
+		for (size_t k0 = 0; k0 < K; k0 += KB) {
+			size_t len = K - k0 < KB ? K - k0 : KB;
+			for (size_t t = 0; t < nt; t++)
+				decode_row(w, n + t, k0, len, true, wb[t]);
+			for (size_t i = 0; i < m; i++) {
+				const float *xr = x + i * ldx + k0;
+				float *yr = y + i * ldy + n;
+				for (size_t t = 0; t < nt; t++)
+					yr[t] += dot_blk(xr, wb[t], len);
+			}
+		}
+	}
+}
+
+void srt_gemm_quant_row(const float *x, size_t k, float *xq, float *xs)
+{
+	assert(k % KB == 0);
+	uint8_t codes[KB];
+	for (size_t b = 0; b < k / KB; b++) {
+		srt_quant_act(x + b * KB, KB, codes, &xs[b]);
+		for (size_t j = 0; j < KB; j++)
+			xq[b * KB + j] = srt_fp8_e4m3_to_f32(codes[j]);
+	}
+}
+
+void srt_gemm_ref(const struct srt_weight *w, const float *xq, const float *xs, size_t m,
+		  size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	check_args(w, ldx, ldy, n0, n1);
+	const size_t K = w->cols;
+	assert(K % KB == 0);
+	const size_t nb = K / KB;
+	if (w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) {
+		/* not quantized by the reference: exact product of the dequantized activations */
+		float row[KB], wb[KB];
+		for (size_t n = n0; n < n1; n++) {
+			for (size_t i = 0; i < m; i++)
+				y[i * ldy + n] = 0.0f;
+			for (size_t b = 0; b < nb; b++) {
+				decode_row(w, n, b * KB, KB, false, wb);
+				for (size_t i = 0; i < m; i++) {
+					for (size_t j = 0; j < KB; j++)
+						row[j] = xq[i * ldx + b * KB + j] * xs[i * nb + b];
+					y[i * ldy + n] += dot_blk(row, wb, KB);
+				}
+			}
+		}
+		return;
+	}
+	float wb[NT][KB];
+	float sb[NT][KB / 32];
+	for (size_t n = n0; n < n1; n += NT) {
+		size_t nt = n1 - n < NT ? n1 - n : NT;
+		for (size_t i = 0; i < m; i++)
+			for (size_t t = 0; t < nt; t++)
+				y[i * ldy + n + t] = 0.0f;
+		for (size_t b = 0; b < nb; b++) {
+			for (size_t t = 0; t < nt; t++) {
+				decode_row(w, n + t, b * KB, KB, false, wb[t]);
+				if (w->type == SRT_WT_FP8) {
+					sb[t][0] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+				} else {
+					const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
+					for (size_t s = 0; s < KB / 32; s++)
+						sb[t][s] = srt_e8m0_to_f32(sc[s]);
+				}
+			}
+			for (size_t i = 0; i < m; i++) {
+				const float *xr = xq + i * ldx + b * KB;
+				const float sa = xs[i * nb + b];
+				float *yr = y + i * ldy + n;
+				for (size_t t = 0; t < nt; t++) {
+					if (w->type == SRT_WT_FP8) {
+						/* tilelang fp8_gemm: C += acc * (sa * sb) */
+						yr[t] += dot_blk(xr, wb[t], KB) * (sa * sb[t][0]);
+					} else {
+						/* tilelang fp4_gemm: per 32 sub-block C += acc * sa * sb */
+						for (size_t s = 0; s < KB / 32; s++)
+							yr[t] += dot_blk(xr + s * 32, wb[t] + s * 32, 32) *
+								 sa * sb[t][s];
+					}
+				}
+			}
+		}
+	}
+}
+
+int srt_gemm(const struct srt_weight *w, const float *x, size_t m, size_t ldx, float *y,
+	     size_t ldy, size_t n0, size_t n1, enum srt_gemm_mode mode)
+{
+	if (mode == SRT_GEMM_EXACT || w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) {
+		srt_gemm_exact(w, x, m, ldx, y, ldy, n0, n1);
+		return 0;
+	}
+	const size_t K = w->cols;
+	assert(K % KB == 0);
+	float *xq = malloc(m * K * sizeof(float));
+	float *xs = malloc((m * (K / KB) + 1) * sizeof(float));
+	if (!xq || !xs) {
+		free(xq);
+		free(xs);
+		return SRT_ENOMEM;
+	}
+	for (size_t i = 0; i < m; i++)
+		srt_gemm_quant_row(x + i * ldx, K, xq + i * K, xs + i * (K / KB));
+	srt_gemm_ref(w, xq, xs, m, K, y, ldy, n0, n1);
+	free(xq);
+	free(xs);
+	return 0;
+}
+
+size_t srt_weight_data_bytes(enum srt_wtype type, size_t rows, size_t cols)
+{
+	switch (type) {
+	case SRT_WT_F32:
+		return rows * cols * 4;
+	case SRT_WT_BF16:
+		return rows * cols * 2;
+	case SRT_WT_FP8:
+		return rows * cols;
+	case SRT_WT_FP4:
+		return rows * cols / 2;
+	}
+	return 0;
+}
+
+size_t srt_weight_scale_bytes(enum srt_wtype type, size_t rows, size_t cols)
+{
+	switch (type) {
+	case SRT_WT_FP8:
+		return ceil_div(rows, KB) * ceil_div(cols, KB);
+	case SRT_WT_FP4:
+		return rows * (cols / 32);
+	default:
+		return 0;
+	}
+}

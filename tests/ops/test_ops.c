@@ -1,0 +1,780 @@
+/*
+ * tests/ops — srt_ops against independent references.
+ *
+ * Codecs and quantizers: golden tables from ml_dtypes (data/golden.h, see gen_golden.py).
+ * Transforms, norms, RoPE, GEMMs: naive double-precision references written here, with
+ * tolerances derived from the float32 summation depth of the code under test.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "data/golden.h"
+#include "ops/act.h"
+#include "ops/fp.h"
+#include "ops/gemm.h"
+#include "ops/hadamard.h"
+#include "ops/norm.h"
+#include "ops/quant.h"
+#include "ops/rope.h"
+
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
+static float u2f(uint32_t u)
+{
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+static uint32_t f2u(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return u;
+}
+
+/* Bitwise float equality that treats every NaN as equal to every NaN. */
+static int same_float(float a, float b)
+{
+	return (isnan(a) && isnan(b)) || f2u(a) == f2u(b);
+}
+
+/* Deterministic pseudo-random floats (xorshift), N(0,1)-ish by summing uniforms. */
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+	float s = 0.0f;
+	for (int i = 0; i < 4; i++) {
+		rng_state ^= rng_state << 13;
+		rng_state ^= rng_state >> 7;
+		rng_state ^= rng_state << 17;
+		s += (float)((rng_state >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
+	}
+	return s * 1.7f;
+}
+
+/* ==== bf16 ===================================================================================== */
+
+START_TEST(bf16_encode_matches_ml_dtypes_including_ties)
+{
+	for (size_t i = 0; i < N_OF(golden_bf16_in); i++) {
+		uint16_t got = srt_bf16_from_f32(u2f(golden_bf16_in[i]));
+		ck_assert_msg(got == golden_bf16_out[i], "input 0x%08x: got 0x%04x, expected 0x%04x",
+			      golden_bf16_in[i], got, golden_bf16_out[i]);
+	}
+}
+END_TEST
+
+START_TEST(bf16_every_code_round_trips_and_nan_stays_nan)
+{
+	for (uint32_t h = 0; h < 65536; h++) {
+		float f = srt_bf16_to_f32((uint16_t)h);
+		ck_assert_uint_eq(f2u(f), h << 16);
+		if (isnan(f))
+			ck_assert(isnan(srt_round_bf16(f)));
+		else
+			ck_assert_uint_eq(srt_bf16_from_f32(f), h);
+	}
+	ck_assert_uint_eq(srt_bf16_from_f32(NAN), 0x7FC0);
+	ck_assert(isnan(srt_round_bf16(-NAN)));
+	/* ties to even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 -> 1 (even);
+	 * 1 + 3*2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6 -> 1 + 2^-6 */
+	ck_assert(srt_round_bf16(1.0f + 0x1p-8f) == 1.0f);
+	ck_assert(srt_round_bf16(1.0f + 3 * 0x1p-8f) == 1.0f + 0x1p-6f);
+	ck_assert(isinf(srt_round_bf16(3.4028235e38f)));
+}
+END_TEST
+
+/* ==== FP8 E4M3 ================================================================================= */
+
+START_TEST(fp8_decode_of_all_256_codes_matches_ml_dtypes)
+{
+	for (int c = 0; c < 256; c++) {
+		ck_assert_msg(same_float(srt_fp8_e4m3_to_f32((uint8_t)c), u2f(golden_fp8_decode[c])),
+			      "code 0x%02x", c);
+		ck_assert_int_eq(srt_fp8_e4m3_is_nan((uint8_t)c), isnan(u2f(golden_fp8_decode[c])));
+	}
+	float tmp[256];
+	uint8_t codes[256];
+	for (int c = 0; c < 256; c++)
+		codes[c] = (uint8_t)c;
+	srt_fp8_e4m3_to_f32_n(codes, tmp, 256);
+	for (int c = 0; c < 256; c++)
+		ck_assert(same_float(tmp[c], u2f(golden_fp8_decode[c])));
+}
+END_TEST
+
+START_TEST(fp8_encode_of_decode_is_identity_for_every_non_nan_code)
+{
+	for (int c = 0; c < 256; c++) {
+		if (srt_fp8_e4m3_is_nan((uint8_t)c))
+			continue;
+		float v = srt_fp8_e4m3_to_f32((uint8_t)c);
+		ck_assert_uint_eq(srt_fp8_e4m3_from_f32(v), (unsigned)c);
+		ck_assert_uint_eq(srt_fp8_e4m3_from_f32_sat(v), (unsigned)c);
+	}
+}
+END_TEST
+
+START_TEST(fp8_raw_and_saturating_encode_match_ml_dtypes_ties_subnormals_overflow)
+{
+	for (size_t i = 0; i < N_OF(golden_fp8_in); i++) {
+		float x = u2f(golden_fp8_in[i]);
+		uint8_t raw = srt_fp8_e4m3_from_f32(x), sat = srt_fp8_e4m3_from_f32_sat(x);
+		ck_assert_msg(raw == golden_fp8_raw[i], "raw %a: got 0x%02x expected 0x%02x", x, raw,
+			      golden_fp8_raw[i]);
+		ck_assert_msg(sat == golden_fp8_sat[i], "sat %a: got 0x%02x expected 0x%02x", x, sat,
+			      golden_fp8_sat[i]);
+	}
+}
+END_TEST
+
+START_TEST(fp8_special_values_nan_inf_saturation_subnormals)
+{
+	/* raw cast (PyTorch): above 464 -> NaN; 464 ties to 448 */
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(464.0f), 0x7E);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(nextafterf(464.0f, 1e9f)), 0x7F);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(-INFINITY), 0xFF);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(NAN) & 0x7F, 0x7F);
+	/* saturating cast: clamps to ±448, NaN stays NaN */
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32_sat(1e30f), 0x7E);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32_sat(-INFINITY), 0xFE);
+	ck_assert(srt_fp8_e4m3_is_nan(srt_fp8_e4m3_from_f32_sat(NAN)));
+	/* subnormals k*2^-9; half of the smallest rounds to zero (even), 3/2 of it to 2 (even) */
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(0x1p-9f), 0x01);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(0x1p-10f), 0x00);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(3 * 0x1p-10f), 0x02);
+	ck_assert_uint_eq(srt_fp8_e4m3_from_f32(-0x1p-11f), 0x80);
+	ck_assert(srt_fp8_e4m3_to_f32(0x07) == 7 * 0x1p-9f);
+	ck_assert(srt_fp8_e4m3_to_f32(0x7E) == 448.0f);
+}
+END_TEST
+
+START_TEST(fp8_ties_round_to_even_at_every_binade)
+{
+	for (int e = -6; e <= 8; e++) {
+		for (int m = 0; m < 8; m++) {
+			/* midpoint between mantissas m and m+1 of binade e */
+			float lo = ldexpf(1.0f + m / 8.0f, e), hi = ldexpf(1.0f + (m + 1) / 8.0f, e);
+			if (hi > 448.0f)
+				continue;
+			float mid = (lo + hi) / 2;
+			float want = (m % 2 == 0) ? lo : hi;
+			ck_assert_msg(srt_fp8_e4m3_to_f32(srt_fp8_e4m3_from_f32(mid)) == want,
+				      "binade %d mantissa %d", e, m);
+			ck_assert(srt_fp8_e4m3_to_f32(srt_fp8_e4m3_from_f32(-mid)) == -want);
+		}
+	}
+}
+END_TEST
+
+/* ==== UE8M0 ==================================================================================== */
+
+START_TEST(e8m0_decode_of_all_256_codes_matches_ml_dtypes_and_pow2_round_trips)
+{
+	for (int e = 0; e < 256; e++) {
+		float v = srt_e8m0_to_f32((uint8_t)e);
+		ck_assert_msg(same_float(v, u2f(golden_e8m0_decode[e])), "code %d", e);
+		if (e != 255)
+			ck_assert_uint_eq(srt_e8m0_from_pow2(v), (unsigned)e);
+	}
+}
+END_TEST
+
+START_TEST(e8m0_ceil_rounds_up_to_a_power_of_two)
+{
+	ck_assert_uint_eq(srt_e8m0_ceil(1.0f), 127);
+	ck_assert_uint_eq(srt_e8m0_ceil(nextafterf(1.0f, 2.0f)), 128);
+	ck_assert_uint_eq(srt_e8m0_ceil(1.5f), 128);
+	ck_assert_uint_eq(srt_e8m0_ceil(0.75f), 127);
+	ck_assert_uint_eq(srt_e8m0_ceil(0x1p-126f), 1);
+	ck_assert(srt_pow2_ceil(3.0f) == 4.0f);
+	ck_assert(srt_pow2_ceil(0x1p127f) == 0x1p127f);
+	for (int i = 0; i < 1000; i++) {
+		float x = fabsf(frand()) * 1000.0f + 1e-3f;
+		float p = srt_pow2_ceil(x);
+		ck_assert(p >= x && p / 2 < x);
+	}
+}
+END_TEST
+
+/* ==== FP4 E2M1 ================================================================================= */
+
+START_TEST(fp4_decode_all_16_codes_and_encode_round_trips)
+{
+	static const float values[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+	for (int c = 0; c < 16; c++) {
+		float v = srt_fp4_e2m1_to_f32((uint8_t)c);
+		ck_assert(same_float(v, u2f(golden_fp4_decode[c])));
+		ck_assert(fabsf(v) == values[c & 7] && (signbit(v) != 0) == (c >= 8));
+		ck_assert_uint_eq(srt_fp4_e2m1_from_f32(v), (unsigned)c);
+	}
+}
+END_TEST
+
+START_TEST(fp4_encode_matches_ml_dtypes_ties_and_saturation)
+{
+	for (size_t i = 0; i < N_OF(golden_fp4_in); i++) {
+		float x = u2f(golden_fp4_in[i]);
+		ck_assert_msg(srt_fp4_e2m1_from_f32(x) == golden_fp4_code[i], "%a: got %u expected %u",
+			      x, srt_fp4_e2m1_from_f32(x), golden_fp4_code[i]);
+	}
+	ck_assert_uint_eq(srt_fp4_e2m1_from_f32(5.0f), 0x6);  /* tie 4|6 -> 4 (even) */
+	ck_assert_uint_eq(srt_fp4_e2m1_from_f32(2.5f), 0x4);  /* tie 2|3 -> 2 */
+	ck_assert_uint_eq(srt_fp4_e2m1_from_f32(0.25f), 0x0); /* tie 0|0.5 -> 0 */
+	ck_assert_uint_eq(srt_fp4_e2m1_from_f32(0.75f), 0x2); /* tie 0.5|1 -> 1 */
+	ck_assert_uint_eq(srt_fp4_e2m1_from_f32(-1e9f), 0xF);
+	ck_assert_uint_eq(srt_fp4_e2m1_from_f32(NAN), 0x7);
+}
+END_TEST
+
+START_TEST(fp4_packing_puts_even_index_in_low_nibble)
+{
+	uint8_t p[2] = {0, 0};
+	srt_fp4_set(p, 0, 0x3);
+	srt_fp4_set(p, 1, 0xC);
+	srt_fp4_set(p, 2, 0x7);
+	ck_assert_uint_eq(p[0], 0xC3);
+	ck_assert_uint_eq(p[1], 0x07);
+	ck_assert_uint_eq(srt_fp4_get(p, 1), 0xC);
+	float out[4];
+	srt_fp4_unpack(p, out, 4);
+	ck_assert(out[0] == 1.5f && out[1] == -2.0f && out[2] == 6.0f && out[3] == 0.0f);
+}
+END_TEST
+
+/* ==== quantizers ================================================================================ */
+
+START_TEST(act_quant_matches_reference_codes_scales_and_fake_quant)
+{
+	float x[512], scales[4], fake[512];
+	uint8_t codes[512], e8[4], codes2[512];
+	for (int i = 0; i < 512; i++)
+		x[i] = u2f(golden_act_in[i]);
+	srt_quant_act(x, 512, codes, scales);
+	srt_quant_act_fake(x, fake, 512);
+	srt_quant_fp8_ue8m0(x, 512, 128, codes2, e8);
+	for (int b = 0; b < 4; b++) {
+		ck_assert_msg(f2u(scales[b]) == golden_act_scales[b], "block %d scale %a", b, scales[b]);
+		ck_assert(srt_e8m0_to_f32(e8[b]) == scales[b]);
+	}
+	for (int i = 0; i < 512; i++) {
+		ck_assert_msg(codes[i] == golden_act_codes[i], "element %d", i);
+		ck_assert(codes2[i] == codes[i]);
+		ck_assert_msg(f2u(fake[i]) == golden_act_fake[i], "fake element %d", i);
+	}
+	/* in place gives the same */
+	srt_quant_act_fake(x, x, 512);
+	ck_assert(memcmp(x, fake, sizeof fake) == 0);
+}
+END_TEST
+
+START_TEST(act_quant_scale_is_amax_over_448_rounded_up_with_floor)
+{
+	float x[128] = {0};
+	x[5] = 448.0f; /* 448/448 = 1: already a power of two */
+	ck_assert(srt_quant_fp8_scale(x, 128, true) == 1.0f);
+	x[5] = 449.0f; /* just above: rounds up to 2 */
+	ck_assert(srt_quant_fp8_scale(x, 128, true) == 2.0f);
+	x[5] = -300.0f; /* sign ignored: 300/448 -> 1 */
+	ck_assert(srt_quant_fp8_scale(x, 128, true) == 1.0f);
+	x[5] = 0.0f; /* all zero: amax floored at 1e-4; 1e-4/448 ~ 2.2e-7 -> 2^-22 */
+	ck_assert(srt_quant_fp8_scale(x, 128, true) == 0x1p-22f);
+	x[5] = 300.0f; /* float scale mode: exactly amax * (1/448), max element maps to ±448 */
+	float s = srt_quant_fp8_scale(x, 128, false);
+	ck_assert(s == 300.0f * (float)(1.0 / 448.0));
+	uint8_t c[128];
+	float sc;
+	srt_quant_fp8(x, 128, 128, false, c, &sc);
+	ck_assert_uint_eq(c[5], 0x7E);
+	/* NaN propagates instead of being hidden by the max */
+	x[7] = NAN;
+	ck_assert(isnan(srt_quant_fp8_scale(x, 128, true)));
+}
+END_TEST
+
+START_TEST(kv_fake_quant_blocks_of_64_on_nope_and_bf16_on_rope_dims)
+{
+	/* generic shape: head_dim 192, rope_dim 64 -> two FP8 blocks of 64 + 64 bf16 dims */
+	float x[192], y[192];
+	for (int i = 0; i < 192; i++)
+		x[i] = frand() * (i < 64 ? 0.01f : 5.0f);
+	memcpy(y, x, sizeof x);
+	srt_quant_kv_fake(y, 192, 64);
+	for (int b = 0; b < 2; b++) {
+		float s = srt_quant_fp8_scale(x + 64 * b, 64, true);
+		ck_assert(s == srt_pow2_ceil(fmaxf(srt_quant_fp8_scale(x + 64 * b, 64, false), 0)));
+		for (int i = 64 * b; i < 64 * b + 64; i++) {
+			float want = srt_fp8_e4m3_to_f32(srt_fp8_e4m3_from_f32_sat(x[i] / s)) * s;
+			ck_assert(y[i] == want);
+			/* relative error of E4M3 (3 mantissa bits) <= 2^-4 for normals */
+			ck_assert(fabsf(y[i] - x[i]) <= fmaxf(fabsf(x[i]) * 0x1p-4f, s * 0x1p-10f));
+		}
+	}
+	for (int i = 128; i < 192; i++)
+		ck_assert(y[i] == srt_round_bf16(x[i]));
+}
+END_TEST
+
+START_TEST(fp4_fake_quant_matches_reference_and_scale_floor)
+{
+	float x[128], y[128];
+	for (int i = 0; i < 128; i++)
+		x[i] = u2f(golden_fp4q_in[i]);
+	srt_quant_fp4_fake(x, y, 128);
+	for (int b = 0; b < 4; b++)
+		ck_assert(f2u(srt_quant_fp4_scale(x + 32 * b, 32)) == golden_fp4q_scales[b]);
+	for (int i = 0; i < 128; i++)
+		ck_assert_msg(f2u(y[i]) == golden_fp4q_fake[i], "element %d: %a", i, y[i]);
+	/* the all-zero block (the 4th) uses the floor 6*2^-126 -> scale 2^-126 */
+	ck_assert(srt_quant_fp4_scale(x + 96, 32) == 0x1p-126f);
+	/* the packed form decodes to the same values */
+	uint8_t packed[64], sc[4];
+	srt_quant_fp4(x, 128, packed, sc);
+	for (int i = 0; i < 128; i++)
+		ck_assert(srt_fp4_e2m1_to_f32(srt_fp4_get(packed, (size_t)i)) *
+				  srt_e8m0_to_f32(sc[i / 32]) ==
+			  y[i]);
+}
+END_TEST
+
+START_TEST(weight_fp8_quant_uses_one_pow2_scale_per_128x128_block_with_partial_edges)
+{
+	enum { R = 200, C = 300 }; /* 2 x 3 blocks, last ones partial */
+	float *w = malloc(sizeof(float) * R * C);
+	uint8_t *codes = malloc(R * C), sc[2 * 3];
+	for (int i = 0; i < R * C; i++)
+		w[i] = frand() * (float)(1 + (i % C) / 128) * 0.05f;
+	srt_quant_weight_fp8(w, R, C, codes, sc);
+	ck_assert_uint_eq(srt_weight_scale_bytes(SRT_WT_FP8, R, C), 6);
+	for (int br = 0; br < 2; br++) {
+		for (int bc = 0; bc < 3; bc++) {
+			float amax = 0;
+			for (int r = br * 128; r < R && r < br * 128 + 128; r++)
+				for (int c = bc * 128; c < C && c < bc * 128 + 128; c++)
+					amax = fmaxf(amax, fabsf(w[r * C + c]));
+			float s = srt_e8m0_to_f32(sc[br * 3 + bc]);
+			ck_assert(s == srt_pow2_ceil(amax * (float)(1.0 / 448.0)));
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int c = 0; c < C; c++) {
+			float s = srt_e8m0_to_f32(sc[(r / 128) * 3 + c / 128]);
+			float d = srt_fp8_e4m3_to_f32(codes[r * C + c]) * s;
+			ck_assert(!srt_fp8_e4m3_is_nan(codes[r * C + c]));
+			/* half an E4M3 ulp: 2^-4 relative for normals, 2^-10 * s absolute below */
+			ck_assert(fabsf(d - w[r * C + c]) <= fmaxf(fabsf(w[r * C + c]) * 0x1p-4f, s * 0x1p-10f));
+		}
+	free(w);
+	free(codes);
+}
+END_TEST
+
+START_TEST(weight_fp4_quant_uses_pow2_scale_per_32_along_k)
+{
+	enum { R = 3, C = 96 };
+	float w[R * C];
+	uint8_t packed[R * C / 2], sc[R * C / 32];
+	for (int i = 0; i < R * C; i++)
+		w[i] = frand() * (float)(1 + i % 7);
+	srt_quant_weight_fp4(w, R, C, packed, sc);
+	for (int r = 0; r < R; r++)
+		for (int b = 0; b < C / 32; b++) {
+			float amax = 0;
+			for (int k = 0; k < 32; k++)
+				amax = fmaxf(amax, fabsf(w[r * C + b * 32 + k]));
+			float s = srt_e8m0_to_f32(sc[r * (C / 32) + b]);
+			ck_assert(s == srt_pow2_ceil(amax * (float)(1.0 / 6.0)));
+			for (int k = 0; k < 32; k++) {
+				size_t i = (size_t)(r * C + b * 32 + k);
+				float d = srt_fp4_e2m1_to_f32(srt_fp4_get(packed, i)) * s;
+				/* nearest of the E2M1 grid: error <= half the gap (<= 1 * s, at 4..6) */
+				ck_assert(fabsf(d - w[i]) <= s * 1.0f);
+				ck_assert(fabsf(d - w[i]) <= fmaxf(fabsf(w[i]) * 0.25f, s * 0.25f));
+			}
+		}
+}
+END_TEST
+
+/* ==== Hadamard ================================================================================= */
+
+START_TEST(hadamard_matches_explicit_sylvester_matrix_and_is_an_involution)
+{
+	for (size_t n = 1; n <= 256; n *= 2) {
+		float x[256], y[256];
+		for (size_t i = 0; i < n; i++)
+			x[i] = frand();
+		memcpy(y, x, n * sizeof(float));
+		srt_hadamard(y, n);
+		double amax = 0;
+		for (size_t i = 0; i < n; i++)
+			amax = fmax(amax, fabs(x[i]));
+		for (size_t i = 0; i < n; i++) {
+			double ref = 0;
+			for (size_t j = 0; j < n; j++)
+				ref += (__builtin_popcountll(i & j) & 1 ? -1.0 : 1.0) * x[j];
+			ref /= sqrt((double)n);
+			/* log2(n) rounded butterfly passes + 1 scaling, each |err| <= 2^-24 * partial
+			 * sums bounded by sqrt(n)*... : use (log2 n + 1) * 2^-24 * sqrt(n) * amax */
+			double tol = (log2((double)n) + 1) * 0x1p-24 * sqrt((double)n) * amax * 2;
+			ck_assert_msg(fabs(y[i] - ref) <= tol, "n %zu i %zu: %g vs %g", n, i, y[i], ref);
+		}
+		/* H * H = I: applying twice gives x back */
+		srt_hadamard(y, n);
+		for (size_t i = 0; i < n; i++)
+			ck_assert(fabs(y[i] - x[i]) <= 4 * (log2((double)n) + 1) * 0x1p-24 * sqrt((double)n) * amax);
+	}
+	/* H_2 = [[1,1],[1,-1]]/sqrt2 exactly on (1, 0) */
+	float e[2] = {1, 0};
+	srt_hadamard(e, 2);
+	ck_assert(e[0] == (float)(1 / sqrt(2.0)) && e[1] == e[0]);
+}
+END_TEST
+
+/* ==== RMSNorm, activations ====================================================================== */
+
+START_TEST(rmsnorm_matches_double_reference_with_f32_and_bf16_weights)
+{
+	enum { N = 1000 };
+	float x[N], wf[N], y[N], y2[N], y3[N];
+	uint16_t wb[N];
+	for (int i = 0; i < N; i++) {
+		x[i] = frand() * 3;
+		wb[i] = srt_bf16_from_f32(1 + frand() * 0.1f);
+		wf[i] = srt_bf16_to_f32(wb[i]);
+	}
+	double ss = 0;
+	for (int i = 0; i < N; i++)
+		ss += (double)x[i] * x[i];
+	double r = 1 / sqrt(ss / N + 1e-6);
+	srt_rmsnorm(x, y, N, 1e-6f);
+	srt_rmsnorm_f32w(x, y2, N, wf, 1e-6f);
+	srt_rmsnorm_bf16w(x, y3, N, wb, 1e-6f);
+	for (int i = 0; i < N; i++) {
+		/* sum of 1000 squares in 8 lanes: depth 125 + 3; then 4 more roundings */
+		double tol = 140 * 0x1p-24 * fabs(x[i] * r) + 1e-30;
+		ck_assert(fabs(y[i] - x[i] * r) <= tol);
+		ck_assert(fabs(y2[i] - wf[i] * x[i] * r) <= tol * 1.2);
+		ck_assert(y3[i] == y2[i]);
+	}
+	/* sum order is fixed: in place equals out of place */
+	memcpy(y2, x, sizeof x);
+	srt_rmsnorm(y2, y2, N, 1e-6f);
+	ck_assert(memcmp(y, y2, sizeof y) == 0);
+}
+END_TEST
+
+START_TEST(sigmoid_silu_softplus_match_double)
+{
+	for (int i = -400; i <= 400; i++) {
+		double x = (double)(float)(i * 0.1);
+		double sg = 1 / (1 + exp(-x));
+		ck_assert(fabs(srt_sigmoid((float)x) - sg) <= 4e-7 * sg + 1e-30);
+		ck_assert(fabs(srt_silu((float)x) - x * sg) <= 1e-6 * fabs(x * sg) + 1e-30);
+		double sp = x > 20 ? x : log1p(exp(x));
+		ck_assert(fabs(srt_softplus((float)x) - sp) <= 1e-6 * sp + 1e-30);
+	}
+	ck_assert(srt_softplus(25.0f) == 25.0f); /* threshold 20: identity above */
+}
+END_TEST
+
+/* ==== RoPE / YaRN ============================================================================== */
+
+START_TEST(yarn_correction_range_for_v4_compressed_layers_is_15_25)
+{
+	int lo, hi;
+	/* corr(32) = 64 ln(65536/(64π)) / (2 ln 160000) = 15.45 -> floor 15
+	 * corr(1)  = 64 ln(65536/(2π))  / (2 ln 160000) = 24.71 -> ceil 25 */
+	srt_rope_correction_range(64, 160000, 65536, 32, 1, &lo, &hi);
+	ck_assert_int_eq(lo, 15);
+	ck_assert_int_eq(hi, 25);
+	/* theta 10000 (DeepSeek-V3: dim 64, orig 4096):
+	 * corr(32) = 64 ln(4096/(64π)) / (2 ln 10000) = 10.47 -> 10,
+	 * corr(1)  = 64 ln(4096/(2π))  / (2 ln 10000) = 22.51 -> 23 */
+	srt_rope_correction_range(64, 10000, 4096, 32, 1, &lo, &hi);
+	ck_assert_int_eq(lo, 10);
+	ck_assert_int_eq(hi, 23);
+}
+END_TEST
+
+START_TEST(yarn_frequency_table_matches_hand_derived_values)
+{
+	float f[32], plain[32];
+	struct srt_rope_yarn y = {16, 65536, 32, 1};
+	srt_rope_freqs(f, 64, 160000, &y);
+	srt_rope_freqs(plain, 64, 160000, NULL);
+	/* Hand derivation (low 15, high 25, ramp_i = clamp((i-15)/10, 0, 1), smooth = 1 - ramp):
+	 *  i <= 15: smooth 1 -> f_i' = f_i            (high-frequency pairs untouched)
+	 *  i >= 25: smooth 0 -> f_i' = f_i / 16       (low-frequency pairs interpolated)
+	 *  i = 20:  smooth 0.5 -> f_i' = f_i (1/32 + 1/2) = f_i * 17/32
+	 * and f_i = 160000^(-i/32): f_0 = 1, f_16 = 1/400, f_31 = 160000^(-31/32). */
+	ck_assert(f[0] == 1.0f && plain[0] == 1.0f);
+	ck_assert(fabs(plain[16] - 1.0 / 400.0) <= 1e-7 / 400.0 * 4);
+	ck_assert(fabs(plain[31] - pow(160000.0, -31.0 / 32.0)) <= 4e-7 * plain[31]);
+	for (int i = 0; i <= 15; i++)
+		ck_assert(f[i] == plain[i]);
+	for (int i = 25; i < 32; i++)
+		ck_assert(f[i] == plain[i] / 16.0f);
+	ck_assert(fabs(f[20] - plain[20] * 17.0 / 32.0) <= 2e-7 * f[20]);
+	for (int i = 16; i < 25; i++) {
+		double sm = 1 - (i - 15) / 10.0;
+		ck_assert(fabs(f[i] - (plain[i] / 16.0 * (1 - sm) + plain[i] * sm)) <= 3e-7 * f[i]);
+	}
+	/* plain RoPE for SWA layers: theta 10000, f_i = 10000^(-i/32) */
+	srt_rope_freqs(plain, 64, 10000, NULL);
+	for (int i = 0; i < 32; i++)
+		ck_assert(fabs(plain[i] - pow(10000.0, -i / 32.0)) <= 3e-7 * plain[i]);
+}
+END_TEST
+
+START_TEST(rope_rotates_interleaved_pairs_and_inverse_restores)
+{
+	float freqs[32], x[64], y[64];
+	struct srt_rope_yarn yr = {16, 65536, 32, 1};
+	srt_rope_freqs(freqs, 64, 160000, &yr);
+	for (int i = 0; i < 64; i++)
+		x[i] = frand();
+	const int64_t pos = 12345;
+	memcpy(y, x, sizeof x);
+	srt_rope_apply_pos(y, 64, freqs, pos, false);
+	for (int i = 0; i < 32; i++) {
+		double ang = (double)((float)pos * freqs[i]);
+		double c = cos(ang), s = sin(ang);
+		double re = x[2 * i] * c - x[2 * i + 1] * s, im = x[2 * i] * s + x[2 * i + 1] * c;
+		double mag = fabs(x[2 * i]) + fabs(x[2 * i + 1]);
+		ck_assert(fabs(y[2 * i] - re) <= 4 * 0x1p-24 * mag);
+		ck_assert(fabs(y[2 * i + 1] - im) <= 4 * 0x1p-24 * mag);
+	}
+	srt_rope_apply_pos(y, 64, freqs, pos, true);
+	for (int i = 0; i < 64; i++)
+		ck_assert(fabs(y[i] - x[i]) <= 1e-6 * (fabs(x[i ^ 1]) + fabs(x[i])));
+	/* position 0 is the identity */
+	memcpy(y, x, sizeof x);
+	srt_rope_apply_pos(y, 64, freqs, 0, false);
+	ck_assert(memcmp(x, y, sizeof x) == 0);
+}
+END_TEST
+
+/* ==== GEMM ===================================================================================== */
+
+struct wtest {
+	struct srt_weight w;
+	float *deq; /* dequantized [N][K] */
+	void *data;
+	uint8_t *scales;
+};
+
+static void make_weight(struct wtest *t, enum srt_wtype type, size_t N, size_t K)
+{
+	float *src = malloc(sizeof(float) * N * K);
+	for (size_t i = 0; i < N * K; i++)
+		src[i] = frand() * (float)(1 + (i % K) / 100) * 0.1f;
+	t->deq = malloc(sizeof(float) * N * K);
+	t->data = malloc(srt_weight_data_bytes(type, N, K));
+	t->scales = malloc(srt_weight_scale_bytes(type, N, K) + 1);
+	switch (type) {
+	case SRT_WT_F32:
+		memcpy(t->data, src, sizeof(float) * N * K);
+		memcpy(t->deq, src, sizeof(float) * N * K);
+		break;
+	case SRT_WT_BF16:
+		srt_f32_to_bf16_n(src, t->data, N * K);
+		srt_bf16_to_f32_n(t->data, t->deq, N * K);
+		break;
+	case SRT_WT_FP8: {
+		srt_quant_weight_fp8(src, N, K, t->data, t->scales);
+		const uint8_t *c = t->data;
+		for (size_t n = 0; n < N; n++)
+			for (size_t k = 0; k < K; k++)
+				t->deq[n * K + k] = srt_fp8_e4m3_to_f32(c[n * K + k]) *
+						    srt_e8m0_to_f32(t->scales[(n / 128) * ((K + 127) / 128) + k / 128]);
+		break;
+	}
+	case SRT_WT_FP4:
+		srt_quant_weight_fp4(src, N, K, t->data, t->scales);
+		for (size_t n = 0; n < N; n++)
+			for (size_t k = 0; k < K; k++)
+				t->deq[n * K + k] = srt_fp4_e2m1_to_f32(srt_fp4_get(t->data, n * K + k)) *
+						    srt_e8m0_to_f32(t->scales[n * (K / 32) + k / 32]);
+		break;
+	}
+	t->w = (struct srt_weight){type, N, K, t->data, (type >= SRT_WT_FP8) ? t->scales : NULL};
+	free(src);
+}
+
+static void free_weight(struct wtest *t)
+{
+	free(t->deq);
+	free(t->data);
+	free(t->scales);
+}
+
+/* Error bound of the library's float32 dot over K: each of the K products is rounded once,
+ * then added along a path of depth <= K/128 (block adds) + 16 (one lane) + 3 (lane combine)
+ * (+2 for the reference-mode scale multiplications): |err| <= (depth + 1) * 2^-24 * Σ|x w|. */
+static double dot_tol(size_t K, double sum_abs)
+{
+	return ((double)K / 128 + 16 + 3 + 3) * 0x1p-24 * sum_abs * 1.01 + 1e-30;
+}
+
+static const enum srt_wtype all_types[] = {SRT_WT_F32, SRT_WT_BF16, SRT_WT_FP8, SRT_WT_FP4};
+
+START_TEST(gemm_exact_matches_dequantize_then_multiply_in_double)
+{
+	enum { M = 3, N = 130, K = 384 };
+	float x[M * K], y[M * N];
+	for (int i = 0; i < M * K; i++)
+		x[i] = frand();
+	for (size_t ti = 0; ti < N_OF(all_types); ti++) {
+		struct wtest t;
+		make_weight(&t, all_types[ti], N, K);
+		ck_assert_int_eq(srt_gemm(&t.w, x, M, K, y, N, 0, N, SRT_GEMM_EXACT), 0);
+		for (int m = 0; m < M; m++)
+			for (int n = 0; n < N; n++) {
+				double ref = 0, sa = 0;
+				for (int k = 0; k < K; k++) {
+					ref += (double)x[m * K + k] * t.deq[n * K + k];
+					sa += fabs((double)x[m * K + k] * t.deq[n * K + k]);
+				}
+				ck_assert_msg(fabs(y[m * N + n] - ref) <= dot_tol(K, sa),
+					      "type %d m %d n %d: %.9g vs %.9g", all_types[ti], m, n,
+					      y[m * N + n], ref);
+			}
+		free_weight(&t);
+	}
+}
+END_TEST
+
+START_TEST(gemm_reference_matches_blockwise_fp8_activation_formula_in_double)
+{
+	enum { M = 2, N = 129, K = 256 };
+	float x[M * K], y[M * N];
+	for (int i = 0; i < M * K; i++)
+		x[i] = frand() * (i % 128 < 64 ? 1.0f : 30.0f);
+	for (size_t ti = 0; ti < N_OF(all_types); ti++) {
+		struct wtest t;
+		make_weight(&t, all_types[ti], N, K);
+		ck_assert_int_eq(srt_gemm(&t.w, x, M, K, y, N, 0, N, SRT_GEMM_REFERENCE), 0);
+		for (int m = 0; m < M; m++) {
+			/* activation fake-quant per 128 (pow2 scale), then a double dot product; the
+			 * reference does not quantize activations for f32/bf16 weights */
+			float xq[K];
+			if (all_types[ti] >= SRT_WT_FP8)
+				srt_quant_act_fake(x + m * K, xq, K);
+			else
+				memcpy(xq, x + m * K, sizeof xq);
+			for (int n = 0; n < N; n++) {
+				double ref = 0, sa = 0;
+				for (int k = 0; k < K; k++) {
+					ref += (double)xq[k] * t.deq[n * K + k];
+					sa += fabs((double)xq[k] * t.deq[n * K + k]);
+				}
+				ck_assert_msg(fabs(y[m * N + n] - ref) <= dot_tol(K, sa),
+					      "type %d m %d n %d: %.9g vs %.9g", all_types[ti], m, n,
+					      y[m * N + n], ref);
+			}
+		}
+		free_weight(&t);
+	}
+}
+END_TEST
+
+START_TEST(gemm_results_are_bitwise_identical_for_chunked_and_one_shot_runs)
+{
+	enum { M = 5, N = 70, K = 256 };
+	float x[M * K], y1[M * N], y2[M * N];
+	for (int i = 0; i < M * K; i++)
+		x[i] = frand();
+	for (size_t ti = 0; ti < N_OF(all_types); ti++) {
+		struct wtest t;
+		make_weight(&t, all_types[ti], N, K);
+		for (int mode = 0; mode < 2; mode++) {
+			ck_assert_int_eq(srt_gemm(&t.w, x, M, K, y1, N, 0, N, mode), 0);
+			memset(y2, 0xFF, sizeof y2);
+			/* one row at a time, split into uneven column ranges */
+			for (int m = 0; m < M; m++) {
+				ck_assert_int_eq(srt_gemm(&t.w, x + m * K, 1, K, y2 + m * N, N, 0, 3, mode), 0);
+				ck_assert_int_eq(srt_gemm(&t.w, x + m * K, 1, K, y2 + m * N, N, 3, 41, mode), 0);
+				ck_assert_int_eq(srt_gemm(&t.w, x + m * K, 1, K, y2 + m * N, N, 41, N, mode), 0);
+			}
+			ck_assert_msg(memcmp(y1, y2, sizeof y1) == 0, "type %d mode %d", all_types[ti], mode);
+		}
+		free_weight(&t);
+	}
+}
+END_TEST
+
+START_TEST(gemm_reference_on_prepared_activations_equals_convenience_call)
+{
+	enum { M = 2, N = 16, K = 256 };
+	float x[M * K], xq[M * K], xs[M * 2], y1[M * N], y2[M * N];
+	for (int i = 0; i < M * K; i++)
+		x[i] = frand();
+	for (int m = 0; m < M; m++)
+		srt_gemm_quant_row(x + m * K, K, xq + m * K, xs + m * 2);
+	struct wtest t;
+	make_weight(&t, SRT_WT_FP4, N, K);
+	ck_assert_int_eq(srt_gemm(&t.w, x, M, K, y1, N, 0, N, SRT_GEMM_REFERENCE), 0);
+	srt_gemm_ref(&t.w, xq, xs, M, K, y2, N, 0, N);
+	ck_assert(memcmp(y1, y2, sizeof y1) == 0);
+	free_weight(&t);
+}
+END_TEST
+
+static Suite *ops_suite(void)
+{
+	Suite *s = suite_create("ops");
+	TCase *tc = tcase_create("codecs");
+	tcase_add_test(tc, bf16_encode_matches_ml_dtypes_including_ties);
+	tcase_add_test(tc, bf16_every_code_round_trips_and_nan_stays_nan);
+	tcase_add_test(tc, fp8_decode_of_all_256_codes_matches_ml_dtypes);
+	tcase_add_test(tc, fp8_encode_of_decode_is_identity_for_every_non_nan_code);
+	tcase_add_test(tc, fp8_raw_and_saturating_encode_match_ml_dtypes_ties_subnormals_overflow);
+	tcase_add_test(tc, fp8_special_values_nan_inf_saturation_subnormals);
+	tcase_add_test(tc, fp8_ties_round_to_even_at_every_binade);
+	tcase_add_test(tc, e8m0_decode_of_all_256_codes_matches_ml_dtypes_and_pow2_round_trips);
+	tcase_add_test(tc, e8m0_ceil_rounds_up_to_a_power_of_two);
+	tcase_add_test(tc, fp4_decode_all_16_codes_and_encode_round_trips);
+	tcase_add_test(tc, fp4_encode_matches_ml_dtypes_ties_and_saturation);
+	tcase_add_test(tc, fp4_packing_puts_even_index_in_low_nibble);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("quant");
+	tcase_add_test(tc, act_quant_matches_reference_codes_scales_and_fake_quant);
+	tcase_add_test(tc, act_quant_scale_is_amax_over_448_rounded_up_with_floor);
+	tcase_add_test(tc, kv_fake_quant_blocks_of_64_on_nope_and_bf16_on_rope_dims);
+	tcase_add_test(tc, fp4_fake_quant_matches_reference_and_scale_floor);
+	tcase_add_test(tc, weight_fp8_quant_uses_one_pow2_scale_per_128x128_block_with_partial_edges);
+	tcase_add_test(tc, weight_fp4_quant_uses_pow2_scale_per_32_along_k);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("math");
+	tcase_add_test(tc, hadamard_matches_explicit_sylvester_matrix_and_is_an_involution);
+	tcase_add_test(tc, rmsnorm_matches_double_reference_with_f32_and_bf16_weights);
+	tcase_add_test(tc, sigmoid_silu_softplus_match_double);
+	tcase_add_test(tc, yarn_correction_range_for_v4_compressed_layers_is_15_25);
+	tcase_add_test(tc, yarn_frequency_table_matches_hand_derived_values);
+	tcase_add_test(tc, rope_rotates_interleaved_pairs_and_inverse_restores);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("gemm");
+	tcase_set_timeout(tc, 30);
+	tcase_add_test(tc, gemm_exact_matches_dequantize_then_multiply_in_double);
+	tcase_add_test(tc, gemm_reference_matches_blockwise_fp8_activation_formula_in_double);
+	tcase_add_test(tc, gemm_results_are_bitwise_identical_for_chunked_and_one_shot_runs);
+	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(ops_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -18,4 +18,7 @@ extern const struct srt_command srt_commands[];
 /* True when argv holds -h or --help (commands use it before parsing anything else). */
 int srt_cli_wants_help(int argc, char **argv);
 
+/* The commands (one cmd_<name>.c each). */
+int srt_cmd_config(int argc, char **argv);
+
 #endif

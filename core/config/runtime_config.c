@@ -1,0 +1,965 @@
+/*
+ * Runtime configuration loader (see runtime_config.h).
+ *
+ * Each INI text is read in two steps: a pre-scan of our own (line lengths, indented lines,
+ * section headers, and the line of every key, since inih 55 does not give handlers line
+ * numbers), then ini_parse_string, whose handler records every key = value with its line.
+ * The built-in default and the user's file are merged section by section, then interpreted.
+ */
+#include "config/runtime_config.h"
+
+#include <assert.h>
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <ini.h>
+
+#include <shadowrt/model.h>
+#include <shadowrt/plugin.h>
+
+#include "config/embedded.h"
+
+#define RC_MAX_FILE (1u << 20)
+#define RC_DEFAULT_ORIGIN "conf/default.ini (built in)"
+
+/* ---------------------------------------------------------------------------------------- */
+/* String storage owned by a config.                                                          */
+
+struct rc_store {
+	char **strs;
+	size_t n, cap;
+};
+
+static char *rc_strdup(struct rc_store *s, const char *str, size_t len)
+{
+	if (s->n == s->cap) {
+		size_t cap = s->cap ? 2 * s->cap : 64;
+		char **p = realloc(s->strs, cap * sizeof(*p));
+		if (!p)
+			return NULL;
+		s->strs = p;
+		s->cap = cap;
+	}
+	char *d = malloc(len + 1);
+	if (!d)
+		return NULL;
+	memcpy(d, str, len);
+	d[len] = 0;
+	s->strs[s->n++] = d;
+	return d;
+}
+
+static void rc_store_free(struct rc_store *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->strs[i]);
+	free(s->strs);
+	free(s);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reading one INI text into entries.                                                         */
+
+struct rc_keyline { /* from the pre-scan */
+	char section[64];
+	char key[64];
+	int line;
+	bool used;
+};
+
+struct rc_section {
+	const char *name;
+	const char *file;
+	int line;
+};
+
+struct rc_list {
+	struct rc_entry_vec {
+		struct srt_rc_entry *v;
+		size_t n, cap;
+	} e;
+	struct rc_section *sec;
+	size_t nsec, capsec;
+};
+
+struct rc_parse {
+	const char *origin;
+	struct rc_store *store;
+	struct rc_list *list;
+	struct rc_keyline *kl;
+	size_t nkl;
+	char *err;
+	size_t errlen;
+	int failed; /* a message is in err */
+};
+
+static int rc_push_entry(struct rc_list *l, const struct srt_rc_entry *e)
+{
+	if (l->e.n == l->e.cap) {
+		size_t cap = l->e.cap ? 2 * l->e.cap : 32;
+		struct srt_rc_entry *p = realloc(l->e.v, cap * sizeof(*p));
+		if (!p)
+			return SRT_ENOMEM;
+		l->e.v = p;
+		l->e.cap = cap;
+	}
+	l->e.v[l->e.n++] = *e;
+	return 0;
+}
+
+static int rc_push_section(struct rc_list *l, const struct rc_section *s)
+{
+	if (l->nsec == l->capsec) {
+		size_t cap = l->capsec ? 2 * l->capsec : 16;
+		struct rc_section *p = realloc(l->sec, cap * sizeof(*p));
+		if (!p)
+			return SRT_ENOMEM;
+		l->sec = p;
+		l->capsec = cap;
+	}
+	l->sec[l->nsec++] = *s;
+	return 0;
+}
+
+static void rc_trim(const char **b, const char **e)
+{
+	while (*b < *e && isspace((unsigned char)**b))
+		(*b)++;
+	while (*e > *b && isspace((unsigned char)(*e)[-1]))
+		(*e)--;
+}
+
+/*
+ * Pre-scan: reject what inih would silently misread, and note the line of every section and
+ * key. Mirrors inih's line grammar: comments start with ';' or '#', sections are [name], keys
+ * end at the first '=' or ':'.
+ */
+static int rc_prescan(struct rc_parse *p, const char *text)
+{
+	char section[64] = "";
+	int line = 0;
+	size_t cap = 0;
+	const char *s = text;
+
+	if (!strncmp(s, "\xEF\xBB\xBF", 3))
+		s += 3;
+	while (*s) {
+		const char *nl = strchr(s, '\n');
+		const char *end = nl ? nl : s + strlen(s);
+		const char *next = nl ? nl + 1 : end;
+		size_t len = (size_t)(end - s);
+		line++;
+		if (len && s[len - 1] == '\r')
+			len--;
+		if (len > SRT_RC_MAX_LINE) {
+			snprintf(p->err, p->errlen, "%s:%d: line is %zu bytes long; at most %d are "
+				 "allowed (inih would silently cut it): shorten the value",
+				 p->origin, line, len, SRT_RC_MAX_LINE);
+			return SRT_EINVAL;
+		}
+		const char *b = s, *e = s + len;
+		rc_trim(&b, &e);
+		if (b == e || *b == ';' || *b == '#') {
+			s = next;
+			continue;
+		}
+		if (b != s) {
+			snprintf(p->err, p->errlen, "%s:%d: indented line: inih would read it as a "
+				 "continuation of the previous value; remove the leading whitespace",
+				 p->origin, line);
+			return SRT_EINVAL;
+		}
+		if (*b == '[') {
+			const char *close = memchr(b, ']', (size_t)(e - b));
+			if (!close) {
+				snprintf(p->err, p->errlen, "%s:%d: section header without ']'",
+					 p->origin, line);
+				return SRT_EINVAL;
+			}
+			const char *nb = b + 1, *ne = close;
+			rc_trim(&nb, &ne);
+			if (ne == nb || (size_t)(ne - nb) >= sizeof(section)) {
+				snprintf(p->err, p->errlen, "%s:%d: empty or too long section name",
+					 p->origin, line);
+				return SRT_EINVAL;
+			}
+			snprintf(section, sizeof(section), "%.*s", (int)(ne - nb), nb);
+			for (size_t i = 0; i < p->list->nsec; i++)
+				if (!strcmp(p->list->sec[i].name, section)) {
+					snprintf(p->err, p->errlen, "%s:%d: section [%s] appears again "
+						 "(first at line %d); write each section once",
+						 p->origin, line, section, p->list->sec[i].line);
+					return SRT_EINVAL;
+				}
+			struct rc_section sec = {rc_strdup(p->store, section, strlen(section)),
+						 p->origin, line};
+			if (!sec.name || rc_push_section(p->list, &sec))
+				return SRT_ENOMEM;
+		} else {
+			const char *sep = b;
+			while (sep < e && *sep != '=' && *sep != ':')
+				sep++;
+			if (sep == e) {
+				snprintf(p->err, p->errlen, "%s:%d: expected 'key = value' or "
+					 "'[section]', got '%.40s'", p->origin, line, b);
+				return SRT_EINVAL;
+			}
+			if (!section[0]) {
+				snprintf(p->err, p->errlen, "%s:%d: key outside any section (start "
+					 "the file with a [section] header)", p->origin, line);
+				return SRT_EINVAL;
+			}
+			const char *kb = b, *ke = sep;
+			rc_trim(&kb, &ke);
+			if (p->nkl == cap) {
+				cap = cap ? 2 * cap : 32;
+				struct rc_keyline *n = realloc(p->kl, cap * sizeof(*n));
+				if (!n)
+					return SRT_ENOMEM;
+				p->kl = n;
+			}
+			struct rc_keyline *k = &p->kl[p->nkl++];
+			snprintf(k->section, sizeof(k->section), "%s", section);
+			snprintf(k->key, sizeof(k->key), "%.*s", (int)(ke - kb), kb);
+			k->line = line;
+			k->used = false;
+		}
+		s = next;
+	}
+	return 0;
+}
+
+/* inih handler: returns nonzero for success. */
+static int rc_handler(void *user, const char *section, const char *name, const char *value)
+{
+	struct rc_parse *p = user;
+	int line = 0;
+	if (p->failed)
+		return 0;
+	for (size_t i = 0; i < p->nkl; i++)
+		if (!p->kl[i].used && !strcmp(p->kl[i].section, section) &&
+		    !strcmp(p->kl[i].key, name)) {
+			p->kl[i].used = true;
+			line = p->kl[i].line;
+			break;
+		}
+	for (size_t i = 0; i < p->list->e.n; i++) {
+		const struct srt_rc_entry *e = &p->list->e.v[i];
+		if (e->file == p->origin && !strcmp(e->section, section) && !strcmp(e->key, name)) {
+			snprintf(p->err, p->errlen, "%s:%d: key '%s' in [%s] is given twice (first "
+				 "at line %d)", p->origin, line, name, section, e->line);
+			p->failed = 1;
+			return 0;
+		}
+	}
+	struct srt_rc_entry e = {
+		.section = rc_strdup(p->store, section, strlen(section)),
+		.key = rc_strdup(p->store, name, strlen(name)),
+		.value = rc_strdup(p->store, value, strlen(value)),
+		.file = p->origin,
+		.line = line,
+	};
+	if (!e.section || !e.key || !e.value || rc_push_entry(p->list, &e)) {
+		snprintf(p->err, p->errlen, "%s: out of memory", p->origin);
+		p->failed = 1;
+		return 0;
+	}
+	return 1;
+}
+
+static int rc_read_text(struct rc_store *store, struct rc_list *list, const char *text,
+			const char *origin, char *err, size_t errlen)
+{
+	struct rc_parse p = {
+		.origin = origin, .store = store, .list = list, .err = err, .errlen = errlen,
+	};
+	int rc = rc_prescan(&p, text);
+	if (rc) {
+		if (rc == SRT_ENOMEM)
+			snprintf(err, errlen, "%s: out of memory", origin);
+		goto out;
+	}
+	int r = ini_parse_string(text, rc_handler, &p);
+	if (r != 0) {
+		if (!p.failed)
+			snprintf(err, errlen, "%s:%d: syntax error (expected '[section]' or "
+				 "'key = value')", origin, r);
+		rc = SRT_EINVAL;
+	}
+out:
+	free(p.kl);
+	return rc;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Interpreting entries.                                                                      */
+
+#define RC_FAIL(e, ...)                                                                        \
+	do {                                                                                   \
+		int n_ = snprintf(err, errlen, "%s:%d: [%s] %s: ", (e)->file, (e)->line,       \
+				  (e)->section, (e)->key);                                     \
+		if (n_ >= 0 && (size_t)n_ < errlen)                                            \
+			snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__);                  \
+		return SRT_EINVAL;                                                             \
+	} while (0)
+
+static bool rc_int(const char *s, long long lo, long long hi, long long *out)
+{
+	char *end;
+	if (!*s || isspace((unsigned char)*s))
+		return false;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (*end || errno || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool rc_double(const char *s, double *out)
+{
+	char *end;
+	if (!*s || isspace((unsigned char)*s))
+		return false;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (*end || errno || v != v)
+		return false;
+	*out = v;
+	return true;
+}
+
+/* on/off and friends; -1 when not a boolean word */
+static int rc_bool(const char *s)
+{
+	static const char *const yes[] = {"on", "true", "yes", "1", NULL};
+	static const char *const no[] = {"off", "false", "no", "0", NULL};
+	for (int i = 0; yes[i]; i++)
+		if (!strcasecmp(s, yes[i]))
+			return 1;
+	for (int i = 0; no[i]; i++)
+		if (!strcasecmp(s, no[i]))
+			return 0;
+	return -1;
+}
+
+/* A plugin reference: a bare name [A-Za-z0-9_-]+ or a path (contains '/' or ends in .so). */
+static bool rc_is_path(const char *s)
+{
+	size_t n = strlen(s);
+	return strchr(s, '/') || (n > 3 && !strcmp(s + n - 3, ".so"));
+}
+
+static bool rc_plugin_name_ok(const char *s)
+{
+	if (!*s)
+		return false;
+	if (rc_is_path(s))
+		return true;
+	for (const char *c = s; *c; c++)
+		if (!isalnum((unsigned char)*c) && *c != '_' && *c != '-')
+			return false;
+	return true;
+}
+
+/* The short name of a plugin reference: itself, or a path's file name without ".so". */
+static void rc_plugin_stem(const char *s, char *out, size_t len)
+{
+	const char *base = strrchr(s, '/');
+	base = base ? base + 1 : s;
+	size_t n = strlen(base);
+	if (n > 3 && !strcmp(base + n - 3, ".so"))
+		n -= 3;
+	snprintf(out, len, "%.*s", (int)n, base);
+}
+
+static int rc_set_plugin(struct rc_store *st, struct srt_rc_plugin *p,
+			 const struct srt_rc_entry *e, const char *section, const char *role,
+			 char *err, size_t errlen)
+{
+	if (!rc_plugin_name_ok(e->value))
+		RC_FAIL(e, "'%s' is not a plugin name (letters, digits, '_' or '-') nor a path to "
+			"a .so", e->value);
+	p->name = e->value;
+	p->section = rc_strdup(st, section, strlen(section));
+	p->role = rc_strdup(st, role, strlen(role));
+	p->line = e->line;
+	if (!p->section || !p->role) {
+		snprintf(err, errlen, "out of memory");
+		return SRT_ENOMEM;
+	}
+	return 0;
+}
+
+static int rc_split_dirs(struct rc_store *st, struct srt_runtime_config *c, const char *v,
+			 char *err, size_t errlen)
+{
+	size_t n = 0, k = 0;
+	for (const char *s = v; *s; s++)
+		n += *s == ':';
+	const char **dirs = (const char **)rc_strdup(st, "", (n + 2) * sizeof(char *));
+	if (!dirs)
+		goto oom;
+	for (const char *s = v; *s;) {
+		const char *e = strchr(s, ':');
+		size_t len = e ? (size_t)(e - s) : strlen(s);
+		if (len) {
+			dirs[k] = rc_strdup(st, s, len);
+			if (!dirs[k++])
+				goto oom;
+		}
+		s += len + (e ? 1 : 0);
+	}
+	dirs[k] = NULL;
+	c->plugin_dirs = dirs;
+	c->n_plugin_dirs = (int)k;
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory");
+	return SRT_ENOMEM;
+}
+
+static int rc_tier_index(const char *section)
+{
+	if (!strcmp(section, "tier.l1"))
+		return SRT_TIER_L1;
+	if (!strcmp(section, "tier.l2"))
+		return SRT_TIER_L2;
+	if (!strcmp(section, "tier.l3"))
+		return SRT_TIER_L3;
+	return -1;
+}
+
+static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
+		    const struct srt_rc_entry *e, char *err, size_t errlen)
+{
+	const char *s = e->section, *k = e->key, *v = e->value;
+	long long iv;
+	double dv;
+	int rc;
+
+	if (!strcmp(s, "runtime")) {
+		if (!strcmp(k, "plugin_dirs"))
+			return rc_split_dirs(st, c, v, err, errlen);
+		if (!strcmp(k, "threads")) {
+			if (!rc_int(v, 0, 4096, &iv))
+				RC_FAIL(e, "'%s' is not an integer in [0, 4096] (0 = all cores)", v);
+			c->threads = (int)iv;
+			return 0;
+		}
+		if (!strcmp(k, "profile")) {
+			if (!strcmp(v, "reference"))
+				c->profile = SRT_PROFILE_REFERENCE;
+			else if (!strcmp(v, "f32"))
+				c->profile = SRT_PROFILE_F32;
+			else
+				RC_FAIL(e, "'%s' is not a profile (expected reference or f32)", v);
+			return 0;
+		}
+		if (!strcmp(k, "model")) {
+			if (!*v)
+				RC_FAIL(e, "empty (expected a preset name or a path)");
+			c->model = v;
+			return 0;
+		}
+		RC_FAIL(e, "unknown key (expected plugin_dirs, threads, profile or model)");
+	}
+	if (!strcmp(s, "attention")) {
+		if (strncmp(k, "ratio.", 6) || !rc_int(k + 6, 0, 1 << 20, &iv) ||
+		    (iv && (iv & (iv - 1))))
+			RC_FAIL(e, "unknown key (expected ratio.N = plugin, N = 0 for window-only "
+				"layers or a power of two: ratio.4, ratio.128)");
+		for (int i = 0; i < c->n_ratios; i++)
+			if (c->ratios[i].ratio == iv)
+				RC_FAIL(e, "ratio %lld is mapped twice (also at line %d)", iv,
+					c->ratios[i].plugin.line);
+		if (c->n_ratios == SRT_RC_MAX_RATIOS)
+			RC_FAIL(e, "more than %d ratios", SRT_RC_MAX_RATIOS);
+		char stem[64], sec[80];
+		rc_plugin_stem(v, stem, sizeof(stem));
+		snprintf(sec, sizeof(sec), "attention.%s", stem);
+		struct srt_rc_ratio *r = &c->ratios[c->n_ratios];
+		r->ratio = (int32_t)iv;
+		if ((rc = rc_set_plugin(st, &r->plugin, e, sec, sec, err, errlen)))
+			return rc;
+		c->n_ratios++;
+		return 0;
+	}
+	if (!strncmp(s, "attention.", 10))
+		return 0; /* free options; checked against the mapped plugins afterwards */
+	if (!strcmp(s, "moe") || !strcmp(s, "residual")) {
+		if (!strcmp(k, "plugin"))
+			return rc_set_plugin(st, !strcmp(s, "moe") ? &c->moe : &c->residual, e, s, s,
+					     err, errlen);
+		return 0; /* free option */
+	}
+	int t = rc_tier_index(s);
+	if (t >= 0) {
+		struct srt_rc_tier *tier = &c->tiers[t];
+		if (!strcmp(k, "plugin")) {
+			if (!strcmp(v, "none")) {
+				tier->enabled = 0;
+				tier->plugin.name = NULL;
+				tier->plugin.line = e->line;
+				return 0;
+			}
+			tier->enabled = 1;
+			return rc_set_plugin(st, &tier->plugin, e, s, s, err, errlen);
+		}
+		if (!strcmp(k, "budget")) {
+			uint64_t b;
+			if (srt_parse_size(v, &b))
+				RC_FAIL(e, "'%s' is not a size (expected e.g. 4GiB, 512M, 1048576)", v);
+			tier->budget = b;
+			return 0;
+		}
+		return 0; /* free option */
+	}
+	if (!strncmp(s, "tier.", 5)) {
+		snprintf(err, errlen, "%s:%d: unknown section [%s] (tiers are [tier.l1], [tier.l2] "
+			 "and [tier.l3])", e->file, e->line, s);
+		return SRT_EINVAL;
+	}
+	if (!strcmp(s, "cache")) {
+		if (!strcmp(k, "page_size")) {
+			if (!rc_int(v, 1, 1 << 20, &iv))
+				RC_FAIL(e, "'%s' is not an integer in [1, 1048576] (tokens per page)", v);
+			c->page_size = (uint32_t)iv;
+			return 0;
+		}
+		if (!strcmp(k, "write_policy")) {
+			if (!strcmp(v, "write_through"))
+				c->write_policy = SRT_WRITE_THROUGH;
+			else if (!strcmp(v, "write_through_after_2"))
+				c->write_policy = SRT_WRITE_THROUGH_AFTER_2;
+			else if (!strcmp(v, "write_back"))
+				c->write_policy = SRT_WRITE_BACK;
+			else
+				RC_FAIL(e, "'%s' is not a policy (expected write_through, "
+					"write_through_after_2 or write_back)", v);
+			return 0;
+		}
+		if (!strcmp(k, "prefetch")) {
+			int b = rc_bool(v);
+			if (b < 0)
+				RC_FAIL(e, "'%s' is not on or off", v);
+			c->prefetch = b;
+			return 0;
+		}
+		if (!strcmp(k, "tenant_salt")) {
+			c->tenant_salt = v;
+			return 0;
+		}
+		RC_FAIL(e, "unknown key (expected page_size, write_policy, prefetch or tenant_salt)");
+	}
+	if (!strcmp(s, "sampling")) {
+		if (!strcmp(k, "temperature")) {
+			if (!rc_double(v, &dv) || dv < 0 || dv > 100)
+				RC_FAIL(e, "'%s' is not a number in [0, 100] (0 = greedy)", v);
+			c->temperature = dv;
+			return 0;
+		}
+		if (!strcmp(k, "top_p")) {
+			if (!rc_double(v, &dv) || !(dv > 0 && dv <= 1))
+				RC_FAIL(e, "'%s' is not a number in (0, 1]", v);
+			c->top_p = dv;
+			return 0;
+		}
+		if (!strcmp(k, "seed")) {
+			char *end;
+			errno = 0;
+			unsigned long long u = strtoull(v, &end, 10);
+			if (!*v || *v == '-' || *end || errno)
+				RC_FAIL(e, "'%s' is not an unsigned 64-bit integer", v);
+			c->seed = u;
+			return 0;
+		}
+		if (!strcmp(k, "max_new_tokens")) {
+			if (!rc_int(v, 1, 1 << 24, &iv))
+				RC_FAIL(e, "'%s' is not an integer in [1, 16777216]", v);
+			c->max_new_tokens = (int32_t)iv;
+			return 0;
+		}
+		RC_FAIL(e, "unknown key (expected temperature, top_p, seed or max_new_tokens)");
+	}
+	snprintf(err, errlen, "%s:%d: unknown section [%s] (expected runtime, attention, "
+		 "attention.<plugin>, moe, residual, tier.l1, tier.l2, tier.l3, cache or sampling)",
+		 e->file, e->line, s);
+	return SRT_EINVAL;
+}
+
+static const struct rc_section *rc_find_section(const struct rc_list *l, const char *name)
+{
+	for (size_t i = 0; i < l->nsec; i++)
+		if (!strcmp(l->sec[i].name, name))
+			return &l->sec[i];
+	return NULL;
+}
+
+static const char *rc_section_file(const struct rc_list *l, const char *name)
+{
+	const struct rc_section *s = rc_find_section(l, name);
+	return s ? s->file : "(no such section)";
+}
+
+static int rc_section_line(const struct rc_list *l, const char *name)
+{
+	const struct rc_section *s = rc_find_section(l, name);
+	return s ? s->line : 0;
+}
+
+/* Whole-config rules, after every entry is applied. */
+static int rc_finish(const struct srt_runtime_config *c, const struct rc_list *l, char *err,
+		     size_t errlen)
+{
+#define SEC_AT(name) rc_section_file(l, name), rc_section_line(l, name)
+	for (size_t i = 0; i < l->nsec; i++) {
+		const char *n = l->sec[i].name;
+		if (strncmp(n, "attention.", 10))
+			continue;
+		bool mapped = false;
+		for (int r = 0; r < c->n_ratios; r++)
+			mapped |= !strcmp(c->ratios[r].plugin.section, n);
+		if (!mapped) {
+			snprintf(err, errlen, "%s:%d: section [%s] configures no plugin: no "
+				 "ratio.N in [attention] names '%s'", l->sec[i].file, l->sec[i].line,
+				 n, n + 10);
+			return SRT_EINVAL;
+		}
+	}
+	if (c->n_ratios == 0) {
+		snprintf(err, errlen, "%s:%d: [attention] maps no ratio to a plugin (expected e.g. "
+			 "ratio.0 = swa, ratio.4 = csa, ratio.128 = hca)", SEC_AT("attention"));
+		return SRT_EINVAL;
+	}
+	if (!c->moe.name) {
+		snprintf(err, errlen, "%s:%d: [moe] has no 'plugin = ...' key", SEC_AT("moe"));
+		return SRT_EINVAL;
+	}
+	if (!c->residual.name) {
+		snprintf(err, errlen, "%s:%d: [residual] has no 'plugin = ...' key",
+			 SEC_AT("residual"));
+		return SRT_EINVAL;
+	}
+	static const char *const tier_names[] = {"tier.l1", "tier.l2", "tier.l3"};
+	for (int t = 0; t < SRT_TIER_COUNT; t++) {
+		if (!c->tiers[t].plugin.line && !c->tiers[t].enabled) {
+			snprintf(err, errlen, "%s:%d: [%s] has no 'plugin = ...' key (expected "
+				 "host, file, sqlite, redis, none or a path)", SEC_AT(tier_names[t]),
+				 tier_names[t]);
+			return SRT_EINVAL;
+		}
+	}
+	if (!c->tiers[SRT_TIER_L1].enabled) {
+		snprintf(err, errlen, "%s:%d: [tier.l1] plugin = none: L1 is where the kernels "
+			 "read the cache, it cannot be disabled", SEC_AT("tier.l1"));
+		return SRT_EINVAL;
+	}
+#undef SEC_AT
+	return 0;
+}
+
+static int rc_cmp_ratio(const void *a, const void *b)
+{
+	const struct srt_rc_ratio *x = a, *y = b;
+	return (x->ratio > y->ratio) - (x->ratio < y->ratio);
+}
+
+static void rc_defaults(struct srt_runtime_config *c)
+{
+	c->threads = 0;
+	c->profile = SRT_PROFILE_REFERENCE;
+	c->model = "tiny";
+	c->page_size = 256;
+	c->write_policy = SRT_WRITE_THROUGH;
+	c->prefetch = 1;
+	c->tenant_salt = "";
+	c->temperature = 0;
+	c->top_p = 1;
+	c->seed = 0;
+	c->max_new_tokens = 128;
+	static const char *const none[] = {NULL};
+	c->plugin_dirs = none;
+}
+
+int srt_runtime_config_load_text(const char *text, const char *origin,
+				 struct srt_runtime_config *out, char *err, size_t errlen)
+{
+	struct rc_store *st = calloc(1, sizeof(*st));
+	struct rc_list def, usr, all;
+	int rc = 0;
+
+	assert(out);
+	memset(out, 0, sizeof(*out));
+	memset(&def, 0, sizeof(def));
+	memset(&usr, 0, sizeof(usr));
+	memset(&all, 0, sizeof(all));
+	if (!st) {
+		snprintf(err, errlen, "out of memory");
+		return SRT_ENOMEM;
+	}
+	rc = rc_read_text(st, &def, srt_cfg_default_ini.data, RC_DEFAULT_ORIGIN, err, errlen);
+	if (rc)
+		goto fail;
+	const char *src = "<built-in default.ini>";
+	if (text) {
+		src = rc_strdup(st, origin ? origin : "<text>", strlen(origin ? origin : "<text>"));
+		if (!src) {
+			rc = SRT_ENOMEM;
+			snprintf(err, errlen, "out of memory");
+			goto fail;
+		}
+		rc = rc_read_text(st, &usr, text, src, err, errlen);
+		if (rc)
+			goto fail;
+	}
+	/* Merge: the user's sections replace the default's. */
+	for (size_t i = 0; i < def.nsec; i++)
+		if (!rc_find_section(&usr, def.sec[i].name) && (rc = rc_push_section(&all, &def.sec[i])))
+			goto oom;
+	for (size_t i = 0; i < usr.nsec; i++)
+		if ((rc = rc_push_section(&all, &usr.sec[i])))
+			goto oom;
+	for (size_t i = 0; i < def.e.n; i++)
+		if (!rc_find_section(&usr, def.e.v[i].section) && (rc = rc_push_entry(&all, &def.e.v[i])))
+			goto oom;
+	for (size_t i = 0; i < usr.e.n; i++)
+		if ((rc = rc_push_entry(&all, &usr.e.v[i])))
+			goto oom;
+
+	out->priv_ = st;
+	out->source = src;
+	rc_defaults(out);
+	for (size_t i = 0; i < all.e.n; i++)
+		if ((rc = rc_apply(st, out, &all.e.v[i], err, errlen)))
+			goto fail;
+	/* Sections with no keys at all still have to be known ones. */
+	for (size_t i = 0; i < all.nsec; i++) {
+		struct srt_rc_entry probe = {all.sec[i].name, "", "", all.sec[i].file, all.sec[i].line};
+		const char *n = probe.section;
+		if (!strcmp(n, "runtime") || !strcmp(n, "attention") || !strcmp(n, "moe") ||
+		    !strcmp(n, "residual") || !strcmp(n, "cache") || !strcmp(n, "sampling") ||
+		    !strncmp(n, "attention.", 10) || rc_tier_index(n) >= 0)
+			continue;
+		rc = rc_apply(st, out, &probe, err, errlen);
+		assert(rc);
+		goto fail;
+	}
+	if ((rc = rc_finish(out, &all, err, errlen)))
+		goto fail;
+	qsort(out->ratios, (size_t)out->n_ratios, sizeof(out->ratios[0]), rc_cmp_ratio);
+	out->entries = all.e.v;
+	out->n_entries = all.e.n;
+	all.e.v = NULL;
+	goto out;
+oom:
+	snprintf(err, errlen, "out of memory");
+	rc = SRT_ENOMEM;
+fail:
+	memset(out, 0, sizeof(*out));
+	rc_store_free(st);
+out:
+	free(def.e.v);
+	free(def.sec);
+	free(usr.e.v);
+	free(usr.sec);
+	free(all.e.v);
+	free(all.sec);
+	return rc;
+}
+
+int srt_runtime_config_load(const char *path, struct srt_runtime_config *out, char *err,
+			    size_t errlen)
+{
+	if (!path)
+		return srt_runtime_config_load_text(NULL, NULL, out, err, errlen);
+	memset(out, 0, sizeof(*out));
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		int e = errno;
+		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(e));
+		return e == ENOENT ? SRT_ENOENT : SRT_EIO;
+	}
+	char *buf = malloc(RC_MAX_FILE + 1);
+	int rc = 0;
+	if (!buf) {
+		fclose(f);
+		snprintf(err, errlen, "%s: out of memory", path);
+		return SRT_ENOMEM;
+	}
+	size_t n = fread(buf, 1, RC_MAX_FILE + 1, f);
+	if (ferror(f)) {
+		snprintf(err, errlen, "%s: read error", path);
+		rc = SRT_EIO;
+	} else if (n > RC_MAX_FILE) {
+		snprintf(err, errlen, "%s: larger than %u bytes: not a runtime config", path,
+			 RC_MAX_FILE);
+		rc = SRT_EINVAL;
+	} else if (memchr(buf, 0, n)) {
+		snprintf(err, errlen, "%s: contains NUL bytes: not a text file", path);
+		rc = SRT_EINVAL;
+	}
+	fclose(f);
+	if (!rc) {
+		buf[n] = 0;
+		rc = srt_runtime_config_load_text(buf, path, out, err, errlen);
+	}
+	free(buf);
+	return rc;
+}
+
+void srt_runtime_config_free(struct srt_runtime_config *c)
+{
+	if (!c)
+		return;
+	if (c->priv_)
+		rc_store_free(c->priv_);
+	free(c->entries);
+	memset(c, 0, sizeof(*c));
+}
+
+const char *srt_runtime_config_option(const struct srt_runtime_config *c, const char *section,
+				      const char *key)
+{
+	assert(c && section && key);
+	for (size_t i = 0; i < c->n_entries; i++)
+		if (!strcmp(c->entries[i].section, section) && !strcmp(c->entries[i].key, key))
+			return c->entries[i].value;
+	return NULL;
+}
+
+const char *srt_runtime_config_option_cb(void *scope, const char *key)
+{
+	const struct srt_rc_scope *s = scope;
+	return srt_runtime_config_option(s->config, s->section, key);
+}
+
+const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,
+							 int ratio)
+{
+	for (int i = 0; i < c->n_ratios; i++)
+		if (c->ratios[i].ratio == ratio)
+			return &c->ratios[i].plugin;
+	return NULL;
+}
+
+int srt_runtime_config_check_model(const struct srt_runtime_config *c,
+				   const struct srt_model_config *m, char *err, size_t errlen)
+{
+	for (int i = 0; i < m->n_compress_ratios; i++) {
+		int r = m->compress_ratios[i];
+		if (!srt_runtime_config_attention(c, r)) {
+			snprintf(err, errlen, "%s: [attention] maps no plugin to ratio %d, which "
+				 "model '%s' uses in layer %d (add ratio.%d = <plugin>)", c->source,
+				 r, m->name, i, r);
+			return SRT_EINVAL;
+		}
+		if (r > 0 && c->page_size % (uint32_t)r) {
+			snprintf(err, errlen, "%s: [cache] page_size %u is not a multiple of ratio %d "
+				 "used by model '%s' (layer %d)", c->source, c->page_size, r, m->name, i);
+			return SRT_EINVAL;
+		}
+	}
+	return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Sizes.                                                                                     */
+
+int srt_parse_size(const char *s, uint64_t *out)
+{
+	uint64_t whole = 0, frac = 0, frac_div = 1;
+	const char *p = s;
+	int digits = 0;
+
+	if (!s)
+		return SRT_EINVAL;
+	while (isspace((unsigned char)*p))
+		p++;
+	for (; *p >= '0' && *p <= '9'; p++, digits++) {
+		if (whole > (UINT64_MAX - 9) / 10)
+			return SRT_EINVAL;
+		whole = whole * 10 + (uint64_t)(*p - '0');
+	}
+	if (*p == '.') {
+		p++;
+		for (; *p >= '0' && *p <= '9'; p++, digits++) {
+			if (frac_div >= 1000000000000ull)
+				return SRT_EINVAL; /* more than 12 decimals: not a sane size */
+			frac = frac * 10 + (uint64_t)(*p - '0');
+			frac_div *= 10;
+		}
+	}
+	if (!digits)
+		return SRT_EINVAL;
+	while (*p == ' ')
+		p++;
+	int shift = 0;
+	switch (toupper((unsigned char)*p)) {
+	case 'K': shift = 10; p++; break;
+	case 'M': shift = 20; p++; break;
+	case 'G': shift = 30; p++; break;
+	case 'T': shift = 40; p++; break;
+	default: break;
+	}
+	if (shift && (*p == 'i' || *p == 'I'))
+		p++;
+	if (*p == 'B' || *p == 'b')
+		p++;
+	while (isspace((unsigned char)*p))
+		p++;
+	if (*p)
+		return SRT_EINVAL;
+	uint64_t mult = 1ull << shift;
+	if (whole > UINT64_MAX / mult)
+		return SRT_EINVAL;
+	uint64_t v = whole * mult;
+	if (frac) {
+		/* frac/frac_div * mult must be whole: frac < frac_div <= 1e12, mult <= 2^40. */
+		unsigned __int128 f = (unsigned __int128)frac * mult;
+		if (f % frac_div)
+			return SRT_EINVAL;
+		uint64_t add = (uint64_t)(f / frac_div);
+		if (v > UINT64_MAX - add)
+			return SRT_EINVAL;
+		v += add;
+	}
+	*out = v;
+	return 0;
+}
+
+const char *srt_format_size(uint64_t b, char *buf, size_t len)
+{
+	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+	int u = 0;
+	double v = (double)b;
+	while (v >= 1024 && u < 6) {
+		v /= 1024;
+		u++;
+	}
+	if (u == 0 || v == (double)(uint64_t)v)
+		snprintf(buf, len, "%.0f %s", v, units[u]);
+	else
+		snprintf(buf, len, "%.1f %s", v, units[u]);
+	return buf;
+}
+
+const char *srt_write_policy_name(int p)
+{
+	switch (p) {
+	case SRT_WRITE_THROUGH: return "write_through";
+	case SRT_WRITE_THROUGH_AFTER_2: return "write_through_after_2";
+	case SRT_WRITE_BACK: return "write_back";
+	}
+	return "?";
+}
+
+const char *srt_profile_name(int p)
+{
+	return p == SRT_PROFILE_F32 ? "f32" : p == SRT_PROFILE_REFERENCE ? "reference" : "?";
+}

@@ -1,0 +1,169 @@
+/*
+ * Runtime configuration (INI, read with inih): which plugin serves each role, plugin search
+ * directories, cache and tier settings, threads, numerics profile, sampling.
+ *
+ *   [runtime]   plugin_dirs = a:b   threads = 0 (all cores)   profile = reference|f32
+ *               model = tiny (preset name or path)
+ *   [attention] ratio.0 = swa   ratio.4 = csa   ratio.128 = hca     (ratio.N = plugin)
+ *   [attention.<plugin>]  free options handed to that attention plugin
+ *   [moe]       plugin = fp4       + free options
+ *   [residual]  plugin = mhc       + free options
+ *   [tier.l1] [tier.l2] [tier.l3]  plugin = host|file|sqlite|redis|none, budget = 4GiB
+ *               + free options (path, host, port, max_bytes, ...)
+ *   [cache]     page_size = 256   write_policy = write_through|write_through_after_2|write_back
+ *               prefetch = on|off   tenant_salt = <string>
+ *   [sampling]  temperature = 0.7   top_p = 0.95   seed = 42   max_new_tokens = 128
+ *
+ * A plugin is named by its bare name ("csa": found in the plugin directories) or by a path to
+ * a .so (contains '/' or ends in ".so").
+ *
+ * Layering: the built-in default (conf/default.ini, compiled in) is read first; every section
+ * a file writes REPLACES that whole section of the default (so [tier.l3] plugin = redis does
+ * not inherit the default's file path), sections it omits keep their default.
+ *
+ * Errors (unknown section or key, wrong type, out of range, duplicate key or section, a line
+ * longer than SRT_RC_MAX_LINE, an indented line that inih would glue to the previous value)
+ * name file:line and what was expected.
+ *
+ * Thread safety: load/free are reentrant; a loaded config is read-only and may be shared.
+ */
+#ifndef SRT_CONFIG_RUNTIME_CONFIG_H
+#define SRT_CONFIG_RUNTIME_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct srt_model_config;
+
+/* inih 55 cuts lines silently at 200 bytes including "\r\n\0": longer lines are rejected. */
+#define SRT_RC_MAX_LINE 197
+#define SRT_RC_MAX_RATIOS 16
+
+enum srt_write_policy {
+	SRT_WRITE_THROUGH = 0,         /* every page goes to the next tier at once */
+	SRT_WRITE_THROUGH_AFTER_2 = 1, /* ... once it has been hit twice */
+	SRT_WRITE_BACK = 2,            /* only when evicted */
+};
+
+enum srt_tier_level { SRT_TIER_L1 = 0, SRT_TIER_L2 = 1, SRT_TIER_L3 = 2, SRT_TIER_COUNT = 3 };
+
+/* One role's plugin. Strings are owned by the config. */
+struct srt_rc_plugin {
+	const char *name;    /* as written: bare name or path to a .so; NULL = none */
+	const char *section; /* section holding its options ("attention.csa", "moe", "tier.l3") */
+	const char *role;    /* role string for srt_plugin_args.role ("attention.csa", "moe") */
+	int line;            /* where it was set (0 = built-in default) */
+};
+
+struct srt_rc_ratio {
+	int32_t ratio; /* compress ratio: 0 window only, 4 CSA, 128 HCA, ... */
+	struct srt_rc_plugin plugin;
+};
+
+struct srt_rc_tier {
+	int enabled;               /* plugin != none */
+	struct srt_rc_plugin plugin;
+	uint64_t budget;           /* bytes; 0 = not set (the plugin decides) */
+};
+
+/* A key = value as read, in file order (defaults first). */
+struct srt_rc_entry {
+	const char *section, *key, *value;
+	const char *file; /* origin for messages */
+	int line;
+};
+
+struct srt_runtime_config {
+	const char *source; /* the file read over the default, or "<built-in default.ini>" */
+
+	/* [runtime] */
+	const char *const *plugin_dirs; /* NULL-terminated */
+	int n_plugin_dirs;
+	int threads;    /* 0 = all cores */
+	int profile;    /* enum srt_profile */
+	const char *model;
+
+	/* [attention] sorted by ratio */
+	int n_ratios;
+	struct srt_rc_ratio ratios[SRT_RC_MAX_RATIOS];
+	struct srt_rc_plugin moe, residual;
+	struct srt_rc_tier tiers[SRT_TIER_COUNT];
+
+	/* [cache] */
+	uint32_t page_size;
+	int write_policy; /* enum srt_write_policy */
+	int prefetch;     /* 0/1 */
+	const char *tenant_salt; /* "" when not set */
+
+	/* [sampling] */
+	double temperature; /* >= 0; 0 = greedy */
+	double top_p;       /* (0, 1] */
+	uint64_t seed;
+	int32_t max_new_tokens;
+
+	/* Every entry, for srt_runtime_config_option. */
+	size_t n_entries;
+	struct srt_rc_entry *entries;
+
+	void *priv_; /* string storage */
+};
+
+/*
+ * Load `path` over the built-in default (path NULL: the default alone). On success *out owns
+ * everything it points to; release with srt_runtime_config_free. Returns 0, SRT_ENOENT/SRT_EIO
+ * (cannot read the file), SRT_EINVAL (with "file:line: ..." in err), SRT_ENOMEM. On error
+ * *out is left empty (freeing it is allowed and does nothing).
+ */
+int srt_runtime_config_load(const char *path, struct srt_runtime_config *out, char *err,
+			    size_t errlen);
+
+/* Same, from INI text in memory; `origin` names it in messages. */
+int srt_runtime_config_load_text(const char *text, const char *origin,
+				 struct srt_runtime_config *out, char *err, size_t errlen);
+
+void srt_runtime_config_free(struct srt_runtime_config *c);
+
+/*
+ * Value of `key` in `section` ("tier.l3", "path"), or NULL. Covers every key of every section,
+ * typed or free. The string lives as long as the config.
+ */
+const char *srt_runtime_config_option(const struct srt_runtime_config *c, const char *section,
+				      const char *key);
+
+/*
+ * Adapter for srt_plugin_args.option / option_ctx: pass &scope as option_ctx, where scope is a
+ * struct srt_rc_scope naming the config and the plugin's section.
+ */
+struct srt_rc_scope {
+	const struct srt_runtime_config *config;
+	const char *section;
+};
+const char *srt_runtime_config_option_cb(void *scope, const char *key);
+
+/* The attention plugin for compress ratio `ratio`, or NULL when no plugin is mapped to it. */
+const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,
+							 int ratio);
+
+/*
+ * Cross-check with a model: every compress ratio the model uses has an attention plugin, and
+ * the page size is a multiple of every ratio. 0 or SRT_EINVAL with a message.
+ */
+int srt_runtime_config_check_model(const struct srt_runtime_config *c,
+				   const struct srt_model_config *m, char *err, size_t errlen);
+
+/*
+ * Parse a byte size: "4096", "4G", "4GiB", "512 MiB", "1.5T". K/M/G/T and KiB/MiB/GiB/TiB
+ * are both powers of 1024 (case-insensitive; an optional trailing "B" is allowed, e.g. "4GB"
+ * = 4 GiB). The result must be a whole number of bytes and fit in 64 bits.
+ * Returns 0 or SRT_EINVAL (*out untouched).
+ */
+int srt_parse_size(const char *s, uint64_t *out);
+
+/* Format bytes as "4 GiB", "1.5 MiB", "512 B" into buf. Returns buf. */
+const char *srt_format_size(uint64_t bytes, char *buf, size_t len);
+
+/* Names for printing. */
+const char *srt_write_policy_name(int policy);
+const char *srt_profile_name(int profile);
+
+#endif /* SRT_CONFIG_RUNTIME_CONFIG_H */

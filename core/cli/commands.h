@@ -19,6 +19,7 @@ extern const struct srt_command srt_commands[];
 int srt_cli_wants_help(int argc, char **argv);
 
 /* The commands (one cmd_<name>.c each). */
+int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);
 
 #endif

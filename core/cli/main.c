@@ -10,6 +10,7 @@
 
 /* Subcommands, one per cmd_<name>.c. Add a line here when a command lands. */
 const struct srt_command srt_commands[] = {
+	{"plugins", "list the plugins found, with versions, and those rejected and why", srt_cmd_plugins},
 	{"config", "validate the model and runtime configuration and print the effective settings", srt_cmd_config},
 	{NULL, NULL, NULL},
 };

@@ -1,0 +1,57 @@
+/*
+ * The host API: the `struct srt_host` table (abi/shadowrt/plugin.h) the core hands every
+ * plugin — logging, aligned allocation and a thread pool.
+ *
+ * Logging is process-wide: one verbosity and one output stream for the whole process, so that
+ * core modules and plugins interleave in one readable log. Lines look like
+ *     shadowrt[csa] warn: message
+ * Each line is written with a single fputs, so concurrent lines never mix.
+ *
+ * Thread pool: srt_host_create starts nthreads - 1 worker threads once; the calling thread of
+ * parallel_for works as thread 0. parallel_for splits [0, n) into min(n, nthreads) contiguous
+ * ranges, range k = [n*k/T, n*(k+1)/T), and runs range k on thread k; it returns when every
+ * range is done. Calls from different threads are serialised (one job runs at a time); a
+ * parallel_for issued from inside a worker runs the whole range inline on that worker, with
+ * that worker's tid, so nesting never deadlocks.
+ *
+ * Because the ABI's parallel_for takes no host argument, each live host is bound to one of
+ * SRT_HOST_MAX_LIVE static trampolines; at most that many hosts may exist at once.
+ */
+#ifndef SRT_PLUGIN_HOST_H
+#define SRT_PLUGIN_HOST_H
+
+#include <stdio.h>
+
+#include <shadowrt/plugin.h>
+
+#define SRT_HOST_MAX_LIVE 8
+
+/*
+ * Make a host table with a pool of nthreads threads (0 = number of online CPUs; the calling
+ * thread counts as one). Returns 0 and *out, or SRT_EINVAL (nthreads < 0 or > 4096),
+ * SRT_ENOMEM, SRT_EBUSY (SRT_HOST_MAX_LIVE hosts exist) or SRT_EIO (pthread_create failed),
+ * with a reason in why. The caller owns *out and frees it with srt_host_destroy.
+ */
+int srt_host_create(int nthreads, struct srt_host **out, char *why, size_t why_len);
+
+/*
+ * Stop the workers and free the table. Every plugin instance created with this host must be
+ * destroyed first. Must not be called while a parallel_for on this host is running. NULL is ok.
+ */
+void srt_host_destroy(struct srt_host *host);
+
+/* --- process-wide logging, usable by the core as well ------------------------------------ */
+
+/* Messages with level <= this are printed. Default SRT_LOG_WARN; env SHADOWRT_LOG_LEVEL
+ * (0..3 or error/warn/info/debug) sets the initial value. Thread-safe. */
+void srt_log_set_level(int level);
+int srt_log_get_level(void);
+/* Where lines go (default stderr). The stream is borrowed; NULL restores stderr. */
+void srt_log_set_stream(FILE *stream);
+
+/* The function srt_host.log points to; `who` is the plugin or module name (may be NULL). */
+void srt_log(int level, const char *who, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void srt_vlog(int level, const char *who, const char *fmt, va_list ap);
+
+#endif /* SRT_PLUGIN_HOST_H */

@@ -11,13 +11,15 @@
  * where E(x, w) = W2 . act(w * silu(min(W1 x, L)) * clamp(W3 x, -L, L)).
  *
  * `reference` profile (DeepSeek's kernels): every GEMM input is quantised to FP8 per 128 values
- * (moe_act_quant), GEMM outputs are rounded to bf16, h is rounded to bf16 before W2, products are
- * accumulated in fp32. `f32` profile: weights dequantised exactly, fp32 everywhere, no rounding.
+ * and multiplied by srt_gemm_ref (the tilelang fp8/fp4 GEMM's block order, fp32 accumulation);
+ * GEMM outputs and h are rounded to bf16 where the reference's tensors are bf16. `f32` profile:
+ * srt_gemm_exact on dequantised weights, fp32 everywhere, no rounding.
  *
- * Batching: rows are grouped by expert; every weight row is decoded once per call (per chunk of
- * MOE_ROW_CHUNK rows) and applied to all rows routed to it. Each (row, output) value is one
- * moe_dot over that row's own data, and a row's expert outputs are summed in ascending expert
- * id, so a row's result is bitwise independent of the other rows in the batch.
+ * Batching: rows are grouped by expert; each group's rows are gathered and multiplied by the
+ * expert's weights in one srt_gemm call per column range, so every weight streams once per call
+ * (per chunk of MOE_ROW_CHUNK rows). srt_gemm results do not depend on the number of rows or the
+ * column range, and a row's expert outputs are summed in ascending expert id (shared last), so a
+ * row's result is bitwise independent of the other rows in the batch.
  */
 #include <shadowrt/shadowrt.h>
 
@@ -28,22 +30,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "moe_num.h"
+#include "ops/act.h"
+#include "ops/fp.h"
+#include "ops/gemm.h"
+#include "ops/norm.h"
 
 #define MOE_NAME "fp4"
-#define MOE_ROW_CHUNK 1024 /* rows per pass: bounds the scratch memory of a long prefill */
-
-/* A quantised (or plain) weight matrix [rows][cols], borrowed from the checkpoint. */
-enum moe_wfmt { MOE_W_FP4 = 0, MOE_W_FP8 = 1, MOE_W_BF16 = 2, MOE_W_F32 = 3 };
-
-struct moe_qw {
-	uint32_t fmt;          /* enum moe_wfmt */
-	int64_t rows, cols;
-	const uint8_t *data;   /* FP4: [rows][cols/2] packed; FP8: [rows][cols]; ... */
-	const void *scale;     /* FP4: [rows][cols/32]; FP8: [ceil(rows/128)][ceil(cols/128)] */
-	uint32_t scale_dt;     /* SRT_DT_F8_E8M0 or SRT_DT_F32 */
-	int64_t scale_cols;
-};
+#define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
+#define MOE_NCOL 16       /* output columns per parallel task */
+#define MOE_QB 128        /* activation quantisation block */
 
 struct moe_layer {
 	int32_t layer;
@@ -54,13 +49,13 @@ struct moe_layer {
 	const void *tid2eid;      /* [vocab][k], I32 or I64, borrowed; hash layers only */
 	uint32_t tid_dt;
 	int64_t tid_rows;
-	struct moe_qw *experts;   /* [E][3]: w1, w2, w3 */
-	struct moe_qw shared[3];  /* w1, w2, w3 */
+	struct srt_weight *experts; /* [E][3]: w1, w2, w3 (views into the checkpoint) */
+	struct srt_weight shared[3];  /* w1, w2, w3 */
 };
 
 /* One group of rows that go through the same expert. */
 struct moe_group {
-	const struct moe_qw *w;   /* [3] */
+	const struct srt_weight *w; /* [3] */
 	int32_t first, count;     /* entries [first, first + count) of inst->ent_row / ent_slot */
 	int routed;               /* 1: scale h by the routing weight */
 };
@@ -74,23 +69,26 @@ struct moe_inst {
 	struct moe_layer *layers;
 	int32_t n_slots;          /* size of slot_of */
 	int32_t *slot_of;         /* model layer -> index into layers, or -1 */
-	float e2m1[16];
-	float e4m3[256];
 
-	/* Scratch of one call (one call at a time per instance). */
+	/* Scratch of one call (one call at a time per instance). Entries are (row, expert slot)
+	 * pairs sorted by expert, then the shared expert's entries (one per row). */
 	size_t cap_rows;
-	float *xn, *xa;           /* [chunk][d] normed input, GEMM input (quantised in reference) */
+	float *xn;                /* [chunk][d] ffn_norm output */
+	float *gx, *gs;           /* [ent][d] GEMM input per entry (FP8 code values in reference),
+				   * [ent][d/128] its scales */
+	float *gate, *up;         /* [ent][inter] */
+	float *hq, *hs;           /* [ent][inter] down-projection input, [ent][inter/128] scales */
+	float *o;                 /* [ent][d] expert outputs */
 	int32_t *sel;             /* [chunk][k] */
 	float *wt;                /* [chunk][k] */
-	int32_t *ent_row;         /* [chunk*(k+1)] */
-	int32_t *ent_slot;        /* [chunk*(k+1)]: slot in [0,k) or k for the shared expert */
-	float *h;                 /* [chunk*(k+1)][inter] */
-	float *y;                 /* [chunk][d] */
+	int32_t *ent_row;         /* [ent] chunk row of the entry */
+	int32_t *ent_slot;        /* [ent] slot in [0, k), or k for the shared expert */
+	int32_t *row_ent;         /* [chunk][k+1] the row's entries in ascending expert id */
 	int32_t *tok;             /* [n_rows] token id per row */
 	size_t cap_tok;
-	float *wrow;              /* [nthreads][2][max(d, inter)] decoded weight rows */
 	struct moe_group *groups; /* [E + 1] */
 	int32_t n_groups;
+	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -183,20 +181,20 @@ static int load_f32(const struct moe_inst *in, const struct srt_weights *w, cons
 	} else {
 		const uint16_t *b = t.data;
 		for (int64_t i = 0; i < n; i++)
-			(*out)[i] = moe_bf16_to_f32(b[i]);
+			(*out)[i] = srt_bf16_to_f32(b[i]);
 	}
 	return 0;
 }
 
 /*
- * Load the weight `<prefix>.weight` of logical shape [rows][cols] and its `<prefix>.scale`.
- * Accepted: packed FP4 (I8/U8 [rows][cols/2] + UE8M0 or F32 scale [rows][cols/32]), FP8 E4M3
- * ([rows][cols] + scale [ceil(rows/128)][ceil(cols/128)]), BF16 or F32 (no scale).
+ * View the weight `<prefix>.weight` of logical shape [rows][cols] and its `<prefix>.scale`:
+ * packed FP4 (I8/U8 [rows][cols/2] + UE8M0 [rows][cols/32]), FP8 E4M3 ([rows][cols] + UE8M0
+ * [ceil(rows/128)][ceil(cols/128)]), or BF16 / F32 (no scale).
  */
 static int load_qw(const struct srt_weights *w, const char *prefix, int64_t rows, int64_t cols,
-		   struct moe_qw *q, char *why, size_t why_len)
+		   struct srt_weight *q, char *why, size_t why_len)
 {
-	static const uint32_t sdts[] = {SRT_DT_F8_E8M0, SRT_DT_F32};
+	static const uint32_t sdt = SRT_DT_F8_E8M0;
 	char name[192], got[96];
 	struct srt_tensor t, s;
 	int64_t srows, scols;
@@ -209,33 +207,29 @@ static int load_qw(const struct srt_weights *w, const char *prefix, int64_t rows
 		return SRT_ENOENT;
 	}
 	memset(q, 0, sizeof(*q));
-	q->rows = rows;
-	q->cols = cols;
-	q->data = t.data;
+	q->rows = (size_t)rows;
+	q->cols = (size_t)cols;
 	dt = t.dtype;
 	switch (dt) {
 	case SRT_DT_I8:
 	case SRT_DT_U8:
-		q->fmt = MOE_W_FP4;
+		q->type = SRT_WT_FP4;
 		srows = rows;
-		scols = cols / MOE_FP4_BLOCK;
-		if (cols % MOE_FP4_BLOCK) {
-			set_why(why, why_len, "tensor %s: FP4 width %lld is not a multiple of %d",
-				name, (long long)cols, MOE_FP4_BLOCK);
-			return SRT_EINVAL;
-		}
+		scols = cols / 32;
 		rc = get_tensor(w, name, &dt, 1, rows, cols / 2, &t, why, why_len);
 		break;
 	case SRT_DT_F8_E4M3:
-		q->fmt = MOE_W_FP8;
+		q->type = SRT_WT_FP8;
 		srows = (rows + 127) / 128;
 		scols = (cols + 127) / 128;
 		rc = get_tensor(w, name, &dt, 1, rows, cols, &t, why, why_len);
 		break;
 	case SRT_DT_BF16:
 	case SRT_DT_F32:
-		q->fmt = t.dtype == SRT_DT_BF16 ? MOE_W_BF16 : MOE_W_F32;
-		return get_tensor(w, name, &dt, 1, rows, cols, &t, why, why_len);
+		q->type = dt == SRT_DT_BF16 ? SRT_WT_BF16 : SRT_WT_F32;
+		rc = get_tensor(w, name, &dt, 1, rows, cols, &t, why, why_len);
+		q->data = t.data;
+		return rc;
 	default:
 		shape_str(got, sizeof(got), &t);
 		set_why(why, why_len,
@@ -245,60 +239,12 @@ static int load_qw(const struct srt_weights *w, const char *prefix, int64_t rows
 	}
 	if (rc)
 		return rc;
+	q->data = t.data;
 	snprintf(name, sizeof(name), "%s.scale", prefix);
-	rc = get_tensor(w, name, sdts, 2, srows, scols, &s, why, why_len);
-	if (rc)
+	if ((rc = get_tensor(w, name, &sdt, 1, srows, scols, &s, why, why_len)))
 		return rc;
-	q->scale = s.data;
-	q->scale_dt = s.dtype;
-	q->scale_cols = scols;
+	q->scales = s.data;
 	return 0;
-}
-
-static inline float scale_at(const struct moe_qw *q, int64_t i)
-{
-	if (q->scale_dt == SRT_DT_F32)
-		return ((const float *)q->scale)[i];
-	return moe_e8m0_to_f32(((const uint8_t *)q->scale)[i]);
-}
-
-/* Decode row r of q into dst[q->cols] as exact fp32 values. */
-static void decode_row(const struct moe_inst *in, const struct moe_qw *q, int64_t r, float *dst)
-{
-	int64_t K = q->cols;
-	switch (q->fmt) {
-	case MOE_W_FP4: {
-		const uint8_t *p = q->data + r * (K / 2);
-		for (int64_t b = 0; b < K / MOE_FP4_BLOCK; b++) {
-			float s = scale_at(q, r * q->scale_cols + b);
-			for (int j = 0; j < MOE_FP4_BLOCK / 2; j++) {
-				uint8_t v = p[b * (MOE_FP4_BLOCK / 2) + j];
-				dst[b * MOE_FP4_BLOCK + 2 * j] = in->e2m1[v & 15] * s;
-				dst[b * MOE_FP4_BLOCK + 2 * j + 1] = in->e2m1[v >> 4] * s;
-			}
-		}
-		break;
-	}
-	case MOE_W_FP8: {
-		const uint8_t *p = q->data + r * K;
-		for (int64_t b = 0; b < K; b += 128) {
-			float s = scale_at(q, (r / 128) * q->scale_cols + b / 128);
-			int64_t end = b + 128 < K ? b + 128 : K;
-			for (int64_t k = b; k < end; k++)
-				dst[k] = in->e4m3[p[k]] * s;
-		}
-		break;
-	}
-	case MOE_W_BF16: {
-		const uint16_t *p = (const uint16_t *)q->data + r * K;
-		for (int64_t k = 0; k < K; k++)
-			dst[k] = moe_bf16_to_f32(p[k]);
-		break;
-	}
-	default:
-		memcpy(dst, (const float *)q->data + r * K, (size_t)K * sizeof(float));
-		break;
-	}
 }
 
 static void free_layer(const struct srt_host *host, struct moe_layer *l)
@@ -311,17 +257,14 @@ static void free_layer(const struct srt_host *host, struct moe_layer *l)
 
 static void free_scratch(struct moe_inst *in)
 {
-	const struct srt_host *h = in->host;
-	h->free(in->xn);
-	h->free(in->xa);
-	h->free(in->sel);
-	h->free(in->wt);
-	h->free(in->ent_row);
-	h->free(in->ent_slot);
-	h->free(in->h);
-	h->free(in->y);
-	in->xn = in->xa = in->wt = in->h = in->y = NULL;
-	in->sel = in->ent_row = in->ent_slot = NULL;
+	void **p[] = {(void **)&in->xn, (void **)&in->gx, (void **)&in->gs, (void **)&in->gate,
+		      (void **)&in->up, (void **)&in->hq, (void **)&in->hs, (void **)&in->o,
+		      (void **)&in->sel, (void **)&in->wt, (void **)&in->ent_row,
+		      (void **)&in->ent_slot, (void **)&in->row_ent};
+	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
+		in->host->free(*p[i]);
+		*p[i] = NULL;
+	}
 	in->cap_rows = 0;
 }
 
@@ -334,7 +277,6 @@ static void moe_destroy(void *instance)
 		free_layer(in->host, &in->layers[i]);
 	free_scratch(in);
 	in->host->free(in->tok);
-	in->host->free(in->wrow);
 	in->host->free(in->groups);
 	in->host->free(in->layers);
 	in->host->free(in->slot_of);
@@ -390,7 +332,7 @@ static int load_layer(struct moe_inst *in, const struct srt_plugin_args *args, i
 			return rc;
 	}
 
-	l->experts = in->host->alloc((size_t)in->n_exp * 3 * sizeof(struct moe_qw), 64);
+	l->experts = in->host->alloc((size_t)in->n_exp * 3 * sizeof(struct srt_weight), 64);
 	if (!l->experts) {
 		set_why(why, why_len, "layer %d: out of memory for the expert table", L);
 		return SRT_ENOMEM;
@@ -431,11 +373,11 @@ static int moe_create(const struct srt_host *host, const struct srt_plugin_args 
 			args->profile);
 		return SRT_EINVAL;
 	}
-	if (m->hidden_size <= 0 || m->hidden_size % MOE_ACT_BLOCK ||
-	    m->moe_intermediate_size <= 0 || m->moe_intermediate_size % MOE_ACT_BLOCK) {
+	if (m->hidden_size <= 0 || m->hidden_size % MOE_QB ||
+	    m->moe_intermediate_size <= 0 || m->moe_intermediate_size % MOE_QB) {
 		set_why(why, why_len, "model %s: hidden_size %d and moe_intermediate_size %d must be "
 			"positive multiples of %d (activation quantisation blocks)", m->name,
-			m->hidden_size, m->moe_intermediate_size, MOE_ACT_BLOCK);
+			m->hidden_size, m->moe_intermediate_size, MOE_QB);
 		return SRT_EINVAL;
 	}
 	if (m->n_routed_experts <= 0 || m->num_experts_per_tok <= 0 ||
@@ -466,13 +408,6 @@ static int moe_create(const struct srt_host *host, const struct srt_plugin_args 
 	in->route_scale = (float)m->routed_scaling_factor;
 	in->limit = (float)m->swiglu_limit;
 	in->eps = (float)m->rms_norm_eps;
-	for (int i = 0; i < 16; i++) {
-		static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-		in->e2m1[i] = i < 8 ? mag[i] : -mag[i - 8];
-	}
-	for (int i = 0; i < 256; i++)
-		in->e4m3[i] = moe_e4m3_to_f32((uint8_t)i);
-
 	all_layers = m->num_hidden_layers + m->num_nextn_predict_layers;
 	in->n_slots = all_layers;
 	in->slot_of = host->alloc((size_t)(all_layers > 0 ? all_layers : 1) * sizeof(int32_t), 64);
@@ -502,16 +437,11 @@ static int moe_create(const struct srt_host *host, const struct srt_plugin_args 
 		if ((rc = load_layer(in, args, L, &in->layers[i], why, why_len)))
 			goto out_free;
 	}
-	{
-		int64_t wmax = in->d > in->inter ? in->d : in->inter;
-		int nt = host->nthreads > 0 ? host->nthreads : 1;
-		in->wrow = host->alloc((size_t)nt * 2 * (size_t)wmax * sizeof(float), 64);
-		in->groups = host->alloc((size_t)(in->n_exp + 1) * sizeof(struct moe_group), 64);
-		if (!in->wrow || !in->groups) {
-			set_why(why, why_len, "out of memory");
-			rc = SRT_ENOMEM;
-			goto out_free;
-		}
+	in->groups = host->alloc((size_t)(in->n_exp + 1) * sizeof(struct moe_group), 64);
+	if (!in->groups) {
+		set_why(why, why_len, "out of memory");
+		rc = SRT_ENOMEM;
+		goto out_free;
 	}
 	*instance = in;
 	return 0;
@@ -525,20 +455,25 @@ out_free:
 static int ensure_scratch(struct moe_inst *in, size_t rows)
 {
 	const struct srt_host *h = in->host;
-	size_t ent = rows * (size_t)(in->topk + 1);
+	size_t k1 = (size_t)in->topk + 1, ent = rows * k1, d = (size_t)in->d, I = (size_t)in->inter;
 	if (rows <= in->cap_rows)
 		return 0;
 	free_scratch(in);
-	in->xn = h->alloc(rows * (size_t)in->d * sizeof(float), 64);
-	in->xa = h->alloc(rows * (size_t)in->d * sizeof(float), 64);
-	in->y = h->alloc(rows * (size_t)in->d * sizeof(float), 64);
+	in->xn = h->alloc(rows * d * sizeof(float), 64);
+	in->gx = h->alloc(ent * d * sizeof(float), 64);
+	in->gs = h->alloc(ent * (d / MOE_QB) * sizeof(float), 64);
+	in->gate = h->alloc(ent * I * sizeof(float), 64);
+	in->up = h->alloc(ent * I * sizeof(float), 64);
+	in->hq = h->alloc(ent * I * sizeof(float), 64);
+	in->hs = h->alloc(ent * (I / MOE_QB) * sizeof(float), 64);
+	in->o = h->alloc(ent * d * sizeof(float), 64);
 	in->sel = h->alloc(rows * (size_t)in->topk * sizeof(int32_t), 64);
 	in->wt = h->alloc(rows * (size_t)in->topk * sizeof(float), 64);
 	in->ent_row = h->alloc(ent * sizeof(int32_t), 64);
 	in->ent_slot = h->alloc(ent * sizeof(int32_t), 64);
-	in->h = h->alloc(ent * (size_t)in->inter * sizeof(float), 64);
-	if (!in->xn || !in->xa || !in->y || !in->sel || !in->wt || !in->ent_row ||
-	    !in->ent_slot || !in->h) {
+	in->row_ent = h->alloc(ent * sizeof(int32_t), 64);
+	if (!in->xn || !in->gx || !in->gs || !in->gate || !in->up || !in->hq || !in->hs ||
+	    !in->o || !in->sel || !in->wt || !in->ent_row || !in->ent_slot || !in->row_ent) {
 		free_scratch(in);
 		return SRT_ENOMEM;
 	}
@@ -546,40 +481,31 @@ static int ensure_scratch(struct moe_inst *in, size_t rows)
 	return 0;
 }
 
-static inline float softplus_sqrt(float l)
-{
-	/* torch.nn.functional.softplus (beta 1, threshold 20), then sqrt */
-	return sqrtf(l > 20.0f ? l : log1pf(expf(l)));
-}
-
-/* Phase 1, per row: ffn_norm, GEMM input, router. */
+/* Phase 1, per row: ffn_norm (bf16 in reference), router logits and expert choice. */
 static void route_rows(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
 	const struct moe_layer *l = in->cur;
-	int64_t d = in->d, E = in->n_exp, k = in->topk;
-	int ref = in->profile == SRT_PROFILE_REFERENCE;
+	const int64_t d = in->d, E = in->n_exp, k = in->topk;
+	const int ref = in->profile == SRT_PROFILE_REFERENCE;
+	const struct srt_weight gate = {.type = SRT_WT_F32, .rows = (size_t)E, .cols = (size_t)d,
+					.data = l->gate};
 	float scores[E], biased[E];
 	char taken[E];
 	(void)tid;
 
 	for (int64_t i = begin; i < end; i++) {
-		const float *x = in->x + (in->row0 + i) * d;
-		float *xn = in->xn + i * d, *xa = in->xa + i * d;
+		float *xn = in->xn + i * d, sum = 0.0f;
 		int32_t *sel = in->sel + i * k;
-		float *wt = in->wt + i * k, sum = 0.0f;
+		float *wt = in->wt + i * k;
 
-		float r = 1.0f / sqrtf(moe_dot(x, x, d) / (float)d + in->eps);
-		for (int64_t j = 0; j < d; j++) {
-			float v = l->norm[j] * (x[j] * r);
-			xn[j] = ref ? moe_bf16_round(v) : v;
-		}
-		memcpy(xa, xn, (size_t)d * sizeof(float));
+		srt_rmsnorm_f32w(in->x + (in->row0 + i) * d, xn, (size_t)d, l->norm, in->eps);
 		if (ref)
-			moe_act_quant(xa, d);
-
+			srt_round_bf16_n(xn, (size_t)d);
+		/* logits in fp32 from the bf16 router (its fp32 copy is exact) */
+		srt_gemm_exact(&gate, xn, 1, (size_t)d, scores, (size_t)E, 0, (size_t)E);
 		for (int64_t e = 0; e < E; e++) {
-			scores[e] = softplus_sqrt(moe_dot(xn, l->gate + e * d, d));
+			scores[e] = sqrtf(srt_softplus(scores[e]));
 			biased[e] = l->bias ? scores[e] + l->bias[e] : scores[e];
 		}
 		if (l->hash) {
@@ -612,96 +538,14 @@ static void route_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-/* Locate flat index j in [0, n_groups * per) as (group, index within the group). */
-static inline const struct moe_group *group_of(const struct moe_inst *in, int64_t j, int64_t per,
-					       int64_t *idx)
-{
-	*idx = j % per;
-	return &in->groups[j / per];
-}
-
-/* Phase 2, per (group, inner channel n): h = routing weight * silu(gate) * up. */
-static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
-{
-	struct moe_inst *in = ctx;
-	int64_t d = in->d, I = in->inter, wmax = d > I ? d : I;
-	int ref = in->profile == SRT_PROFILE_REFERENCE;
-	float L = in->limit;
-	float *w1 = in->wrow + (size_t)tid * 2 * wmax, *w3 = w1 + wmax;
-
-	for (int64_t j = begin; j < end; j++) {
-		int64_t n;
-		const struct moe_group *g = group_of(in, j, I, &n);
-		decode_row(in, &g->w[0], n, w1);
-		decode_row(in, &g->w[2], n, w3);
-		for (int32_t e = g->first; e < g->first + g->count; e++) {
-			int32_t row = in->ent_row[e];
-			const float *a = in->xa + (int64_t)row * d;
-			float gt = moe_dot(a, w1, d), up = moe_dot(a, w3, d), hv;
-			if (ref) {
-				gt = moe_bf16_round(gt);
-				up = moe_bf16_round(up);
-			}
-			if (L > 0.0f) {
-				up = fminf(fmaxf(up, -L), L);
-				gt = fminf(gt, L);
-			}
-			hv = gt / (1.0f + expf(-gt)) * up;
-			if (g->routed)
-				hv = in->wt[(int64_t)row * in->topk + in->ent_slot[e]] * hv;
-			in->h[(int64_t)e * I + n] = hv;
-		}
-	}
-}
-
-/* Phase 3, per entry (reference only): h rounded to bf16, then FP8-quantised per 128. */
-static void quant_h(void *ctx, int64_t begin, int64_t end, int tid)
-{
-	struct moe_inst *in = ctx;
-	int64_t I = in->inter;
-	(void)tid;
-	for (int64_t e = begin; e < end; e++) {
-		float *h = in->h + e * I;
-		for (int64_t n = 0; n < I; n++)
-			h[n] = moe_bf16_round(h[n]);
-		moe_act_quant(h, I);
-	}
-}
-
 /*
- * Phase 4, per output channel n: y[row][n] = sum over the row's groups in ascending expert id
- * (shared last) of W2[n] . h, then the output rounding.
+ * Bucket the chunk's (row, slot) pairs by expert (ascending id), then one shared-expert entry
+ * per row; row_ent lists each row's entries in that (ascending expert) order.
  */
-static void down(void *ctx, int64_t begin, int64_t end, int tid)
-{
-	struct moe_inst *in = ctx;
-	int64_t d = in->d, I = in->inter, wmax = d > I ? d : I;
-	int ref = in->profile == SRT_PROFILE_REFERENCE;
-	float *w2 = in->wrow + (size_t)tid * 2 * wmax;
-
-	for (int64_t n = begin; n < end; n++) {
-		for (int64_t i = 0; i < in->m; i++)
-			in->y[i * d + n] = 0.0f;
-		for (int32_t gi = 0; gi < in->n_groups; gi++) {
-			const struct moe_group *g = &in->groups[gi];
-			decode_row(in, &g->w[1], n, w2);
-			for (int32_t e = g->first; e < g->first + g->count; e++) {
-				float v = moe_dot(in->h + (int64_t)e * I, w2, I);
-				in->y[(int64_t)in->ent_row[e] * d + n] += ref ? moe_bf16_round(v) : v;
-			}
-		}
-		for (int64_t i = 0; i < in->m; i++) {
-			float v = in->y[i * d + n];
-			in->out[(in->row0 + i) * d + n] = ref ? moe_bf16_round(v) : v;
-		}
-	}
-}
-
-/* Bucket the rows of the chunk by expert (ascending id), then the shared expert. */
 static void build_groups(struct moe_inst *in)
 {
-	int64_t E = in->n_exp, k = in->topk, m = in->m;
-	int32_t pos = 0;
+	const int64_t E = in->n_exp, k = in->topk, m = in->m;
+	int32_t pos = 0, fill[MOE_ROW_CHUNK] = {0};
 	in->n_groups = 0;
 	for (int64_t e = 0; e < E; e++) {
 		int32_t first = pos;
@@ -710,6 +554,7 @@ static void build_groups(struct moe_inst *in)
 				if (in->sel[i * k + j] == e) {
 					in->ent_row[pos] = (int32_t)i;
 					in->ent_slot[pos] = (int32_t)j;
+					in->row_ent[i * (k + 1) + fill[i]++] = pos;
 					pos++;
 				}
 		if (pos > first)
@@ -722,7 +567,126 @@ static void build_groups(struct moe_inst *in)
 	for (int64_t i = 0; i < m; i++) {
 		in->ent_row[pos] = (int32_t)i;
 		in->ent_slot[pos] = (int32_t)k;
+		in->row_ent[i * (k + 1) + fill[i]++] = pos;
 		pos++;
+	}
+}
+
+/* Phase 2, per entry: the GEMM input of its row (FP8 codes + scales in reference). */
+static void gather_inputs(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	const int64_t d = in->d;
+	(void)tid;
+	for (int64_t e = begin; e < end; e++) {
+		const float *xn = in->xn + (int64_t)in->ent_row[e] * d;
+		if (in->profile == SRT_PROFILE_REFERENCE)
+			srt_gemm_quant_row(xn, (size_t)d, in->gx + e * d, in->gs + e * (d / MOE_QB));
+		else
+			memcpy(in->gx + e * d, xn, (size_t)d * sizeof(float));
+	}
+}
+
+/* y[first..first+count)[n0, n1) = X . W^T in the instance's profile. */
+static void gemm(const struct moe_inst *in, const struct srt_weight *w, const float *x,
+		 const float *xs, int32_t count, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	if (in->profile == SRT_PROFILE_REFERENCE)
+		srt_gemm_ref(w, x, xs, (size_t)count, w->cols, y, ldy, n0, n1);
+	else
+		srt_gemm_exact(w, x, (size_t)count, w->cols, y, ldy, n0, n1);
+}
+
+/* Phase 3, per (group, block of MOE_NCOL inner channels): h = weight * silu(gate) * up. */
+static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_up;
+	const int ref = in->profile == SRT_PROFILE_REFERENCE;
+	const float L = in->limit;
+	(void)tid;
+
+	for (int64_t j = begin; j < end; j++) {
+		const struct moe_group *g = &in->groups[j / per];
+		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
+		const float *x = in->gx + (int64_t)g->first * d;
+		const float *xs = in->gs + (int64_t)g->first * (d / MOE_QB);
+		if (n1 > (size_t)I)
+			n1 = (size_t)I;
+		gemm(in, &g->w[0], x, xs, g->count, in->gate + (int64_t)g->first * I, (size_t)I, n0,
+		     n1);
+		gemm(in, &g->w[2], x, xs, g->count, in->up + (int64_t)g->first * I, (size_t)I, n0,
+		     n1);
+		for (int32_t e = g->first; e < g->first + g->count; e++) {
+			for (size_t n = n0; n < n1; n++) {
+				float gt = in->gate[(int64_t)e * I + (int64_t)n];
+				float up = in->up[(int64_t)e * I + (int64_t)n], hv;
+				if (ref) { /* w1(x), w3(x) return bf16 tensors */
+					gt = srt_round_bf16(gt);
+					up = srt_round_bf16(up);
+				}
+				if (L > 0.0f) {
+					up = fminf(fmaxf(up, -L), L);
+					gt = fminf(gt, L);
+				}
+				hv = srt_silu(gt) * up;
+				if (g->routed)
+					hv = in->wt[(int64_t)in->ent_row[e] * in->topk + in->ent_slot[e]] *
+					     hv;
+				in->hq[(int64_t)e * I + (int64_t)n] = hv;
+			}
+		}
+	}
+}
+
+/* Phase 4, per entry (reference only): h rounded to bf16, then quantised to FP8 per 128. */
+static void quant_h(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	const int64_t I = in->inter;
+	(void)tid;
+	for (int64_t e = begin; e < end; e++) {
+		float *h = in->hq + e * I;
+		srt_round_bf16_n(h, (size_t)I);
+		srt_gemm_quant_row(h, (size_t)I, h, in->hs + e * (I / MOE_QB));
+	}
+}
+
+/* Phase 5, per (group, block of MOE_NCOL output channels): o = W2 . h. */
+static void down(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_down;
+	(void)tid;
+	for (int64_t j = begin; j < end; j++) {
+		const struct moe_group *g = &in->groups[j / per];
+		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
+		if (n1 > (size_t)d)
+			n1 = (size_t)d;
+		gemm(in, &g->w[1], in->hq + (int64_t)g->first * I,
+		     in->hs + (int64_t)g->first * (I / MOE_QB), g->count,
+		     in->o + (int64_t)g->first * d, (size_t)d, n0, n1);
+	}
+}
+
+/* Phase 6, per row: sum its experts' outputs in ascending expert id, shared last. */
+static void combine(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	const int64_t d = in->d, k1 = in->topk + 1;
+	const int ref = in->profile == SRT_PROFILE_REFERENCE;
+	(void)tid;
+	for (int64_t i = begin; i < end; i++) {
+		float *out = in->out + (in->row0 + i) * d;
+		const int32_t *ents = in->row_ent + i * k1;
+		for (int64_t c = 0; c < d; c++) {
+			float y = 0.0f;
+			for (int64_t j = 0; j < k1; j++) {
+				float v = in->o[(int64_t)ents[j] * d + c];
+				y += ref ? srt_round_bf16(v) : v; /* each expert returns bf16 */
+			}
+			out[c] = ref ? srt_round_bf16(y) : y;
+		}
 	}
 }
 
@@ -782,6 +746,7 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 {
 	struct moe_inst *in = inst;
 	const struct moe_layer *l;
+	const struct srt_host *h = in->host;
 	int64_t n;
 	int rc;
 
@@ -812,15 +777,21 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 	in->cur = l;
 	in->x = x;
 	in->out = out;
+	in->n_tasks_per_group_up = (in->inter + MOE_NCOL - 1) / MOE_NCOL;
+	in->n_tasks_per_group_down = (in->d + MOE_NCOL - 1) / MOE_NCOL;
 	for (int64_t r0 = 0; r0 < n; r0 += MOE_ROW_CHUNK) {
+		int64_t n_ent;
 		in->row0 = r0;
 		in->m = n - r0 < MOE_ROW_CHUNK ? n - r0 : MOE_ROW_CHUNK;
-		in->host->parallel_for(in->m, route_rows, in);
+		n_ent = in->m * (in->topk + 1);
+		h->parallel_for(in->m, route_rows, in);
 		build_groups(in);
-		in->host->parallel_for((int64_t)in->n_groups * in->inter, up_gate, in);
+		h->parallel_for(n_ent, gather_inputs, in);
+		h->parallel_for(in->n_groups * in->n_tasks_per_group_up, up_gate, in);
 		if (in->profile == SRT_PROFILE_REFERENCE)
-			in->host->parallel_for(in->m * (in->topk + 1), quant_h, in);
-		in->host->parallel_for(in->d, down, in);
+			h->parallel_for(n_ent, quant_h, in);
+		h->parallel_for(in->n_groups * in->n_tasks_per_group_down, down, in);
+		h->parallel_for(in->m, combine, in);
 	}
 	return 0;
 }

@@ -39,6 +39,17 @@ static inline float fp8_fast(uint8_t c)
 	return f * 0x1p120f;
 }
 
+/* Both E2M1 values of a packed byte (low nibble first): one 8-byte load per byte decodes FP4
+ * weights at about twice the speed of two nibble lookups. */
+#define F4M(m) ((m) == 0 ? 0.0f : (m) == 1 ? 0.5f : (m) == 2 ? 1.0f : (m) == 3 ? 1.5f : \
+		(m) == 4 ? 2.0f : (m) == 5 ? 3.0f : (m) == 6 ? 4.0f : 6.0f)
+#define F4(c) (((c) & 8) ? -F4M((c) & 7) : F4M((c) & 7))
+#define P1(b) {F4((b) & 15), F4((b) >> 4)}
+#define P4(b) P1(b), P1((b) + 1), P1((b) + 2), P1((b) + 3)
+#define P16(b) P4(b), P4((b) + 4), P4((b) + 8), P4((b) + 12)
+#define P64(b) P16(b), P16((b) + 16), P16((b) + 32), P16((b) + 48)
+static const float fp4_pairs[256][2] = {P64(0), P64(64), P64(128), P64(192)};
+
 static size_t ceil_div(size_t a, size_t b)
 {
 	return (a + b - 1) / b;
@@ -74,10 +85,8 @@ static void decode_row(const struct srt_weight *w, size_t n, size_t k0, size_t l
 	}
 	case SRT_WT_FP4: {
 		const uint8_t *src = (const uint8_t *)w->data + (n * K + k0) / 2;
-		for (size_t k = 0; k < len / 2; k++) {
-			out[2 * k] = srt_fp4_e2m1_table[src[k] & 0xFu];
-			out[2 * k + 1] = srt_fp4_e2m1_table[src[k] >> 4];
-		}
+		for (size_t k = 0; k < len / 2; k++)
+			memcpy(&out[2 * k], fp4_pairs[src[k]], 2 * sizeof(float));
 		if (scaled) {
 			const uint8_t *sc = w->scales + n * (K / 32) + k0 / 32;
 			for (size_t sb = 0; sb < len / 32; sb++) {

@@ -1,0 +1,912 @@
+/*
+ * Tests of the cache tiers: SHA-256 / XXH64 against published vectors, the key chain, the L3
+ * object format, the host arena plugin, and the file and sqlite keyed stores loaded as real
+ * plugins, including faults done for real (a writer SIGKILLed mid-write, a read-only directory,
+ * a full disk on a 1 MiB tmpfs).
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <sqlite3.h>
+
+#include "tier/key.h"
+#include "tier/object.h"
+#include "tier/sha256.h"
+#include "tier/store.h"
+#include "tier/xxh64.h"
+#include "tier_util.h"
+
+static void hex32(const uint8_t *d, char *out)
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void check_sha(const void *msg, size_t len, const char *want)
+{
+	uint8_t d[32];
+	char got[65];
+	srt_tier_sha256(msg, len, d);
+	hex32(d, got);
+	ck_assert_str_eq(got, want);
+}
+
+/* --- hashes ---------------------------------------------------------------------------------- */
+
+START_TEST(sha256_matches_fips_180_4_vectors)
+{
+	check_sha("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	check_sha("", 0, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	const char *m448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	check_sha(m448, strlen(m448), "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	const char *m896 = "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmno"
+			   "ijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu";
+	check_sha(m896, strlen(m896), "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1");
+	/* One million 'a', fed in uneven pieces to exercise the block buffer. */
+	struct srt_tier_sha256 s;
+	char chunk[997];
+	uint8_t d[32];
+	char got[65];
+	memset(chunk, 'a', sizeof(chunk));
+	srt_tier_sha256_init(&s);
+	size_t left = 1000000;
+	while (left) {
+		size_t n = left < sizeof(chunk) ? left : sizeof(chunk);
+		srt_tier_sha256_update(&s, chunk, n);
+		left -= n;
+	}
+	srt_tier_sha256_final(&s, d);
+	hex32(d, got);
+	ck_assert_str_eq(got, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+END_TEST
+
+START_TEST(sha256_streaming_in_any_split_equals_one_shot)
+{
+	uint8_t msg[300], a[32], b[32];
+	tu_fill(msg, sizeof(msg), 7);
+	for (size_t len = 0; len <= sizeof(msg); len += 13) {
+		srt_tier_sha256(msg, len, a);
+		for (size_t cut = 0; cut <= len; cut += 7) {
+			struct srt_tier_sha256 s;
+			srt_tier_sha256_init(&s);
+			srt_tier_sha256_update(&s, msg, cut);
+			srt_tier_sha256_update(&s, msg + cut, len - cut);
+			srt_tier_sha256_final(&s, b);
+			ck_assert_mem_eq(a, b, 32);
+		}
+	}
+}
+END_TEST
+
+START_TEST(xxh64_matches_published_vectors)
+{
+	ck_assert_uint_eq(srt_tier_xxh64("", 0, 0), 0xEF46DB3751D8E999ULL);
+	ck_assert_uint_eq(srt_tier_xxh64("abc", 3, 0), 0x44BC2CF5AD770999ULL);
+	const char *s = "Nobody inspects the spammish repetition"; /* 39 bytes: stripes + tails */
+	ck_assert_uint_eq(srt_tier_xxh64(s, strlen(s), 0), 0xFBCEA83C8A378BF1ULL);
+	ck_assert_uint_ne(srt_tier_xxh64("abc", 3, 1), 0x44BC2CF5AD770999ULL);
+}
+END_TEST
+
+/* --- keys ------------------------------------------------------------------------------------ */
+
+static void scope_init(struct srt_tier_key_scope *sc)
+{
+	memset(sc, 0, sizeof(*sc));
+	tu_fill(sc->model_fp, 32, 1);
+	sc->layout_version = 3;
+	tu_fill(sc->tenant_salt, 32, 2);
+}
+
+START_TEST(key_equals_sha256_of_the_documented_encoding)
+{
+	struct srt_tier_key_scope sc;
+	struct srt_tier_keyer k;
+	int32_t tok[4] = {11, -2, 300000, 7};
+	struct srt_key first, second;
+	scope_init(&sc);
+	srt_tier_keyer_init(&k, &sc, "c4");
+	srt_tier_key_next(&k, NULL, tok, 4, &first);
+	srt_tier_key_next(&k, &first, tok, 4, &second);
+
+	/* Build the byte string of key.h by hand and hash it in one go. */
+	uint8_t buf[512], d[32];
+	size_t n = 0;
+	memcpy(buf, "shadowrt/l3-key/v1", 19), n = 19;
+	memcpy(buf + n, sc.model_fp, 32), n += 32;
+	buf[n++] = 3, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
+	memcpy(buf + n, sc.tenant_salt, 32), n += 32;
+	buf[n++] = 2, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
+	buf[n++] = 'c', buf[n++] = '4';
+	size_t prefix = n;
+	buf[n++] = 0;
+	memset(buf + n, 0, 32), n += 32;
+	buf[n++] = 4, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
+	for (int i = 0; i < 4; i++)
+		for (int b = 0; b < 4; b++)
+			buf[n++] = (uint8_t)((uint32_t)tok[i] >> (8 * b));
+	srt_tier_sha256(buf, n, d);
+	ck_assert_mem_eq(d, first.b, 32);
+	/* Second page: has_prev = 1 and the first key. */
+	buf[prefix] = 1;
+	memcpy(buf + prefix + 1, first.b, 32);
+	srt_tier_sha256(buf, n, d);
+	ck_assert_mem_eq(d, second.b, 32);
+}
+END_TEST
+
+START_TEST(key_changes_with_every_input_and_chains)
+{
+	struct srt_tier_key_scope sc, sc2;
+	struct srt_tier_keyer k, k2;
+	int32_t tok[512];
+	struct srt_key base[2], other, chain[2];
+	for (int i = 0; i < 512; i++)
+		tok[i] = i * 7;
+	scope_init(&sc);
+	srt_tier_keyer_init(&k, &sc, "c4");
+	srt_tier_key_chain(&k, tok, 2, 256, chain);
+	srt_tier_key_next(&k, NULL, tok, 256, &base[0]);
+	srt_tier_key_next(&k, &base[0], tok + 256, 256, &base[1]);
+	ck_assert_mem_eq(chain, base, sizeof(base));
+
+#define DIFFERS(mutate)                                                                        \
+	do {                                                                                   \
+		sc2 = sc;                                                                      \
+		const char *pool = "c4";                                                       \
+		int32_t t2[256];                                                               \
+		memcpy(t2, tok + 256, sizeof(t2));                                             \
+		struct srt_key prev = base[0];                                                 \
+		mutate;                                                                        \
+		srt_tier_keyer_init(&k2, &sc2, pool);                                          \
+		srt_tier_key_next(&k2, &prev, t2, 256, &other);                                \
+		ck_assert_msg(memcmp(other.b, base[1].b, 32), "key ignores: %s", #mutate);     \
+	} while (0)
+	DIFFERS(sc2.model_fp[31] ^= 1);
+	DIFFERS(sc2.layout_version++);
+	DIFFERS(sc2.tenant_salt[0] ^= 0x80);
+	DIFFERS(pool = "c128");
+	DIFFERS(pool = "c");
+	DIFFERS(prev.b[5] ^= 1);
+	DIFFERS(t2[255]++);
+	/* The first page and a page after an all-zero key are different keys. */
+	struct srt_key zero = {{0}}, a, b;
+	srt_tier_key_next(&k, NULL, tok, 256, &a);
+	srt_tier_key_next(&k, &zero, tok, 256, &b);
+	ck_assert(memcmp(a.b, b.b, 32));
+	/* A page of fewer tokens differs too (length is encoded). */
+	srt_tier_key_next(&k, NULL, tok, 255, &b);
+	ck_assert(memcmp(a.b, b.b, 32));
+}
+END_TEST
+
+/* --- objects --------------------------------------------------------------------------------- */
+
+START_TEST(object_round_trips_and_every_flipped_bit_is_rejected)
+{
+	uint8_t payload[300], obj[SRT_TIER_OBJ_HEADER_BYTES + 300];
+	struct srt_key key = tu_key(1);
+	const void *p;
+	size_t len;
+	char why[256];
+	tu_fill(payload, sizeof(payload), 9);
+	srt_tier_obj_encode(obj, &key, 5, payload, sizeof(payload));
+	ck_assert_int_eq(srt_tier_obj_decode(obj, sizeof(obj), &key, 5, &p, &len, why, sizeof(why)), 0);
+	ck_assert_uint_eq(len, sizeof(payload));
+	ck_assert_mem_eq(p, payload, sizeof(payload));
+	for (size_t i = 0; i < sizeof(obj); i++)
+		for (int bit = 0; bit < 8; bit += 3) {
+			obj[i] ^= (uint8_t)(1 << bit);
+			int rc = srt_tier_obj_decode(obj, sizeof(obj), &key, 5, &p, &len, why, sizeof(why));
+			ck_assert_msg(rc == SRT_ECORRUPT || rc == SRT_EVERSION,
+				      "flip of byte %zu bit %d accepted", i, bit);
+			obj[i] ^= (uint8_t)(1 << bit);
+		}
+}
+END_TEST
+
+START_TEST(object_rejects_truncated_foreign_and_wrong_version)
+{
+	uint8_t payload[100], obj[SRT_TIER_OBJ_HEADER_BYTES + 100];
+	struct srt_key key = tu_key(1), other = tu_key(2);
+	const void *p;
+	size_t len;
+	char why[256];
+	tu_fill(payload, sizeof(payload), 3);
+	srt_tier_obj_encode(obj, &key, 5, payload, sizeof(payload));
+
+	ck_assert_int_eq(srt_tier_obj_decode(obj, sizeof(obj) - 1, &key, 5, &p, &len, why, sizeof(why)),
+			 SRT_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(why, "truncated"));
+	ck_assert_int_eq(srt_tier_obj_decode(obj, 10, &key, 5, &p, &len, why, sizeof(why)), SRT_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(why, "truncated"));
+	ck_assert_int_eq(srt_tier_obj_decode(obj, sizeof(obj), &other, 5, &p, &len, why, sizeof(why)),
+			 SRT_ECORRUPT);
+	ck_assert_ptr_nonnull(strstr(why, "foreign"));
+	ck_assert_int_eq(srt_tier_obj_decode(obj, sizeof(obj), &key, 6, &p, &len, why, sizeof(why)),
+			 SRT_EVERSION);
+	ck_assert_ptr_nonnull(strstr(why, "layout version 5 (expected 6)"));
+	obj[4] = 2; /* format version 2 */
+	ck_assert_int_eq(srt_tier_obj_decode(obj, sizeof(obj), &key, 5, &p, &len, why, sizeof(why)),
+			 SRT_EVERSION);
+	ck_assert_ptr_nonnull(strstr(why, "format version 2"));
+	/* An empty payload is a valid object. */
+	srt_tier_obj_encode(obj, &key, 5, NULL, 0);
+	ck_assert_int_eq(srt_tier_obj_decode(obj, SRT_TIER_OBJ_HEADER_BYTES, &key, 5, &p, &len, why,
+					     sizeof(why)), 0);
+	ck_assert_uint_eq(len, 0);
+}
+END_TEST
+
+/* --- host arena ------------------------------------------------------------------------------ */
+
+START_TEST(host_pages_are_distinct_copyable_and_reused)
+{
+	struct tu_plugin p;
+	char why[256];
+	const char *opts[] = {"slab_bytes", "65536", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", opts, &p, why, sizeof(why)), 0);
+	ck_assert(p.desc->caps & SRT_CAP_PAGE_ARENA);
+	enum { N = 40, SZ = 37376 }; /* a C4 page: 64 entries x 584 B */
+	void *pg[N];
+	uint8_t src[SZ], dst[SZ];
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(p.vt->alloc_page(p.inst, SZ, &pg[i]), 0);
+		ck_assert_uint_eq((uintptr_t)pg[i] % 64, 0);
+		tu_fill(src, SZ, (uint64_t)i);
+		ck_assert_int_eq(p.vt->copy_from_host(p.inst, pg[i], src, SZ), 0);
+	}
+	for (int i = 0; i < N; i++) { /* nothing overlapped: every page still holds its bytes */
+		tu_fill(src, SZ, (uint64_t)i);
+		ck_assert_int_eq(p.vt->copy_to_host(p.inst, dst, pg[i], SZ), 0);
+		ck_assert_mem_eq(dst, src, SZ);
+	}
+	uint64_t bytes, objs;
+	p.vt->usage(p.inst, &bytes, &objs);
+	ck_assert_uint_eq(objs, N);
+	ck_assert_uint_eq(bytes, (uint64_t)N * SZ);
+	void *freed = pg[7];
+	p.vt->free_page(p.inst, pg[7], SZ);
+	ck_assert_int_eq(p.vt->alloc_page(p.inst, SZ, &pg[7]), 0);
+	ck_assert_ptr_eq(pg[7], freed);
+	for (int i = 0; i < N; i++)
+		p.vt->free_page(p.inst, pg[i], SZ);
+	p.vt->usage(p.inst, &bytes, &objs);
+	ck_assert_uint_eq(objs, 0);
+	tu_close(&p);
+}
+END_TEST
+
+START_TEST(host_budget_is_a_hard_limit_and_frees_make_room_for_any_size)
+{
+	struct tu_plugin p;
+	char why[256];
+	const char *opts[] = {"budget", "1M", "slab_bytes", "262144", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", opts, &p, why, sizeof(why)), 0);
+	void *pg[64];
+	int n = 0;
+	while (n < 64 && p.vt->alloc_page(p.inst, 65536, &pg[n]) == 0)
+		n++;
+	ck_assert_int_eq(n, 16); /* exactly 1 MiB of 64 KiB pages */
+	void *x;
+	ck_assert_int_eq(p.vt->alloc_page(p.inst, 65536, &x), SRT_ENOMEM);
+	ck_assert_ptr_null(x);
+	ck_assert_int_eq(p.vt->alloc_page(p.inst, 4096, &x), SRT_ENOMEM);
+	/* Free everything: the empty slabs are released for another page size. */
+	for (int i = 0; i < n; i++)
+		p.vt->free_page(p.inst, pg[i], 65536);
+	n = 0;
+	while (n < 64 && p.vt->alloc_page(p.inst, 131072, &pg[n]) == 0)
+		n++;
+	ck_assert_int_eq(n, 8);
+	tu_close(&p);
+}
+END_TEST
+
+START_TEST(host_hugepages_option_gives_2mib_aligned_slabs)
+{
+	struct tu_plugin p;
+	char why[256];
+	const char *opts[] = {"hugepages", "on", "budget", "8M", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", opts, &p, why, sizeof(why)), 0);
+	void *a;
+	ck_assert_int_eq(p.vt->alloc_page(p.inst, 149504, &a), 0); /* SWA page: 256 x 584 B */
+	ck_assert_uint_eq((uintptr_t)a % (2u << 20), 0);           /* first page opens the slab */
+	memset(a, 0xab, 149504);
+	void *pg[64];
+	int n = 0;
+	while (n < 64 && p.vt->alloc_page(p.inst, 149504, &pg[n]) == 0)
+		n++;
+	ck_assert_int_eq(n + 1, (int)((8u << 20) / 149504)); /* budget counts whole 2 MiB units */
+	tu_close(&p);
+}
+END_TEST
+
+START_TEST(host_rejects_bad_options_with_the_key)
+{
+	struct tu_plugin p;
+	char why[256];
+	const char *o1[] = {"budget", "lots", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", o1, &p, why, sizeof(why)), SRT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "budget"));
+	const char *o2[] = {"hugepages", "maybe", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", o2, &p, why, sizeof(why)), SRT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "hugepages"));
+}
+END_TEST
+
+/* --- keyed stores (file, sqlite) ------------------------------------------------------------- */
+
+enum { B_FILE, B_SQLITE, N_BACKENDS };
+static const char *const so_of[N_BACKENDS] = {"srt_tier_file.so", "srt_tier_sqlite.so"};
+
+/* The location option of backend b under dir. */
+static void location(int b, const char *dir, char *out, size_t n)
+{
+	snprintf(out, n, b == B_FILE ? "%s/store" : "%s/l3.db", dir);
+}
+
+static int open_store(int b, const char *dir, const char *max_bytes, struct tu_plugin *p)
+{
+	char loc[4096], why[512];
+	location(b, dir, loc, sizeof(loc));
+	const char *opts[] = {"path", loc, "max_bytes", max_bytes, NULL, NULL};
+	if (!max_bytes)
+		opts[2] = NULL;
+	int rc = tu_open(so_of[b], opts, p, why, sizeof(why));
+	if (rc)
+		fprintf(stderr, "open %s: %s\n", so_of[b], why);
+	return rc;
+}
+
+static void put_raw(struct tu_plugin *p, uint64_t i, size_t len)
+{
+	uint8_t *buf = malloc(len);
+	struct srt_key k = tu_key(i);
+	const void *bufs[1] = {buf};
+	tu_fill(buf, len, i);
+	ck_assert_int_eq(p->vt->put(p->inst, &k, 1, bufs, &len), 0);
+	free(buf);
+}
+
+/* 1 when key i is present with the right bytes, 0 when absent; fails on wrong bytes. */
+static int get_raw(struct tu_plugin *p, uint64_t i, size_t len)
+{
+	uint8_t *buf = malloc(len + 16), *want = malloc(len);
+	struct srt_key k = tu_key(i);
+	void *bufs[1] = {buf};
+	size_t cap = len + 16, got = 99;
+	tu_fill(want, len, i);
+	ck_assert_int_eq(p->vt->get(p->inst, &k, 1, bufs, &cap, &got), 0);
+	int present = got != 0;
+	if (present) {
+		ck_assert_uint_eq(got, len);
+		ck_assert_mem_eq(buf, want, len);
+	}
+	free(buf);
+	free(want);
+	return present;
+}
+
+START_TEST(store_put_get_exists_remove_round_trip)
+{
+	char *dir = tu_tmpdir("rt");
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert(p.desc->caps & SRT_CAP_KEYED_STORE);
+	enum { N = 8 };
+	struct srt_key keys[N];
+	uint8_t data[N][5000], back[N][5000];
+	const void *in[N];
+	void *out[N];
+	size_t lens[N], caps[N], got[N];
+	for (int i = 0; i < N; i++) {
+		keys[i] = tu_key((uint64_t)i);
+		tu_fill(data[i], sizeof(data[i]), (uint64_t)i + 100);
+		in[i] = data[i];
+		out[i] = back[i];
+		lens[i] = 1000 + 500 * (size_t)i;
+		caps[i] = sizeof(back[i]);
+	}
+	ck_assert_int_eq(p.vt->put(p.inst, keys, N, in, lens), 0);
+	ck_assert_int_eq(p.vt->get(p.inst, keys, N, out, caps, got), 0);
+	for (int i = 0; i < N; i++) {
+		ck_assert_uint_eq(got[i], lens[i]);
+		ck_assert_mem_eq(back[i], data[i], lens[i]);
+	}
+	/* Overwrite one object with new bytes of another length. */
+	lens[2] = 77;
+	tu_fill(data[2], 77, 555);
+	ck_assert_int_eq(p.vt->put(p.inst, &keys[2], 1, &in[2], &lens[2]), 0);
+	ck_assert_int_eq(p.vt->get(p.inst, &keys[2], 1, &out[2], &caps[2], &got[2]), 0);
+	ck_assert_uint_eq(got[2], 77);
+	ck_assert_mem_eq(back[2], data[2], 77);
+	uint64_t bytes, objs;
+	ck_assert_int_eq(p.vt->usage(p.inst, &bytes, &objs), 0);
+	ck_assert_uint_eq(objs, N);
+	uint64_t sum = 0;
+	for (int i = 0; i < N; i++)
+		sum += lens[i];
+	ck_assert_uint_eq(bytes, sum);
+	/* A buffer too small is a miss, not a partial copy. */
+	size_t small = 10;
+	ck_assert_int_eq(p.vt->get(p.inst, &keys[0], 1, &out[0], &small, &got[0]), 0);
+	ck_assert_uint_eq(got[0], 0);
+	/* Remove, including an absent key. */
+	struct srt_key rm[2] = {keys[3], tu_key(999)};
+	ck_assert_int_eq(p.vt->remove(p.inst, rm, 2), 0);
+	ck_assert_int_eq(p.vt->get(p.inst, &keys[3], 1, &out[3], &caps[3], &got[3]), 0);
+	ck_assert_uint_eq(got[3], 0);
+	ck_assert_int_eq(p.vt->usage(p.inst, &bytes, &objs), 0);
+	ck_assert_uint_eq(objs, N - 1);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(store_exists_returns_the_longest_present_run)
+{
+	char *dir = tu_tmpdir("run");
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	struct srt_key keys[10];
+	for (int i = 0; i < 10; i++)
+		keys[i] = tu_key((uint64_t)i);
+	uint32_t n = 99;
+	ck_assert_int_eq(p.vt->exists(p.inst, keys, 10, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	for (int i = 0; i < 10; i++)
+		if (i != 6)
+			put_raw(&p, (uint64_t)i, 100);
+	ck_assert_int_eq(p.vt->exists(p.inst, keys, 10, &n), 0);
+	ck_assert_uint_eq(n, 6); /* 0..5 present, 6 absent: 7..9 do not count */
+	ck_assert_int_eq(p.vt->exists(p.inst, keys + 7, 3, &n), 0);
+	ck_assert_uint_eq(n, 3);
+	ck_assert_int_eq(p.vt->exists(p.inst, keys + 6, 4, &n), 0);
+	ck_assert_uint_eq(n, 0);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(store_lru_bound_is_respected_and_recent_gets_survive)
+{
+	char *dir = tu_tmpdir("lru");
+	struct tu_plugin p;
+	/* Room for 10 objects of 1000 bytes. */
+	ck_assert_int_eq(open_store(_i, dir, "10000", &p), 0);
+	for (uint64_t i = 0; i < 10; i++)
+		put_raw(&p, i, 1000);
+	ck_assert(get_raw(&p, 0, 1000)); /* object 0 becomes the most recent */
+	for (uint64_t i = 10; i < 15; i++) {
+		put_raw(&p, i, 1000);
+		uint64_t bytes, objs;
+		ck_assert_int_eq(p.vt->usage(p.inst, &bytes, &objs), 0);
+		ck_assert_uint_le(bytes, 10000);
+	}
+	ck_assert(get_raw(&p, 0, 1000));
+	for (uint64_t i = 1; i <= 5; i++) /* the five least recent were evicted */
+		ck_assert_msg(!get_raw(&p, i, 1000), "object %d should have been evicted", (int)i);
+	for (uint64_t i = 6; i < 15; i++)
+		ck_assert(get_raw(&p, i, 1000));
+	/* An object larger than the bound is refused. */
+	uint8_t big[20000];
+	struct srt_key k = tu_key(77);
+	const void *bufs[1] = {big};
+	size_t len = sizeof(big);
+	ck_assert_int_eq(p.vt->put(p.inst, &k, 1, bufs, &len), SRT_ENOSPC);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(store_survives_reopen_with_contents_and_recency)
+{
+	char *dir = tu_tmpdir("reopen");
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(_i, dir, "5000", &p), 0);
+	for (uint64_t i = 0; i < 5; i++) {
+		put_raw(&p, i, 1000);
+		usleep(20000); /* distinct mtimes for the file store's scan */
+	}
+	ck_assert(get_raw(&p, 0, 1000)); /* 0 is now the most recent; 1 the least */
+	tu_close(&p);
+
+	ck_assert_int_eq(open_store(_i, dir, "5000", &p), 0);
+	uint64_t bytes, objs;
+	ck_assert_int_eq(p.vt->usage(p.inst, &bytes, &objs), 0);
+	ck_assert_uint_eq(objs, 5);
+	ck_assert_uint_eq(bytes, 5000);
+	for (uint64_t i = 0; i < 5; i++) {
+		ck_assert(get_raw(&p, i, 1000));
+		usleep(20000); /* file mtimes tick coarsely (jiffies): keep the order visible */
+	}
+	tu_close(&p);
+	/* Reopen, add one object: the least recent before the restart (1) goes. */
+	ck_assert_int_eq(open_store(_i, dir, "5000", &p), 0);
+	put_raw(&p, 0, 1000); /* refresh 0 so the order is 1,2,3,4 oldest first in both stores */
+	put_raw(&p, 9, 1000);
+	ck_assert(!get_raw(&p, 1, 1000));
+	ck_assert(get_raw(&p, 0, 1000));
+	ck_assert(get_raw(&p, 9, 1000));
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+/* The store client over a real plugin: payloads in, payloads out, bad objects rejected. */
+START_TEST(store_client_rejects_logs_and_removes_bad_objects)
+{
+	char *dir = tu_tmpdir("client");
+	struct tu_plugin p;
+	struct srt_tier_store st;
+	char why[256];
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "tier.l3", 4, why,
+					     sizeof(why)), 0);
+	enum { N = 5, SZ = 4352 }; /* an FP4 indexer page: 64 x 68 B */
+	struct srt_key keys[N];
+	uint8_t data[N][SZ], back[N][SZ];
+	const void *in[N];
+	void *out[N];
+	size_t lens[N], caps[N], got[N];
+	for (int i = 0; i < N; i++) {
+		keys[i] = tu_key((uint64_t)i);
+		tu_fill(data[i], SZ, (uint64_t)i);
+		in[i] = data[i];
+		out[i] = back[i];
+		lens[i] = caps[i] = SZ;
+	}
+	ck_assert_int_eq(srt_tier_store_put(&st, keys, N, in, lens), 0);
+	ck_assert_int_eq(srt_tier_store_get(&st, keys, N, out, caps, got), 0);
+	for (int i = 0; i < N; i++) {
+		ck_assert_uint_eq(got[i], SZ);
+		ck_assert_mem_eq(back[i], data[i], SZ);
+	}
+	/* Replace objects 1..4 with bad ones, written raw through the plugin. */
+	uint8_t obj[SRT_TIER_OBJ_HEADER_BYTES + SZ];
+	const void *ob[1] = {obj};
+	size_t ol;
+	srt_tier_obj_encode(obj, &keys[1], 4, data[1], SZ); /* 1: truncated */
+	ol = sizeof(obj) - 100;
+	ck_assert_int_eq(p.vt->put(p.inst, &keys[1], 1, ob, &ol), 0);
+	srt_tier_obj_encode(obj, &keys[0], 4, data[2], SZ); /* 2: foreign (key 0's header) */
+	ol = sizeof(obj);
+	ck_assert_int_eq(p.vt->put(p.inst, &keys[2], 1, ob, &ol), 0);
+	srt_tier_obj_encode(obj, &keys[3], 3, data[3], SZ); /* 3: older layout version */
+	ck_assert_int_eq(p.vt->put(p.inst, &keys[3], 1, ob, &ol), 0);
+	srt_tier_obj_encode(obj, &keys[4], 4, data[4], SZ); /* 4: one payload bit flipped */
+	obj[SRT_TIER_OBJ_HEADER_BYTES + 1234] ^= 0x10;
+	ck_assert_int_eq(p.vt->put(p.inst, &keys[4], 1, ob, &ol), 0);
+
+	tu_log_clear();
+	ck_assert_int_eq(srt_tier_store_get(&st, keys, N, out, caps, got), 0);
+	ck_assert_uint_eq(got[0], SZ);
+	for (int i = 1; i < N; i++)
+		ck_assert_msg(got[i] == 0, "bad object %d was served", i);
+	ck_assert_uint_eq(atomic_load(&st.rejected), 4);
+	ck_assert(tu_log_has("truncated"));
+	ck_assert(tu_log_has("foreign"));
+	ck_assert(tu_log_has("layout version 3"));
+	ck_assert(tu_log_has("checksum mismatch"));
+	uint32_t run;
+	ck_assert_int_eq(srt_tier_store_exists(&st, keys + 1, 4, &run), 0);
+	ck_assert_uint_eq(run, 0); /* removed */
+	ck_assert_int_eq(srt_tier_store_exists(&st, keys, 1, &run), 0);
+	ck_assert_uint_eq(run, 1);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+/* Flip one byte of the stored bytes behind the plugin's back (in the file / in the blob). */
+static void flip_stored_byte(int b, const char *dir, const struct srt_key *k, size_t off)
+{
+	char loc[4096];
+	location(b, dir, loc, sizeof(loc));
+	if (b == B_FILE) {
+		char hex[65], path[4200];
+		srt_tier_key_hex(k, hex);
+		snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s", loc, hex, hex + 2, hex);
+		int fd = open(path, O_RDWR);
+		ck_assert_int_ge(fd, 0);
+		uint8_t c;
+		ck_assert_int_eq(pread(fd, &c, 1, (off_t)off), 1);
+		c ^= 0xff;
+		ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)off), 1);
+		close(fd);
+	} else {
+		sqlite3 *db;
+		sqlite3_stmt *st;
+		ck_assert_int_eq(sqlite3_open(loc, &db), SQLITE_OK);
+		sqlite3_busy_timeout(db, 2000);
+		ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT data FROM pages WHERE key = ?1", -1, &st,
+						    NULL), SQLITE_OK);
+		sqlite3_bind_blob(st, 1, k->b, 32, SQLITE_STATIC);
+		ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+		int n = sqlite3_column_bytes(st, 0);
+		uint8_t *blob = malloc((size_t)n);
+		memcpy(blob, sqlite3_column_blob(st, 0), (size_t)n);
+		sqlite3_finalize(st);
+		blob[off] ^= 0xff;
+		ck_assert_int_eq(sqlite3_prepare_v2(db, "UPDATE pages SET data = ?2 WHERE key = ?1", -1,
+						    &st, NULL), SQLITE_OK);
+		sqlite3_bind_blob(st, 1, k->b, 32, SQLITE_STATIC);
+		sqlite3_bind_blob(st, 2, blob, n, SQLITE_STATIC);
+		ck_assert_int_eq(sqlite3_step(st), SQLITE_DONE);
+		sqlite3_finalize(st);
+		sqlite3_close(db);
+		free(blob);
+	}
+}
+
+START_TEST(store_corrupted_bytes_on_disk_are_rejected)
+{
+	char *dir = tu_tmpdir("corrupt");
+	struct tu_plugin p;
+	struct srt_tier_store st;
+	char why[256];
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "tier.l3", 1, why,
+					     sizeof(why)), 0);
+	enum { N = 4, SZ = 2000 };
+	struct srt_key keys[N];
+	uint8_t data[N][SZ], back[N][SZ];
+	const void *in[N];
+	void *out[N];
+	size_t lens[N], caps[N], got[N];
+	for (int i = 0; i < N; i++) {
+		keys[i] = tu_key((uint64_t)i + 40);
+		tu_fill(data[i], SZ, (uint64_t)i);
+		in[i] = data[i];
+		out[i] = back[i];
+		lens[i] = caps[i] = SZ;
+	}
+	ck_assert_int_eq(srt_tier_store_put(&st, keys, N, in, lens), 0);
+	tu_close(&p);
+	/* Damage header magic, header key, header length, payload. */
+	flip_stored_byte(_i, dir, &keys[0], 1);
+	flip_stored_byte(_i, dir, &keys[1], 20);
+	flip_stored_byte(_i, dir, &keys[2], 50);
+	flip_stored_byte(_i, dir, &keys[3], SRT_TIER_OBJ_HEADER_BYTES + SZ - 1);
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	st.vt = p.vt;
+	st.inst = p.inst;
+	ck_assert_int_eq(srt_tier_store_get(&st, keys, N, out, caps, got), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_msg(got[i] == 0, "corrupted object %d was served", i);
+	ck_assert_uint_eq(atomic_load(&st.rejected), N);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+/* --- faults ---------------------------------------------------------------------------------- */
+
+START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
+{
+	char *dir = tu_tmpdir("kill");
+	enum { SZ = 37376 }; /* C4 page */
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) { /* the writer: put objects forever through the store client */
+		struct tu_plugin p;
+		struct srt_tier_store st;
+		char why[256];
+		static uint8_t data[SZ];
+		if (open_store(_i, dir, NULL, &p) ||
+		    srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "w", 1, why, sizeof(why)))
+			_exit(3);
+		for (uint64_t i = 0;; i++) {
+			struct srt_key k = tu_key(i % 4000);
+			const void *in[1] = {data};
+			size_t len = SZ;
+			tu_fill(data, SZ, i % 4000);
+			srt_tier_store_put(&st, &k, 1, in, &len);
+		}
+	}
+	usleep(400000);
+	kill(pid, SIGKILL);
+	int status;
+	waitpid(pid, &status, 0);
+	ck_assert(WIFSIGNALED(status));
+
+	struct tu_plugin p;
+	struct srt_tier_store st;
+	char why[256];
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "r", 1, why, sizeof(why)), 0);
+	static uint8_t back[SZ], want[SZ];
+	void *out[1] = {back};
+	size_t cap = SZ, got;
+	int served = 0;
+	for (uint64_t i = 0; i < 4000; i++) {
+		struct srt_key k = tu_key(i);
+		ck_assert_int_eq(srt_tier_store_get(&st, &k, 1, out, &cap, &got), 0);
+		if (!got)
+			continue;
+		tu_fill(want, SZ, i);
+		ck_assert_uint_eq(got, SZ);
+		ck_assert_mem_eq(back, want, SZ);
+		served++;
+	}
+	ck_assert_int_gt(served, 0); /* the writer got somewhere */
+	ck_assert_uint_eq(atomic_load(&st.rejected), 0); /* and left nothing half written */
+	/* Still usable. */
+	struct srt_key k = tu_key(123456);
+	const void *in[1] = {want};
+	size_t len = SZ;
+	ck_assert_int_eq(srt_tier_store_put(&st, &k, 1, in, &len), 0);
+	ck_assert_int_eq(srt_tier_store_get(&st, &k, 1, out, &cap, &got), 0);
+	ck_assert_uint_eq(got, SZ);
+	if (_i == B_FILE) { /* the temp file of the killed write was cleaned up */
+		char tmp[4200];
+		snprintf(tmp, sizeof(tmp), "%s/store/tmp", dir);
+		ck_assert_int_eq(rmdir(tmp), 0); /* empty */
+	}
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+/*
+ * A private mount namespace, so a tmpfs mounted by this (forked) test vanishes with it.
+ * Returns 0 when mounting is possible here (root or CAP_SYS_ADMIN).
+ */
+static int private_mounts(void)
+{
+	if (unshare(CLONE_NEWNS))
+		return -1;
+	return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+}
+
+START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
+{
+	char *dir = tu_tmpdir("full");
+	int mounted = 0;
+	if (!private_mounts() && !mount("tmpfs", dir, "tmpfs", 0, "size=1m"))
+		mounted = 1;
+	else /* no mount rights: a file-size limit makes writes fail with EFBIG instead */
+		fprintf(stderr, "note: no tmpfs mount here; simulating a full disk with RLIMIT_FSIZE\n");
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	if (!mounted) {
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit rl = {1 << 20, 1 << 20};
+		ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
+	}
+	enum { SZ = 37376 };
+	static uint8_t data[SZ];
+	int rc = 0, stored = 0;
+	tu_log_clear();
+	for (uint64_t i = 0; i < 200 && !rc; i++) {
+		struct srt_key k = tu_key(i);
+		const void *in[1] = {data};
+		size_t len = SZ;
+		tu_fill(data, SZ, i);
+		rc = p.vt->put(p.inst, &k, 1, in, &len);
+		if (!rc)
+			stored++;
+	}
+	ck_assert_int_eq(rc, SRT_ENOSPC);
+	ck_assert_int_gt(stored, 0);
+	ck_assert(mounted ? tu_log_has("No space left on device") || tu_log_has("disk is full")
+			  : tu_log_has("too large") || tu_log_has("disk is full"));
+	/* What was stored before the disk filled up is still served intact. */
+	for (uint64_t i = 0; i < (uint64_t)stored; i++)
+		ck_assert(get_raw(&p, i, SZ));
+	tu_close(&p);
+	if (mounted)
+		umount(dir);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+START_TEST(store_read_only_directory_fails_with_eio_and_a_logged_reason)
+{
+	char *dir = tu_tmpdir("ro");
+	int mounted = !private_mounts() && !mount("tmpfs", dir, "tmpfs", 0, "size=4m");
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	put_raw(&p, 1, 3000);
+	tu_close(&p);
+	if (mounted) {
+		ck_assert_int_eq(mount(NULL, dir, NULL, MS_REMOUNT | MS_RDONLY, NULL), 0);
+	} else { /* not root: permissions are enough */
+		char loc[4096];
+		location(_i, dir, loc, sizeof(loc));
+		chmod(_i == B_FILE ? loc : dir, 0555);
+		ck_assert_msg(geteuid() != 0, "cannot make a read-only directory here");
+	}
+	tu_log_clear();
+	int rc = open_store(_i, dir, NULL, &p);
+	if (_i == B_SQLITE && rc) {
+		/* SQLite may refuse to open a WAL database it cannot write: that is the EIO too. */
+		ck_assert_int_eq(rc, SRT_EIO);
+	} else {
+		ck_assert_int_eq(rc, 0);
+		ck_assert(get_raw(&p, 1, 3000)); /* reads still work */
+		struct srt_key k = tu_key(2);
+		uint8_t data[100] = {0};
+		const void *in[1] = {data};
+		size_t len = sizeof(data);
+		ck_assert_int_eq(p.vt->put(p.inst, &k, 1, in, &len), SRT_EIO);
+		ck_assert(tu_log_has(mounted ? "Read-only file system" : "ermission denied") ||
+			  tu_log_has("readonly") || tu_log_has("read-only"));
+		tu_close(&p);
+	}
+	if (mounted)
+		umount(dir);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
+static Suite *tier_suite(void)
+{
+	Suite *s = suite_create("tier");
+	TCase *tc = tcase_create("hash_key_object");
+	tcase_add_test(tc, sha256_matches_fips_180_4_vectors);
+	tcase_add_test(tc, sha256_streaming_in_any_split_equals_one_shot);
+	tcase_add_test(tc, xxh64_matches_published_vectors);
+	tcase_add_test(tc, key_equals_sha256_of_the_documented_encoding);
+	tcase_add_test(tc, key_changes_with_every_input_and_chains);
+	tcase_add_test(tc, object_round_trips_and_every_flipped_bit_is_rejected);
+	tcase_add_test(tc, object_rejects_truncated_foreign_and_wrong_version);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("host");
+	tcase_add_test(tc, host_pages_are_distinct_copyable_and_reused);
+	tcase_add_test(tc, host_budget_is_a_hard_limit_and_frees_make_room_for_any_size);
+	tcase_add_test(tc, host_hugepages_option_gives_2mib_aligned_slabs);
+	tcase_add_test(tc, host_rejects_bad_options_with_the_key);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("keyed_stores"); /* loop index: 0 = file, 1 = sqlite */
+	tcase_set_timeout(tc, 30);
+	tcase_add_loop_test(tc, store_put_get_exists_remove_round_trip, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_exists_returns_the_longest_present_run, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_lru_bound_is_respected_and_recent_gets_survive, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_survives_reopen_with_contents_and_recency, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_client_rejects_logs_and_removes_bad_objects, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_corrupted_bytes_on_disk_are_rejected, 0, N_BACKENDS);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("faults");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_read_only_directory_fails_with_eio_and_a_logged_reason, 0,
+			    N_BACKENDS);
+	suite_add_tcase(s, tc);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(tier_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -123,9 +123,7 @@ static void fp4_linear(struct list *l, const char *name, int64_t out, int64_t in
 
 static void norm(struct list *l, const char *name, int64_t n)
 {
-	char full[SRT_CK_NAME_MAX];
-	snprintf(full, sizeof(full), "%s.weight", name);
-	vec(l, SRT_CK_NORM, SRT_DT_BF16, n, full);
+	shape1(add(l, SRT_CK_NORM, SRT_DT_BF16, "%s.weight", name), n);
 }
 
 static void compressor(struct list *l, const char *name, const struct srt_model_config *c,

@@ -458,7 +458,7 @@ static int check_ranges(struct srt_ckpt *ck, struct ck_file *f, size_t first, ch
 /* Map and validate one .safetensors file, appending its tensors. */
 static int load_file(struct srt_ckpt *ck, const char *path, char *err, size_t errlen)
 {
-	uint32_t fi;
+	uint32_t fi = 0;
 	int rc = add_file(ck, path, &fi, err, errlen);
 	if (rc)
 		return rc;
@@ -504,7 +504,7 @@ static int load_file(struct srt_ckpt *ck, const char *path, char *err, size_t er
 				goto out;
 			continue;
 		}
-		struct ck_entry *e;
+		struct ck_entry *e = NULL;
 		if ((rc = push_entry(ck, &e, err, errlen)))
 			goto out;
 		e->file = fi;
@@ -550,7 +550,7 @@ static int valid_shard_name(const char *s)
 static int load_index(struct srt_ckpt *ck, const char *index_path, char *err, size_t errlen)
 {
 	char *text = NULL, *dir = NULL;
-	size_t len;
+	size_t len = 0;
 	const char **shards = NULL;
 	size_t n_shards = 0;
 	uint8_t *seen = NULL;

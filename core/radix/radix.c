@@ -331,7 +331,7 @@ static uint64_t node_drop_pool(struct srt_rdx_cache *c, struct srt_rdx_node *n, 
 	uint32_t *pr = node_present(c, n);
 	if (!pr[p])
 		return 0;
-	for (uint32_t j = 0; j < n->n_pages; j++) {
+	for (uint32_t j = n->n_pages; j-- > 0;) { /* deepest page first */
 		struct srt_rdx_loc *l = &node_loc(c, n, j)[p];
 		if (l->tier != SRT_RDX_L1)
 			continue;
@@ -911,7 +911,8 @@ int srt_rdx_req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n
 		goto nomem_r;
 	if (tokens_reserve(r, m.hit_tokens))
 		goto nomem_r;
-	memcpy(r->tokens, tokens, m.hit_tokens * sizeof(int32_t));
+	if (m.hit_tokens)
+		memcpy(r->tokens, tokens, m.hit_tokens * sizeof(int32_t));
 	r->len = m.hit_tokens;
 	r->tree_pages = m.hit_tokens / c->P;
 	r->node = m.node;
@@ -980,7 +981,8 @@ int srt_rdx_req_extend(struct srt_rdx_req *r, const int32_t *tokens, uint64_t n,
 			}
 		}
 	}
-	memcpy(r->tokens + r->len, tokens, n * sizeof(int32_t));
+	if (n)
+		memcpy(r->tokens + r->len, tokens, n * sizeof(int32_t));
 	r->len = new_len;
 	return 0;
 }

@@ -735,10 +735,7 @@ int srt_runtime_config_load_text(const char *text, const char *origin,
 	out->priv_ = st;
 	out->source = src;
 	rc_defaults(out);
-	for (size_t i = 0; i < all.e.n; i++)
-		if ((rc = rc_apply(st, out, &all.e.v[i], err, errlen)))
-			goto fail;
-	/* Sections with no keys at all still have to be known ones. */
+	/* Unknown sections first, reported at their header line. */
 	for (size_t i = 0; i < all.nsec; i++) {
 		struct srt_rc_entry probe = {all.sec[i].name, "", "", all.sec[i].file, all.sec[i].line};
 		const char *n = probe.section;
@@ -750,6 +747,9 @@ int srt_runtime_config_load_text(const char *text, const char *origin,
 		assert(rc);
 		goto fail;
 	}
+	for (size_t i = 0; i < all.e.n; i++)
+		if ((rc = rc_apply(st, out, &all.e.v[i], err, errlen)))
+			goto fail;
 	if ((rc = rc_finish(out, &all, err, errlen)))
 		goto fail;
 	qsort(out->ratios, (size_t)out->n_ratios, sizeof(out->ratios[0]), rc_cmp_ratio);

@@ -1,0 +1,37 @@
+#!/bin/sh
+# CLI test for `shadowrt config`: prints the effective default, lists presets, validates a
+# preset and fails with file:line on a broken runtime config or model file.
+# usage: test_cli.sh <shadowrt binary>
+set -u
+BIN=$1
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$BIN" config > "$TMP/out" 2> "$TMP/err" || fail "default config exited $?: $(cat "$TMP/err")"
+grep -q 'model tiny' "$TMP/out" || fail "default model not printed"
+grep -q 'attention r=128  hca' "$TMP/out" || fail "ratio 128 -> hca not printed"
+grep -q 'tier.l3.*file.*path=./shadowrt-cache' "$TMP/out" || fail "L3 tier not printed"
+grep -q '1 window-only, 3 CSA (ratio 4), 2 HCA' "$TMP/out" || fail "tiny schedule not printed"
+
+"$BIN" config --model deepseek-v4-flash | grep -q '2 window-only, 21 CSA (ratio 4), 20 HCA' \
+	|| fail "flash schedule"
+"$BIN" config --list-presets | grep -qx 'deepseek-v4-pro' || fail "--list-presets"
+"$BIN" config --help | grep -q 'usage: shadowrt config' || fail "--help"
+
+printf '[cache]\npage_size = 256\npage_size = 512\n' > "$TMP/broken.ini"
+"$BIN" config --config "$TMP/broken.ini" > "$TMP/out" 2> "$TMP/err"
+rc=$?
+[ $rc -eq 1 ] || fail "broken config exited $rc, expected 1"
+grep -q "broken.ini:3: key 'page_size' in \[cache\] is given twice" "$TMP/err" \
+	|| fail "unexpected message: $(cat "$TMP/err")"
+
+printf 'hidden_size: 4096\nbogus: 1\n' > "$TMP/m.yaml"
+"$BIN" config --model "$TMP/m.yaml" > /dev/null 2> "$TMP/err"
+rc=$?
+[ $rc -eq 1 ] || fail "broken model exited $rc, expected 1"
+grep -q "m.yaml" "$TMP/err" || fail "model error lacks the file: $(cat "$TMP/err")"
+
+"$BIN" config --bogus > /dev/null 2>&1
+[ $? -eq 2 ] || fail "unknown option must exit 2"
+echo "ok"

@@ -1,0 +1,620 @@
+/*
+ * check suite for core/config: model descriptions (presets, a real-shaped config.json, every
+ * error class with its file/line/key), the runtime config (default, layering, errors, long
+ * lines), and the size parser.
+ */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <shadowrt/plugin.h>
+
+#include "config/model_config.h"
+#include "config/runtime_config.h"
+
+static char err[1024];
+
+static const char *src_dir(void)
+{
+	const char *s = getenv("SRT_SOURCE_DIR");
+	ck_assert_msg(s != NULL, "SRT_SOURCE_DIR is not set (run through ctest)");
+	return s;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	ck_assert_msg(f != NULL, "cannot open %s", path);
+	char *buf = calloc(1, 1 << 20);
+	size_t n = fread(buf, 1, (1 << 20) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	return buf;
+}
+
+static char *flash_yaml(void)
+{
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/conf/models/deepseek-v4-flash.yaml", src_dir());
+	return slurp(path);
+}
+
+/* Write text to a fresh temp file (name returned in path). */
+static void write_tmp(char *path, size_t len, const char *suffix, const char *text)
+{
+	snprintf(path, len, "/tmp/srt_config_test_%d_XXXXXX%s", (int)getpid(), suffix);
+	int fd = mkstemps(path, (int)strlen(suffix));
+	ck_assert_int_ge(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The flash preset with the line starting with `key:` replaced by `repl` (NULL: removed),
+ * written to a temp file; *line gets that line's number. */
+static void flash_with(const char *key, const char *repl, char *path, size_t len, int *line)
+{
+	char *t = flash_yaml();
+	char *out = calloc(1, strlen(t) + 4096);
+	size_t klen = strlen(key);
+	int ln = 0, found = 0;
+	for (char *s = t; *s;) {
+		char *nl = strchr(s, '\n');
+		size_t n = nl ? (size_t)(nl - s + 1) : strlen(s);
+		ln++;
+		if (!found && !strncmp(s, key, klen) && s[klen] == ':') {
+			found = 1;
+			*line = ln;
+			if (repl) {
+				strcat(out, repl);
+				strcat(out, "\n");
+			}
+		} else {
+			strncat(out, s, n);
+		}
+		s += n;
+	}
+	ck_assert_msg(found, "key %s not in the flash preset", key);
+	write_tmp(path, len, ".yaml", out);
+	free(out);
+	free(t);
+}
+
+/* Load the flash preset with one line replaced; the error must start with file:line where line
+ * is that of `at_key` in the modified file, and contain want1 and want2. */
+static void expect_model_error_at(const char *key, const char *repl, const char *at_key,
+				  const char *want1, const char *want2)
+{
+	char path[256], loc[300], pat[80];
+	int line = 0, at = 0;
+	struct srt_model_config m;
+	flash_with(key, repl, path, sizeof(path), &line);
+	char *t = slurp(path);
+	snprintf(pat, sizeof(pat), "%s:", at_key);
+	int ln = 1;
+	for (char *s = t; *s && !at; s = strchr(s, '\n') ? strchr(s, '\n') + 1 : s + strlen(s), ln++)
+		if (!strncmp(s, pat, strlen(pat)))
+			at = ln;
+	free(t);
+	ck_assert_msg(at > 0, "%s not in the modified file", at_key);
+	int rc = srt_model_config_load(path, &m, err, sizeof(err));
+	ck_assert_int_eq(rc, SRT_EINVAL);
+	snprintf(loc, sizeof(loc), "%s:%d:", path, at);
+	ck_assert_msg(strstr(err, loc), "'%s' does not start with %s", err, loc);
+	ck_assert_msg(strstr(err, want1), "'%s' does not name '%s'", err, want1);
+	if (want2)
+		ck_assert_msg(strstr(err, want2), "'%s' does not say '%s'", err, want2);
+	ck_assert_int_eq(m.hidden_size, 0); /* zeroed on error */
+	unlink(path);
+}
+
+static void expect_model_error(const char *key, const char *repl, const char *want1,
+			       const char *want2)
+{
+	expect_model_error_at(key, repl, key, want1, want2);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+START_TEST(every_preset_loads_and_validates)
+{
+	const char *const *p = srt_model_presets();
+	int n = 0;
+	for (; *p; p++, n++) {
+		struct srt_model_config m;
+		ck_assert_msg(srt_model_config_load(*p, &m, err, sizeof(err)) == 0, "%s: %s", *p, err);
+		ck_assert_str_eq(m.name, *p);
+		ck_assert_uint_eq(m.struct_size, sizeof(m));
+		ck_assert_int_eq(srt_model_config_validate(&m, err, sizeof(err)), 0);
+		ck_assert_int_eq(m.n_compress_ratios, m.num_hidden_layers + m.num_nextn_predict_layers);
+	}
+	ck_assert_int_ge(n, 5);
+}
+END_TEST
+
+START_TEST(flash_schedule_is_2_window_21_csa_20_hca)
+{
+	struct srt_model_config m;
+	struct srt_model_schedule s;
+	ck_assert_int_eq(srt_model_config_load("deepseek-v4-flash", &m, err, sizeof(err)), 0);
+	srt_model_schedule_count(&m, &s);
+	ck_assert_int_eq(s.window_only, 2);
+	ck_assert_int_eq(s.csa, 21);
+	ck_assert_int_eq(s.hca, 20);
+	ck_assert_int_eq(s.hash_routed, 3);
+	ck_assert_int_eq(s.score_routed, 40);
+	ck_assert_int_eq(s.mtp, 1);
+	ck_assert_int_eq(srt_model_layer_ratio(&m, 43), 0); /* MTP: window only */
+	ck_assert_int_eq(srt_model_layer_hash_routed(&m, 2), 1);
+	ck_assert_int_eq(srt_model_layer_hash_routed(&m, 3), 0);
+	ck_assert_int_eq(m.hidden_size, 4096);
+	ck_assert_int_eq(m.n_routed_experts, 256);
+	ck_assert_int_eq(m.index_topk, 512);
+	ck_assert_double_eq(m.routed_scaling_factor, 1.5);
+	ck_assert_double_eq(m.rope_factor, 16);
+	ck_assert_int_eq(m.rope_original_max_position, 65536);
+	ck_assert_int_eq(m.expert_fp4, 1);
+	ck_assert_int_eq(m.weight_block_size, 128);
+	ck_assert_int_eq(m.eos_token_id, 1);
+}
+END_TEST
+
+START_TEST(pro_schedule_is_30_csa_31_hca)
+{
+	struct srt_model_config m;
+	struct srt_model_schedule s;
+	ck_assert_int_eq(srt_model_config_load("deepseek-v4-pro", &m, err, sizeof(err)), 0);
+	srt_model_schedule_count(&m, &s);
+	ck_assert_int_eq(s.window_only, 0);
+	ck_assert_int_eq(s.csa, 30);
+	ck_assert_int_eq(s.hca, 31);
+	ck_assert_int_eq(srt_model_layer_ratio(&m, 0), 128);
+	ck_assert_int_eq(srt_model_layer_ratio(&m, 1), 128);
+	ck_assert_int_eq(srt_model_layer_ratio(&m, 61), 0);
+	ck_assert_int_eq(m.hidden_size, 7168);
+	ck_assert_int_eq(m.n_routed_experts, 384);
+	ck_assert_double_eq(m.routed_scaling_factor, 2.5);
+}
+END_TEST
+
+START_TEST(tiny_and_tiny_pro_share_sizes_and_differ_in_schedule)
+{
+	struct srt_model_config a, b;
+	struct srt_model_schedule s;
+	ck_assert_int_eq(srt_model_config_load("tiny", &a, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_model_config_load("tiny-pro", &b, err, sizeof(err)), 0);
+	ck_assert_int_eq(a.hidden_size, 256);
+	ck_assert_int_eq(a.head_dim, 128);
+	ck_assert_int_eq(a.n_routed_experts, 8);
+	srt_model_schedule_count(&b, &s);
+	ck_assert_int_eq(srt_model_layer_ratio(&b, 0), 128);
+	ck_assert_int_eq(srt_model_layer_ratio(&b, 1), 128);
+	ck_assert_int_eq(s.window_only, 0);
+	ck_assert_int_eq(srt_model_layer_ratio(&b, b.n_compress_ratios - 1), 0);
+	/* Same sizes: equal once the name and the ratios are made equal. */
+	memcpy(b.compress_ratios, a.compress_ratios, sizeof(a.compress_ratios));
+	memcpy(b.name, a.name, sizeof(a.name));
+	ck_assert(memcmp(&a, &b, sizeof(a)) == 0);
+}
+END_TEST
+
+START_TEST(real_flash_config_json_directory_loads_like_the_preset)
+{
+	char dir[1024];
+	struct srt_model_config hf, preset;
+	snprintf(dir, sizeof(dir), "%s/tests/config/fixtures/flash-hf", src_dir());
+	ck_assert_msg(srt_model_config_load(dir, &hf, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_str_eq(hf.name, "flash-hf");
+	ck_assert_int_eq(srt_model_config_load("deepseek-v4-flash", &preset, err, sizeof(err)), 0);
+	memcpy(hf.name, preset.name, sizeof(hf.name));
+	ck_assert(memcmp(&hf, &preset, sizeof(hf)) == 0);
+}
+END_TEST
+
+START_TEST(config_json_without_expert_dtype_has_fp8_experts)
+{
+	char path[256], *t = flash_yaml();
+	struct srt_model_config m;
+	char *p = strstr(t, "expert_dtype: fp4");
+	ck_assert_ptr_nonnull(p);
+	memcpy(p, "#", 1);
+	write_tmp(path, sizeof(path), ".yaml", t);
+	ck_assert_msg(srt_model_config_load(path, &m, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(m.expert_fp4, 0);
+	unlink(path);
+	free(t);
+}
+END_TEST
+
+START_TEST(unknown_key_names_file_line_key)
+{
+	expect_model_error_at("o_groups", "o_groups: 8\nflux_capacitor: 3", "flux_capacitor",
+			      "key 'flux_capacitor'", "unknown key");
+}
+END_TEST
+
+START_TEST(nested_unknown_key_names_its_path)
+{
+	char path[256];
+	struct srt_model_config m;
+	char *t = flash_yaml();
+	char *p = strstr(t, "  beta_slow: 1\n");
+	ck_assert_ptr_nonnull(p);
+	char *out = calloc(1, strlen(t) + 64);
+	memcpy(out, t, (size_t)(p - t));
+	strcat(out, "  beta_slow: 1\n  warp: 9\n");
+	strcat(out, p + strlen("  beta_slow: 1\n"));
+	write_tmp(path, sizeof(path), ".yaml", out);
+	ck_assert_int_eq(srt_model_config_load(path, &m, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "key 'rope_scaling.warp'") && strstr(err, "unknown key"), "%s", err);
+	/* its line: count lines up to the insertion */
+	int line = 1;
+	for (char *c = out; c < out + (p - t) + strlen("  beta_slow: 1\n"); c++)
+		line += *c == '\n';
+	char loc[300];
+	snprintf(loc, sizeof(loc), "%s:%d:", path, line);
+	ck_assert_msg(strstr(err, loc), "%s lacks %s", err, loc);
+	unlink(path);
+	free(out);
+	free(t);
+}
+END_TEST
+
+START_TEST(wrong_types_are_errors)
+{
+	expect_model_error("hidden_size", "hidden_size: \"4096\"", "key 'hidden_size'",
+			   "expected an integer");
+	expect_model_error("hidden_size", "hidden_size: 4096.5", "key 'hidden_size'",
+			   "expected an integer");
+	expect_model_error("rms_norm_eps", "rms_norm_eps: tiny", "key 'rms_norm_eps'",
+			   "expected a number");
+	expect_model_error("norm_topk_prob", "norm_topk_prob: 7", "key 'norm_topk_prob'",
+			   "true or false");
+	expect_model_error("vocab_size", "vocab_size: [1, 2]", "key 'vocab_size'",
+			   "expected an integer, got a list");
+}
+END_TEST
+
+START_TEST(compress_ratios_length_must_be_layers_plus_mtp)
+{
+	expect_model_error_at("num_hidden_layers", "num_hidden_layers: 42", "compress_ratios",
+			      "key 'compress_ratios'", "has 44 entries, expected num_hidden_layers (42)");
+}
+END_TEST
+
+START_TEST(ratio_not_power_of_two_names_the_entry)
+{
+	char path[256], loc[300];
+	struct srt_model_config m;
+	char *t = flash_yaml();
+	/* The list is laid out one row per line: entry 2 is on the first row after the key. */
+	char *p = strstr(t, "0, 0, 4, 128");
+	ck_assert_ptr_nonnull(p);
+	memcpy(p, "0, 0, 3,", 8);
+	int line = 1;
+	for (char *c = t; c < p; c++)
+		line += *c == '\n';
+	write_tmp(path, sizeof(path), ".yaml", t);
+	ck_assert_int_eq(srt_model_config_load(path, &m, err, sizeof(err)), SRT_EINVAL);
+	snprintf(loc, sizeof(loc), "%s:%d: key 'compress_ratios[2]'", path, line);
+	ck_assert_msg(strstr(err, loc), "'%s' lacks '%s'", err, loc);
+	ck_assert_msg(strstr(err, "power of two"), "%s", err);
+	unlink(path);
+	free(t);
+}
+END_TEST
+
+START_TEST(block_width_rules_are_enforced)
+{
+	expect_model_error("head_dim", "head_dim: 500", "key 'head_dim'", "multiple of 64");
+	expect_model_error("hidden_size", "hidden_size: 4000", "key 'hidden_size'",
+			   "multiple of 128");
+	expect_model_error("q_lora_rank", "q_lora_rank: 1000", "key 'q_lora_rank'",
+			   "multiple of 128");
+	expect_model_error("o_lora_rank", "o_lora_rank: 1030", "key 'o_lora_rank'",
+			   "multiple of 128");
+	expect_model_error("moe_intermediate_size", "moe_intermediate_size: 2000",
+			   "key 'moe_intermediate_size'", "multiple of 128");
+	expect_model_error("index_head_dim", "index_head_dim: 96", "key 'index_head_dim'",
+			   "power of two");
+	expect_model_error("num_experts_per_tok", "num_experts_per_tok: 300",
+			   "key 'num_experts_per_tok'", "n_routed_experts = 256");
+	expect_model_error("scoring_func", "scoring_func: softmax", "key 'scoring_func'",
+			   "expected 'sqrtsoftplus'");
+	expect_model_error("hidden_size", "hidden_size: 99999999999", "key 'hidden_size'",
+			   "32 bits");
+}
+END_TEST
+
+START_TEST(missing_key_and_syntax_error_are_reported)
+{
+	char path[256];
+	int line;
+	struct srt_model_config m;
+	flash_with("vocab_size", NULL, path, sizeof(path), &line);
+	ck_assert_int_eq(srt_model_config_load(path, &m, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, path) && strstr(err, "missing key 'vocab_size'"), "%s", err);
+	unlink(path);
+
+	write_tmp(path, sizeof(path), ".json", "{\n  \"hidden_size\": 4096,\n  \"vocab_size\": [1,\n}\n");
+	ck_assert_int_eq(srt_model_config_load(path, &m, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "YAML syntax error") && strstr(err, ":4:"), "%s", err);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(unknown_preset_lists_the_presets)
+{
+	struct srt_model_config m;
+	ck_assert_int_eq(srt_model_config_load("gigantic", &m, err, sizeof(err)), SRT_ENOENT);
+	ck_assert_msg(strstr(err, "'gigantic'") && strstr(err, "deepseek-v4-flash") &&
+		      strstr(err, "tiny-pro"), "%s", err);
+	ck_assert_int_eq(srt_model_config_load("/nonexistent/x.yaml", &m, err, sizeof(err)),
+			 SRT_ENOENT);
+	ck_assert_msg(strstr(err, "/nonexistent/x.yaml"), "%s", err);
+}
+END_TEST
+
+START_TEST(validate_rejects_a_corrupted_struct)
+{
+	struct srt_model_config m;
+	ck_assert_int_eq(srt_model_config_load("tiny", &m, err, sizeof(err)), 0);
+	m.compress_ratios[2] = 6;
+	ck_assert_int_eq(srt_model_config_validate(&m, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "compress_ratios[2]"), "%s", err);
+}
+END_TEST
+
+/* ---------------------------------------------------------------------------------------- */
+
+static void expect_rc_error(const char *text, const char *want1, const char *want2)
+{
+	char path[256];
+	struct srt_runtime_config c;
+	write_tmp(path, sizeof(path), ".ini", text);
+	int rc = srt_runtime_config_load(path, &c, err, sizeof(err));
+	ck_assert_msg(rc == SRT_EINVAL, "rc %d for:\n%s", rc, text);
+	ck_assert_msg(strstr(err, path), "'%s' does not name the file", err);
+	ck_assert_msg(strstr(err, want1), "'%s' does not say '%s'", err, want1);
+	if (want2)
+		ck_assert_msg(strstr(err, want2), "'%s' does not say '%s'", err, want2);
+	srt_runtime_config_free(&c); /* allowed on a failed load */
+	unlink(path);
+}
+
+START_TEST(default_runtime_config_has_the_documented_values)
+{
+	struct srt_runtime_config c;
+	ck_assert_msg(srt_runtime_config_load(NULL, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.n_ratios, 3);
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 0)->name, "swa");
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 4)->name, "csa");
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 128)->role, "attention.hca");
+	ck_assert_ptr_null(srt_runtime_config_attention(&c, 16));
+	ck_assert_str_eq(c.moe.name, "fp4");
+	ck_assert_str_eq(c.residual.name, "mhc");
+	ck_assert_str_eq(c.tiers[SRT_TIER_L1].plugin.name, "host");
+	ck_assert_str_eq(c.tiers[SRT_TIER_L2].plugin.name, "host");
+	ck_assert_str_eq(c.tiers[SRT_TIER_L3].plugin.name, "file");
+	ck_assert_uint_eq(c.tiers[SRT_TIER_L1].budget, 4ull << 30);
+	ck_assert_str_eq(srt_runtime_config_option(&c, "tier.l3", "path"), "./shadowrt-cache");
+	struct srt_rc_scope scope = {&c, "tier.l3"};
+	ck_assert_str_eq(srt_runtime_config_option_cb(&scope, "path"), "./shadowrt-cache");
+	ck_assert_ptr_null(srt_runtime_config_option(&c, "tier.l3", "host"));
+	ck_assert_int_eq(c.threads, 0);
+	ck_assert_int_eq(c.profile, SRT_PROFILE_REFERENCE);
+	ck_assert_str_eq(c.model, "tiny");
+	ck_assert_uint_eq(c.page_size, 256);
+	ck_assert_int_eq(c.n_plugin_dirs, 0);
+	srt_runtime_config_free(&c);
+}
+END_TEST
+
+START_TEST(default_ini_file_round_trips_to_the_embedded_default)
+{
+	char path[1024];
+	struct srt_runtime_config a, b;
+	snprintf(path, sizeof(path), "%s/conf/default.ini", src_dir());
+	ck_assert_int_eq(srt_runtime_config_load(NULL, &a, err, sizeof(err)), 0);
+	ck_assert_msg(srt_runtime_config_load(path, &b, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(a.n_entries, b.n_entries);
+	for (size_t i = 0; i < a.n_entries; i++) {
+		ck_assert_str_eq(a.entries[i].section, b.entries[i].section);
+		ck_assert_str_eq(a.entries[i].key, b.entries[i].key);
+		ck_assert_str_eq(a.entries[i].value, b.entries[i].value);
+		ck_assert_int_eq(a.entries[i].line, b.entries[i].line);
+	}
+	ck_assert_int_eq(a.n_ratios, b.n_ratios);
+	for (int t = 0; t < SRT_TIER_COUNT; t++)
+		ck_assert_uint_eq(a.tiers[t].budget, b.tiers[t].budget);
+	ck_assert_int_eq(a.write_policy, b.write_policy);
+	ck_assert_double_eq(a.top_p, b.top_p);
+	srt_runtime_config_free(&a);
+	srt_runtime_config_free(&b);
+}
+END_TEST
+
+START_TEST(a_file_section_replaces_the_default_section)
+{
+	char path[256];
+	struct srt_runtime_config c;
+	write_tmp(path, sizeof(path), ".ini",
+		  "; redis L3, two threads\n[runtime]\nthreads = 2\nplugin_dirs = /a:/b/c\n"
+		  "[tier.l3]\nplugin = redis\nhost = 10.0.0.2\nport = 6379\nbudget = 1.5T\n"
+		  "[attention]\nratio.0 = swa\nratio.4 = /opt/x/my_csa.so\nratio.128 = hca\n"
+		  "[attention.my_csa]\nblock = 64\n[cache]\nwrite_policy = write_through_after_2\n"
+		  "prefetch = off\n[sampling]\ntemperature = 0.7\ntop_p = 0.9\nseed = 18446744073709551615\n");
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.threads, 2);
+	ck_assert_str_eq(c.profile == SRT_PROFILE_REFERENCE ? "ref" : "f32", "ref"); /* kept */
+	ck_assert_int_eq(c.n_plugin_dirs, 2);
+	ck_assert_str_eq(c.plugin_dirs[1], "/b/c");
+	ck_assert_ptr_null(c.plugin_dirs[2]);
+	ck_assert_str_eq(c.tiers[SRT_TIER_L3].plugin.name, "redis");
+	ck_assert_uint_eq(c.tiers[SRT_TIER_L3].budget, 3ull << 39);
+	ck_assert_str_eq(srt_runtime_config_option(&c, "tier.l3", "host"), "10.0.0.2");
+	ck_assert_ptr_null(srt_runtime_config_option(&c, "tier.l3", "path")); /* replaced */
+	ck_assert_str_eq(c.tiers[SRT_TIER_L1].plugin.name, "host");            /* kept */
+	const struct srt_rc_plugin *p = srt_runtime_config_attention(&c, 4);
+	ck_assert_str_eq(p->name, "/opt/x/my_csa.so");
+	ck_assert_str_eq(p->section, "attention.my_csa");
+	ck_assert_str_eq(srt_runtime_config_option(&c, p->section, "block"), "64");
+	ck_assert_int_eq(c.write_policy, SRT_WRITE_THROUGH_AFTER_2);
+	ck_assert_int_eq(c.prefetch, 0);
+	ck_assert_uint_eq(c.page_size, 256); /* [cache] replaced: the code default */
+	ck_assert_double_eq(c.temperature, 0.7);
+	ck_assert_uint_eq(c.seed, UINT64_MAX);
+	ck_assert_int_eq(c.max_new_tokens, 128);
+	srt_runtime_config_free(&c);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(runtime_config_errors_name_file_line_and_key)
+{
+	expect_rc_error("[cache]\npage_size = 256\n[turbo]\nx = 1\n", ":3: unknown section [turbo]",
+			NULL);
+	expect_rc_error("[cache]\npage_size = 256\npagesize = 128\n", ":3: [cache] pagesize",
+			"unknown key");
+	expect_rc_error("[runtime]\nthreads = many\n", ":2: [runtime] threads", "'many' is not an integer");
+	expect_rc_error("[sampling]\ntop_p = 1.5\n", ":2: [sampling] top_p", "(0, 1]");
+	expect_rc_error("[runtime]\nprofile = fast\n", ":2:", "reference or f32");
+	expect_rc_error("[cache]\npage_size = 256\n\npage_size = 512\n", ":4: key 'page_size' in [cache] is given twice",
+			"line 2");
+	expect_rc_error("[cache]\nprefetch = on\n[sampling]\nseed = 1\n[cache]\n", ":5: section [cache] appears again",
+			NULL);
+	expect_rc_error("[attention]\nratio.0 = swa\nratio.3 = odd\n", ":3: [attention] ratio.3",
+			"power of two");
+	expect_rc_error("[attention]\nratio.0 = swa\nratio.4 = csa\nratio.128 = hca\n[attention.cas]\nk = 1\n",
+			":5: section [attention.cas] configures no plugin", NULL);
+	expect_rc_error("[tier.l1]\nplugin = none\n", ":1: [tier.l1] plugin = none", NULL);
+	expect_rc_error("[tier.l2]\nplugin = host\nbudget = lots\n", ":3: [tier.l2] budget", "not a size");
+	expect_rc_error("[tier.l4]\nplugin = host\n", ":1: unknown section [tier.l4]", NULL);
+	expect_rc_error("[tier.l3]\npath = /x\n", ":1: [tier.l3] has no 'plugin = ...' key", NULL);
+	expect_rc_error("[moe]\nplugin = fp 4\n", ":2: [moe] plugin", "not a plugin name");
+	expect_rc_error("[cache]\n  page_size = 128\n", ":2: indented line", NULL);
+	expect_rc_error("page_size = 128\n", ":1: key outside any section", NULL);
+	expect_rc_error("[cache]\npage_size\n", ":2: expected 'key = value'", NULL);
+}
+END_TEST
+
+START_TEST(long_line_is_rejected_not_cut)
+{
+	char text[600], want[64];
+	snprintf(text, sizeof(text), "[tier.l3]\nplugin = file\npath = /");
+	size_t n = strlen(text);
+	for (int i = 0; i < 300; i++)
+		text[n++] = 'x';
+	text[n++] = '\n';
+	text[n] = 0;
+	snprintf(want, sizeof(want), ":3: line is %d bytes long", 8 + 300);
+	expect_rc_error(text, want, "at most 197");
+	/* 197 bytes is still fine */
+	char path[256], ok[400];
+	struct srt_runtime_config c;
+	snprintf(ok, sizeof(ok), "[tier.l3]\nplugin = file\npath = %0189d\n", 0);
+	write_tmp(path, sizeof(path), ".ini", ok);
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(strlen(srt_runtime_config_option(&c, "tier.l3", "path")), 189);
+	srt_runtime_config_free(&c);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(model_ratios_must_be_mapped_and_divide_the_page)
+{
+	char path[256];
+	struct srt_runtime_config c;
+	struct srt_model_config m;
+	ck_assert_int_eq(srt_model_config_load("tiny", &m, err, sizeof(err)), 0);
+	write_tmp(path, sizeof(path), ".ini", "[attention]\nratio.0 = swa\nratio.4 = csa\n");
+	ck_assert_int_eq(srt_runtime_config_load(path, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_runtime_config_check_model(&c, &m, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "ratio 128") && strstr(err, "ratio.128 = <plugin>"), "%s", err);
+	srt_runtime_config_free(&c);
+	unlink(path);
+	write_tmp(path, sizeof(path), ".ini", "[cache]\npage_size = 64\n");
+	ck_assert_int_eq(srt_runtime_config_load(path, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_runtime_config_check_model(&c, &m, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "page_size 64 is not a multiple of ratio 128"), "%s", err);
+	srt_runtime_config_free(&c);
+	unlink(path);
+	ck_assert_int_eq(srt_runtime_config_load(NULL, &c, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_runtime_config_check_model(&c, &m, err, sizeof(err)), 0);
+	srt_runtime_config_free(&c);
+}
+END_TEST
+
+START_TEST(size_parser_accepts_units_and_rejects_junk)
+{
+	static const struct { const char *s; uint64_t v; } ok[] = {
+		{"0", 0}, {"4096", 4096}, {"4K", 4096}, {"4k", 4096}, {"4KiB", 4096},
+		{"4KB", 4096}, {"2M", 2u << 20}, {"2MiB", 2u << 20}, {"4G", 4ull << 30},
+		{"4GiB", 4ull << 30}, {"4 GiB", 4ull << 30}, {"1T", 1ull << 40},
+		{"1TiB", 1ull << 40}, {"1.5G", 3ull << 29}, {"0.5K", 512}, {"100B", 100},
+		{"16777215T", 16777215ull << 40},
+	};
+	static const char *const bad[] = {
+		"", "G", "-1", "4X", "4GiBs", "1.3K", "0.1", "4 G B", "16777216T",
+		"18446744073709551616", "1..5G", "4iB",
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		uint64_t v = 12345;
+		ck_assert_msg(srt_parse_size(ok[i].s, &v) == 0, "'%s' rejected", ok[i].s);
+		ck_assert_msg(v == ok[i].v, "'%s' -> %llu, expected %llu", ok[i].s,
+			      (unsigned long long)v, (unsigned long long)ok[i].v);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint64_t v = 12345;
+		ck_assert_msg(srt_parse_size(bad[i], &v) == SRT_EINVAL, "'%s' accepted", bad[i]);
+		ck_assert_uint_eq(v, 12345);
+	}
+	char b[32];
+	ck_assert_str_eq(srt_format_size(4ull << 30, b, sizeof(b)), "4 GiB");
+	ck_assert_str_eq(srt_format_size(3ull << 29, b, sizeof(b)), "1.5 GiB");
+	ck_assert_str_eq(srt_format_size(100, b, sizeof(b)), "100 B");
+}
+END_TEST
+
+static Suite *config_suite(void)
+{
+	Suite *s = suite_create("config");
+	TCase *m = tcase_create("model");
+	tcase_add_test(m, every_preset_loads_and_validates);
+	tcase_add_test(m, flash_schedule_is_2_window_21_csa_20_hca);
+	tcase_add_test(m, pro_schedule_is_30_csa_31_hca);
+	tcase_add_test(m, tiny_and_tiny_pro_share_sizes_and_differ_in_schedule);
+	tcase_add_test(m, real_flash_config_json_directory_loads_like_the_preset);
+	tcase_add_test(m, config_json_without_expert_dtype_has_fp8_experts);
+	tcase_add_test(m, unknown_key_names_file_line_key);
+	tcase_add_test(m, nested_unknown_key_names_its_path);
+	tcase_add_test(m, wrong_types_are_errors);
+	tcase_add_test(m, compress_ratios_length_must_be_layers_plus_mtp);
+	tcase_add_test(m, ratio_not_power_of_two_names_the_entry);
+	tcase_add_test(m, block_width_rules_are_enforced);
+	tcase_add_test(m, missing_key_and_syntax_error_are_reported);
+	tcase_add_test(m, unknown_preset_lists_the_presets);
+	tcase_add_test(m, validate_rejects_a_corrupted_struct);
+	suite_add_tcase(s, m);
+	TCase *r = tcase_create("runtime");
+	tcase_add_test(r, default_runtime_config_has_the_documented_values);
+	tcase_add_test(r, default_ini_file_round_trips_to_the_embedded_default);
+	tcase_add_test(r, a_file_section_replaces_the_default_section);
+	tcase_add_test(r, runtime_config_errors_name_file_line_and_key);
+	tcase_add_test(r, long_line_is_rejected_not_cut);
+	tcase_add_test(r, model_ratios_must_be_mapped_and_divide_the_page);
+	tcase_add_test(r, size_parser_accepts_units_and_rejects_junk);
+	suite_add_tcase(s, r);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(config_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -169,6 +169,24 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return 0;
 }
 
+static unsigned chmod_mode;
+
+static int chmod_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_D || flag == FTW_DP)
+		chmod(path, chmod_mode);
+	return 0;
+}
+
+void tu_chmod_dirs(const char *path, unsigned mode)
+{
+	chmod_mode = mode;
+	/* Depth first, so a directory loses write/exec rights after its children are done. */
+	nftw(path, chmod_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 void tu_rmrf(const char *path)
 {
 	if (path)

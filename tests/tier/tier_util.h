@@ -37,6 +37,8 @@ void tu_close(struct tu_plugin *p);
 
 /* A fresh directory under $TMPDIR (or /tmp); the caller frees the string. */
 char *tu_tmpdir(const char *tag);
+/* chmod every directory under (and including) path to mode. */
+void tu_chmod_dirs(const char *path, unsigned mode);
 /* rm -rf path (best effort). */
 void tu_rmrf(const char *path);
 

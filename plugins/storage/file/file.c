@@ -556,11 +556,22 @@ static int put_one(struct file_store *fs, const struct srt_key *k, const void *b
 	pthread_mutex_lock(&fs->mu);
 	if (rename(tmp, path)) {
 		/* First object under this prefix: make the two directory levels and retry. */
-		char dir[PATH_MAX];
+		static char dir[PATH_MAX]; /* only used under fs->mu */
 		snprintf(dir, sizeof(dir), "%s/%.2s", fs->root, hex);
-		mkdir_ok(dir);
-		snprintf(dir, sizeof(dir), "%s/%.2s/%.2s", fs->root, hex, hex + 2);
-		mkdir_ok(dir);
+		int mk = mkdir_ok(dir);
+		if (!mk) {
+			snprintf(dir, sizeof(dir), "%s/%.2s/%.2s", fs->root, hex, hex + 2);
+			mk = mkdir_ok(dir);
+		}
+		if (mk) {
+			e = errno;
+			what = "mkdir";
+			pthread_mutex_unlock(&fs->mu);
+			fs->host->log(SRT_LOG_ERROR, NAME, "put %s: mkdir %s failed: %s", hex, dir,
+				      strerror(e));
+			unlink(tmp);
+			return errno_code(e);
+		}
 		if (rename(tmp, path)) {
 			e = errno;
 			what = "rename to";

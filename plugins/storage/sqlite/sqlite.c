@@ -71,9 +71,12 @@ struct sq_store {
 
 static int fail(struct sq_store *s, const char *what, int rc)
 {
-	s->host->log(SRT_LOG_ERROR, NAME, "%s: %s: %s (sqlite code %d)", s->path, what,
-		     sqlite3_errmsg(s->db), rc);
-	return (rc & 0xff) == SQLITE_FULL ? SRT_ENOSPC : SRT_EIO;
+	int e = sqlite3_system_errno(s->db);
+	s->host->log(SRT_LOG_ERROR, NAME, "%s: %s: %s (sqlite code %d%s%s)", s->path, what,
+		     sqlite3_errmsg(s->db), rc, e ? ", " : "", e ? strerror(e) : "");
+	if ((rc & 0xff) == SQLITE_FULL || e == ENOSPC || e == EDQUOT || e == EFBIG)
+		return SRT_ENOSPC;
+	return SRT_EIO;
 }
 
 /* Run a statement that returns no rows; reset it. SQLITE_DONE -> 0. */
@@ -160,6 +163,7 @@ static int sq_create(const struct srt_host *host, const struct srt_plugin_args *
 		rc = SRT_EIO;
 		goto fail;
 	}
+	sqlite3_extended_result_codes(s->db, 1);
 	sqlite3_busy_timeout(s->db, (int)busy_ms);
 	/* journal_mode returns a row; exec ignores it. */
 	if (sqlite3_exec(s->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;", NULL, NULL,

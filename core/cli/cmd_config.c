@@ -28,10 +28,10 @@ static void config_usage(FILE *out)
 		"  -h, --help           this help\n");
 }
 
-static void print_plugin(const char *role, const struct srt_rc_plugin *p,
+static void print_plugin(const char *role, const struct srt_rc_plugin *p, const char *extra,
 			 const struct srt_runtime_config *rc)
 {
-	printf("  %-16s %s", role, p->name ? p->name : "none");
+	printf("  %-16s %s%s", role, p->name ? p->name : "none", extra);
 	int first = 1;
 	for (size_t i = 0; p->section && i < rc->n_entries; i++) {
 		const struct srt_rc_entry *e = &rc->entries[i];
@@ -86,20 +86,21 @@ static void print_runtime(const struct srt_runtime_config *rc)
 	for (int i = 0; i < rc->n_ratios; i++) {
 		char role[48];
 		snprintf(role, sizeof(role), "attention r=%d", rc->ratios[i].ratio);
-		print_plugin(role, &rc->ratios[i].plugin, rc);
+		print_plugin(role, &rc->ratios[i].plugin, "", rc);
 	}
-	print_plugin("moe", &rc->moe, rc);
-	print_plugin("residual", &rc->residual, rc);
+	print_plugin("moe", &rc->moe, "", rc);
+	print_plugin("residual", &rc->residual, "", rc);
 	printf("cache\n  page_size %u tokens, write policy %s, prefetch %s, tenant salt %s\n",
 	       rc->page_size, srt_write_policy_name(rc->write_policy),
 	       rc->prefetch ? "on" : "off", rc->tenant_salt[0] ? "set" : "(none)");
 	static const char *const names[] = {"tier.l1", "tier.l2", "tier.l3"};
 	for (int t = 0; t < SRT_TIER_COUNT; t++) {
 		const struct srt_rc_tier *tier = &rc->tiers[t];
-		char role[32];
-		snprintf(role, sizeof(role), "%s budget %s", names[t],
-			 tier->budget ? srt_format_size(tier->budget, b, sizeof(b)) : "-");
-		print_plugin(role, &tier->plugin, rc);
+		char extra[48] = "";
+		if (tier->budget)
+			snprintf(extra, sizeof(extra), ", budget %s",
+				 srt_format_size(tier->budget, b, sizeof(b)));
+		print_plugin(names[t], &tier->plugin, extra, rc);
 	}
 	printf("sampling\n  temperature %g, top_p %g, seed %llu, max_new_tokens %d\n",
 	       rc->temperature, rc->top_p, (unsigned long long)rc->seed, rc->max_new_tokens);

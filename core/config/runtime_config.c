@@ -35,7 +35,8 @@ struct rc_store {
 	size_t n, cap;
 };
 
-static char *rc_strdup(struct rc_store *s, const char *str, size_t len)
+/* Zeroed block of len bytes owned by the store. */
+static void *rc_alloc(struct rc_store *s, size_t len)
 {
 	if (s->n == s->cap) {
 		size_t cap = s->cap ? 2 * s->cap : 64;
@@ -45,12 +46,18 @@ static char *rc_strdup(struct rc_store *s, const char *str, size_t len)
 		s->strs = p;
 		s->cap = cap;
 	}
-	char *d = malloc(len + 1);
+	char *d = calloc(1, len);
 	if (!d)
 		return NULL;
-	memcpy(d, str, len);
-	d[len] = 0;
 	s->strs[s->n++] = d;
+	return d;
+}
+
+static char *rc_strdup(struct rc_store *s, const char *str, size_t len)
+{
+	char *d = rc_alloc(s, len + 1);
+	if (d)
+		memcpy(d, str, len);
 	return d;
 }
 
@@ -402,7 +409,7 @@ static int rc_split_dirs(struct rc_store *st, struct srt_runtime_config *c, cons
 	size_t n = 0, k = 0;
 	for (const char *s = v; *s; s++)
 		n += *s == ':';
-	const char **dirs = (const char **)rc_strdup(st, "", (n + 2) * sizeof(char *));
+	const char **dirs = rc_alloc(st, (n + 2) * sizeof(char *));
 	if (!dirs)
 		goto oom;
 	for (const char *s = v; *s;) {

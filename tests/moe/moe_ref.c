@@ -133,7 +133,7 @@ static void write_raw(const char *path, const void *p, size_t bytes)
 
 int tfx_run_piece(struct tfx *f, const char *piece, int layer, const char *profile,
 		  const float *in, size_t n_in, const int32_t *tokens, size_t n_tok, float *out,
-		  size_t n_out)
+		  size_t n_out, const char *sub)
 {
 	char dir[] = "/tmp/srt_piece_XXXXXX", script[600], pin[128], pout[128], ptok[128];
 	char layer_s[16];
@@ -161,6 +161,10 @@ int tfx_run_piece(struct tfx *f, const char *piece, int layer, const char *profi
 		if (tokens) {
 			argv[argc++] = "--tokens-file";
 			argv[argc++] = ptok;
+		}
+		if (sub) {
+			argv[argc++] = "--sub";
+			argv[argc++] = sub;
 		}
 		argv[argc] = NULL;
 		execv(argv[0], (char *const *)argv);

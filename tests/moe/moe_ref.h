@@ -44,12 +44,12 @@ double *tfx_tensor_f64(struct tfx *f, const char *name, size_t *n);
 int tfx_have_numpy_ref(void);
 /*
  * Run `dsv4_ref.py piece <piece> --model DIR --layer L --profile P --in IN --out OUT
- * [--tokens-file TOK]` on raw float32 input `in` (n_in floats) and read n_out floats of output.
+ * [--tokens-file TOK] [--sub SUB]` on raw float32 input `in` (n_in floats) and read n_out floats of output.
  * tokens (n_tok int32) may be NULL. Returns the exit status (0 ok).
  */
 int tfx_run_piece(struct tfx *f, const char *piece, int layer, const char *profile,
 		  const float *in, size_t n_in, const int32_t *tokens, size_t n_tok, float *out,
-		  size_t n_out);
+		  size_t n_out, const char *sub);
 
 /* Units in the last place of bf16 between two bf16-representable floats (|a - b| / ulp). */
 double tfx_bf16_ulps(float a, float b);

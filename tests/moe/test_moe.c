@@ -388,7 +388,7 @@ START_TEST(test_profiles_match_numpy_reference)
 	ck_assert_msg(forward(in, layer, N, 6, tok, x, y, why, sizeof(why)) == 0, "%s", why);
 	ck_assert_int_eq(tfx_run_piece(&F, "moe", layer,
 				       profile == SRT_PROFILE_F32 ? "f32" : "reference", x, N * d,
-				       tok, N, r, N * d), 0);
+				       tok, N, r, N * d, NULL), 0);
 	for (int i = 0; i < N; i++) {
 		double mx = 0;
 		for (int64_t c = 0; c < d; c++)

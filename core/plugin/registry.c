@@ -490,7 +490,8 @@ static int scan_dir(struct srt_registry *reg, const struct dir *d)
 			goto out_nomem;
 		n++;
 	}
-	qsort(names, n, sizeof(*names), cmp_str);
+	if (n > 1)
+		qsort(names, n, sizeof(*names), cmp_str);
 	for (size_t i = 0; i < n; i++) {
 		char *path;
 		if (asprintf(&path, "%s/%s", d->path, names[i]) < 0)

@@ -22,15 +22,12 @@ from dsv4_ckpt import load_yaml  # noqa: E402
 
 
 def find_shadowrt():
-    """The built `shadowrt` binary: $SRT_BUILD_DIR/bin first, then any build*/bin."""
+    """Built `shadowrt` binaries: $SRT_BUILD_DIR/bin first, then any build*/bin."""
     cands = []
     if os.environ.get("SRT_BUILD_DIR"):
         cands.append(os.path.join(os.environ["SRT_BUILD_DIR"], "bin", "shadowrt"))
     cands += sorted(glob.glob(os.path.join(SOURCE_DIR, "build*", "bin", "shadowrt")))
-    for c in cands:
-        if os.access(c, os.X_OK):
-            return c
-    return None
+    return [c for c in cands if os.access(c, os.X_OK)]
 
 
 def _has_gen_model(exe):
@@ -47,8 +44,8 @@ def tiny_checkpoint():
     Uses `shadowrt gen-model tiny DIR` when a built binary has that command (a failure of
     that command is a test failure), else tests/reference/make_ckpt.py."""
     d = tempfile.mkdtemp(prefix="srt_ref_")
-    exe = find_shadowrt()
-    if exe and _has_gen_model(exe):
+    exe = next((e for e in find_shadowrt() if _has_gen_model(e)), None)
+    if exe:
         r = subprocess.run([exe, "gen-model", "tiny", d], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, timeout=300)
         if r.returncode != 0:

@@ -541,7 +541,7 @@ static int add_exe_dir(struct srt_registry *reg)
 int srt_registry_open(struct srt_registry **out, const char *const *dirs, size_t ndirs,
 		      const struct srt_host *host, unsigned flags)
 {
-	assert(out && (dirs || !ndirs));
+	assert(out && host && (dirs || !ndirs));
 	*out = NULL;
 	struct srt_registry *reg = calloc(1, sizeof(*reg));
 	if (!reg)

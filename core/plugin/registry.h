@@ -24,6 +24,21 @@
  * SHADOWED (and stay loaded, so they can still be requested by path). Rejected plugins do not
  * claim a name.
  *
+ * Typical use (the executor, for one role of the runtime config):
+ *
+ *     struct srt_host *host;            srt_host_create(cfg_threads, &host, why, sizeof(why));
+ *     struct srt_registry *reg;         srt_registry_open(&reg, cfg_dirs, n_dirs, host, 0);
+ *     const struct srt_plugin_info *p;
+ *     if (srt_registry_find(reg, SRT_KIND_ATTENTION, "csa", &p, why, sizeof(why)))
+ *             fail(why);                // names the search path or the rejection
+ *     struct srt_instance *inst;
+ *     if (srt_plugin_instantiate(p, host, &args, &inst, why, sizeof(why)))
+ *             fail(why);
+ *     const struct srt_attention_vtable *vt = inst->vtable;
+ *     vt->forward(inst->ctx, layer, &batch, x, out, why, sizeof(why));
+ *     ...
+ *     srt_instance_destroy(inst); srt_registry_close(reg); srt_host_destroy(host);
+ *
  * Thread safety: a registry is not thread-safe; serialise calls on one registry. The entries
  * and the descriptor/vtable copies they point to stay valid until srt_registry_close.
  */
@@ -85,8 +100,8 @@ struct srt_registry;
 
 /*
  * Scan the search path (see the top of this file) and load what is there. dirs[0..ndirs) are
- * the caller's directories (may be NULL when ndirs is 0); host is borrowed and must outlive the
- * registry (probe and create get it). Rejected plugins do not make this fail: they are
+ * the caller's directories (may be NULL when ndirs is 0); host (required) is borrowed and must
+ * outlive the registry (probe gets it). Rejected plugins do not make this fail: they are
  * entries. Returns 0 and *out, or SRT_ENOMEM. The caller frees with srt_registry_close.
  */
 int srt_registry_open(struct srt_registry **out, const char *const *dirs, size_t ndirs,

@@ -7,6 +7,7 @@
 #include <check.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -699,6 +700,67 @@ START_TEST(store_corrupted_bytes_on_disk_are_rejected)
 }
 END_TEST
 
+struct hammer {
+	struct tu_plugin *p;
+	int id, bad;
+};
+
+/* Each thread puts and reads back its own keys and reads the others' keys. */
+static void *hammer(void *arg)
+{
+	struct hammer *h = arg;
+	enum { SZ = 4352 };
+	static _Thread_local uint8_t data[SZ], back[SZ];
+	for (int it = 0; it < 150; it++) {
+		uint64_t mine = (uint64_t)h->id * 1000 + (uint64_t)(it % 50);
+		struct srt_key k = tu_key(mine);
+		const void *in[1] = {data};
+		void *out[1] = {back};
+		size_t len = SZ, cap = SZ, got;
+		tu_fill(data, SZ, mine);
+		if (h->p->vt->put(h->p->inst, &k, 1, in, &len))
+			h->bad++;
+		if (h->p->vt->get(h->p->inst, &k, 1, out, &cap, &got) || got != SZ ||
+		    memcmp(back, data, SZ))
+			h->bad++;
+		uint64_t other = (uint64_t)((h->id + 1) % 4) * 1000 + (uint64_t)(it % 50);
+		k = tu_key(other);
+		if (h->p->vt->get(h->p->inst, &k, 1, out, &cap, &got))
+			h->bad++;
+		if (got) { /* present: must be exactly the other thread's bytes */
+			tu_fill(data, SZ, other);
+			if (got != SZ || memcmp(back, data, SZ))
+				h->bad++;
+		}
+	}
+	return NULL;
+}
+
+START_TEST(store_is_safe_under_concurrent_callers)
+{
+	char *dir = tu_tmpdir("threads");
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	pthread_t t[4];
+	struct hammer h[4];
+	for (int i = 0; i < 4; i++) {
+		h[i] = (struct hammer){.p = &p, .id = i};
+		ck_assert_int_eq(pthread_create(&t[i], NULL, hammer, &h[i]), 0);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		ck_assert_msg(h[i].bad == 0, "thread %d saw %d failures", i, h[i].bad);
+	}
+	uint64_t bytes, objs;
+	ck_assert_int_eq(p.vt->usage(p.inst, &bytes, &objs), 0);
+	ck_assert_uint_eq(objs, 200);
+	ck_assert_uint_eq(bytes, 200 * 4352);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 /* --- faults ---------------------------------------------------------------------------------- */
 
 START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
@@ -893,6 +955,7 @@ static Suite *tier_suite(void)
 	tcase_add_loop_test(tc, store_survives_reopen_with_contents_and_recency, 0, N_BACKENDS);
 	tcase_add_loop_test(tc, store_client_rejects_logs_and_removes_bad_objects, 0, N_BACKENDS);
 	tcase_add_loop_test(tc, store_corrupted_bytes_on_disk_are_rejected, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_is_safe_under_concurrent_callers, 0, N_BACKENDS);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("faults");

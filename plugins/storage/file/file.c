@@ -316,7 +316,8 @@ static int scan(struct file_store *fs, char *why, size_t why_len)
 		closedir(d1);
 	}
 	/* Oldest first, each pushed to the head: the newest ends up most recent. */
-	qsort(v, nv, sizeof(*v), cmp_mtime);
+	if (nv)
+		qsort(v, nv, sizeof(*v), cmp_mtime);
 	for (size_t i = 0; i < nv; i++)
 		if ((rc = idx_put(fs, &v[i].key, v[i].size, 1))) {
 			snprintf(why, why_len, "out of memory indexing %s", fs->root);

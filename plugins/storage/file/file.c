@@ -5,7 +5,8 @@
  *
  * Writes are atomic: the object goes to <path>/tmp/<hex>.<pid>.<n>, is fsync()ed (option
  * `fsync`, default on) and renamed into place, so a crash leaves either the old state or the
- * whole new object, plus at most a stray temp file, which the next open deletes.
+ * whole new object, plus at most a stray temp file, which the next open deletes. The directory
+ * itself is not fsync()ed: after a power loss the newest objects may be missing, never partial.
  *
  * Size bound: option `max_bytes` (default unlimited). After each put the least recently used
  * objects are deleted until the total is within the bound. Recency lives in memory (an LRU list

@@ -1,0 +1,49 @@
+/*
+ * Request traces in the Mooncake format (/work/shared/traces/README.md): one JSON object per
+ * line with `timestamp` (ms), `input_length`, `output_length` and `hash_ids` (one id per
+ * 512-token block of the input; the last block may be partial). Other keys are ignored.
+ *
+ * Tokens: block id h becomes SRT_TRACE_BLOCK deterministic token ids from a PRNG seeded by h
+ * (srt_trace_block_tokens), so equal ids give equal tokens; the input is those blocks in order,
+ * cut to input_length.
+ *
+ * Thread safety: a loaded trace is read-only; everything here is reentrant.
+ */
+#ifndef SRT_TRACE_TRACE_H
+#define SRT_TRACE_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRT_TRACE_BLOCK 512u
+#define SRT_TRACE_VOCAB 129280u /* token ids are drawn in [0, vocab) */
+
+struct srt_trace_req {
+	int64_t timestamp_ms;
+	uint64_t input_length, output_length;
+	uint32_t n_hash;
+	const uint64_t *hash_ids; /* [n_hash], n_hash == ceil(input_length / 512) */
+};
+
+struct srt_trace {
+	size_t n;
+	struct srt_trace_req *reqs;
+	uint64_t input_tokens; /* sum of input_length */
+	uint64_t *ids_;        /* storage of every hash_ids array */
+};
+
+/*
+ * Read up to `limit` requests (0 = all) from path. Returns 0 and *out (free with
+ * srt_trace_free), SRT_EIO (cannot open/read) or SRT_EINVAL with "path:line: key 'k': what is
+ * wrong" (missing key, not a non-negative integer, hash_ids count not ceil(input/512)).
+ */
+int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char *err,
+		   size_t errlen);
+void srt_trace_free(struct srt_trace *t);
+
+/* The 512 token ids of block id h. */
+void srt_trace_block_tokens(uint64_t h, int32_t out[SRT_TRACE_BLOCK]);
+/* The input_length token ids of a request into out[input_length]. */
+void srt_trace_input_tokens(const struct srt_trace_req *r, int32_t *out);
+
+#endif

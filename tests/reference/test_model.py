@@ -69,6 +69,11 @@ class TinyModel(unittest.TestCase):
             again = M.forward(M.Model(self.dir), self.tokens, prof)
             self.assertTrue(np.array_equal(again, self.logits[prof]), prof)
 
+    def test_logits_of_a_prefix_do_not_depend_on_later_tokens(self):
+        for prof in M.PROFILES:
+            short = M.forward(self.m, self.tokens[:300], prof)
+            self.assertTrue(np.array_equal(short, self.logits[prof][:300]), prof)
+
     def test_profiles_compute_the_same_model(self):
         # The reference profile adds FP8/FP4/BF16 rounding (~5% per attention/MoE sub-layer
         # on random weights, and an occasional routing/top-k flip), so only a loose agreement

@@ -122,6 +122,7 @@ static void make_roundtrip_tensors(void)
 		}
 		uint64_t nb;
 		ck_assert_int_eq(srt_ck_tensor_bytes(t->dtype, t->ndim, t->shape, &nb), 0);
+		free(rt_data[i]); /* from an earlier test of this process (CK_FORK=no) */
 		rt_data[i] = malloc(nb + 1);
 		for (uint64_t b = 0; b < nb; b++)
 			rt_data[i][b] = rnd8();

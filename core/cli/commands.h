@@ -22,5 +22,6 @@ int srt_cli_wants_help(int argc, char **argv);
 int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);
 int srt_cmd_gen_model(int argc, char **argv);
+int srt_cmd_replay(int argc, char **argv);
 
 #endif

@@ -13,6 +13,7 @@ const struct srt_command srt_commands[] = {
 	{"plugins", "list the plugins found, with versions, and those rejected and why", srt_cmd_plugins},
 	{"config", "validate the model and runtime configuration and print the effective settings", srt_cmd_config},
 	{"gen-model", "write a deterministic synthetic checkpoint of a preset, or --check one", srt_cmd_gen_model},
+	{"replay", "cache-only replay of a request trace through ShadowRadix: hit rate vs ceiling", srt_cmd_replay},
 	{NULL, NULL, NULL},
 };
 

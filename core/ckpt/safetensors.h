@@ -128,8 +128,11 @@ struct srt_ck_write_opts {
 /*
  * Write tensors to the existing directory dir as model.safetensors, or as
  * model-0000i-of-0000n.safetensors shards plus model.safetensors.index.json. Each file is
- * written to a temporary name in dir, fsynced and renamed into place (the index last), so a
- * crash leaves either the old files or the new ones. The header is padded with spaces so the
+ * written to a temporary name in dir and fsynced; only when all are complete are they renamed
+ * into place, the index last, so no reader ever sees a half-written file and an index never
+ * names a shard that is not complete (a crash between renames can leave the previous index
+ * with some shards already replaced when the shard count is unchanged). Writing one file
+ * removes a stale index that would shadow it. Temporary files are removed on failure. The header is padded with spaces so the
  * data region starts 8-byte aligned; inside a file tensors are laid out contiguously by
  * decreasing element size, so every tensor is aligned to its element size and the file stays
  * readable by the reference safetensors library. Names must be unique and non-empty.

@@ -23,7 +23,12 @@ struct srt_rdx_node {
 	int32_t *tokens;                           /* [cap_pages * P] */
 	uint32_t *tail_lock;                       /* [cap_pages] TAIL-class lock per page */
 	struct srt_rdx_loc *loc;                   /* [cap_pages][n_pools] */
-	/* followed by n_pools lru_link, then n_pools uint32_t present counts */
+	/*
+	 * Followed by 2 * n_pools counts. Lists and counts are indexed by L: L = p for the L1
+	 * pages of pool p; L = n_pools + p for the "interior" L1 pages of TAIL pool p, those
+	 * not among the node's last tail_pages pages (no hit ending at the node's end needs
+	 * them, so they are dropped first).
+	 */
 	struct lru_link lru[];
 };
 
@@ -32,7 +37,6 @@ struct rdx_pool {
 	uint32_t ratio, retention, tail_tokens, tail_pages, n_layers;
 	uint64_t entry_bytes, page_bytes, budget;
 	uint64_t bytes, peak, pages, evicted, tombstoned, released;
-	struct lru_link head; /* head.next = least recently used */
 };
 
 enum { REQ_RUNNING = 0, REQ_FINISHED = 1, REQ_ABORTED = 2 };
@@ -55,6 +59,7 @@ struct srt_rdx_cache {
 	uint32_t P, n_pools, mem;
 	uint32_t max_tail_pages, max_tail_tokens;
 	struct rdx_pool *pools;
+	struct lru_link *heads; /* [2 * n_pools]; next = least recently used, prev = newest */
 	struct srt_rdx_allocator alloc;
 	struct srt_rdx_hooks hooks;
 	int has_hooks;
@@ -112,7 +117,7 @@ const struct srt_rdx_allocator srt_rdx_null_allocator = {NULL, null_alloc, null_
 static inline uint32_t *node_present(const struct srt_rdx_cache *c, const struct srt_rdx_node *n)
 {
 	return (uint32_t *)(void *)((char *)(uintptr_t)n + sizeof(*n) +
-				    c->n_pools * sizeof(struct lru_link));
+				    2u * c->n_pools * sizeof(struct lru_link));
 }
 static inline struct srt_rdx_loc *node_loc(const struct srt_rdx_cache *c,
 					   const struct srt_rdx_node *n, uint32_t j)
@@ -125,7 +130,8 @@ static inline uint64_t node_end(const struct srt_rdx_node *n)
 }
 static size_t node_size(const struct srt_rdx_cache *c)
 {
-	return sizeof(struct srt_rdx_node) + c->n_pools * (sizeof(struct lru_link) + sizeof(uint32_t));
+	return sizeof(struct srt_rdx_node) +
+	       2u * c->n_pools * (sizeof(struct lru_link) + sizeof(uint32_t));
 }
 static size_t page_meta(const struct srt_rdx_cache *c)
 {
@@ -263,50 +269,86 @@ static void child_unlink(struct srt_rdx_node *n)
 }
 
 /* LRU lists, one per pool, of nodes with >= 1 present L1 page in that pool ------------------ */
-static void lru_unlink(struct srt_rdx_cache *c, struct srt_rdx_node *n, uint32_t p)
+static void lru_unlink(struct srt_rdx_cache *c, struct srt_rdx_node *n, uint32_t L)
 {
-	struct lru_link *l = &n->lru[p], *h = &c->pools[p].head; /* h: next = oldest, prev = newest */
+	struct lru_link *l = &n->lru[L], *h = &c->heads[L];
 	if (l->prev)
-		l->prev->lru[p].next = l->next;
+		l->prev->lru[L].next = l->next;
 	else
 		h->next = l->next;
 	if (l->next)
-		l->next->lru[p].prev = l->prev;
+		l->next->lru[L].prev = l->prev;
 	else
 		h->prev = l->prev;
 	l->prev = l->next = NULL;
 }
-static void lru_push_newest(struct srt_rdx_cache *c, struct srt_rdx_node *n, uint32_t p)
+static void lru_push_newest(struct srt_rdx_cache *c, struct srt_rdx_node *n, uint32_t L)
 {
-	struct lru_link *h = &c->pools[p].head;
-	n->lru[p].next = NULL;
-	n->lru[p].prev = h->prev;
+	struct lru_link *h = &c->heads[L];
+	n->lru[L].next = NULL;
+	n->lru[L].prev = h->prev;
 	if (h->prev)
-		h->prev->lru[p].next = n;
+		h->prev->lru[L].next = n;
 	else
 		h->next = n;
 	h->prev = n;
 }
-/* Insert n just before `before` (which is in the list). */
+/* Insert n just before `before` (which is in list L). */
 static void lru_insert_before(struct srt_rdx_cache *c, struct srt_rdx_node *n,
-			      struct srt_rdx_node *before, uint32_t p)
+			      struct srt_rdx_node *before, uint32_t L)
 {
-	n->lru[p].next = before;
-	n->lru[p].prev = before->lru[p].prev;
-	if (before->lru[p].prev)
-		before->lru[p].prev->lru[p].next = n;
+	n->lru[L].next = before;
+	n->lru[L].prev = before->lru[L].prev;
+	if (before->lru[L].prev)
+		before->lru[L].prev->lru[L].next = n;
 	else
-		c->pools[p].head.next = n;
-	before->lru[p].prev = n;
+		c->heads[L].next = n;
+	before->lru[L].prev = n;
 }
 static void touch(struct srt_rdx_cache *c, struct srt_rdx_node *n)
 {
-	uint32_t *pr = node_present(c, n);
-	for (uint32_t p = 0; p < c->n_pools; p++)
-		if (pr[p]) {
-			lru_unlink(c, n, p);
-			lru_push_newest(c, n, p);
+	uint32_t *cnt = node_present(c, n);
+	for (uint32_t L = 0; L < 2 * c->n_pools; L++)
+		if (cnt[L]) {
+			lru_unlink(c, n, L);
+			lru_push_newest(c, n, L);
 		}
+}
+
+/* Is page j of n an interior page of pool p (see struct srt_rdx_node)? */
+static inline int is_interior(const struct srt_rdx_cache *c, const struct srt_rdx_node *n,
+			      uint32_t p, uint32_t j)
+{
+	const struct rdx_pool *pl = &c->pools[p];
+	return pl->retention == SRT_RETAIN_TAIL && j + pl->tail_pages < n->n_pages;
+}
+
+/*
+ * Recount pool p's lists of n from its records and fix list membership; a node that joins a
+ * list goes just before `before` (when given and in that list) or to the newest end.
+ */
+static void recount(struct srt_rdx_cache *c, struct srt_rdx_node *n, uint32_t p,
+		    struct srt_rdx_node *before)
+{
+	uint32_t pres = 0, inter = 0, np = c->n_pools;
+	for (uint32_t j = 0; j < n->n_pages; j++)
+		if (node_loc(c, n, j)[p].tier == SRT_RDX_L1) {
+			pres++;
+			inter += is_interior(c, n, p, j);
+		}
+	uint32_t *cnt = node_present(c, n);
+	uint32_t want[2] = {pres, inter}, L[2] = {p, np + p};
+	for (int k = 0; k < 2; k++) {
+		if (cnt[L[k]] && !want[k])
+			lru_unlink(c, n, L[k]);
+		else if (!cnt[L[k]] && want[k]) {
+			if (before && node_present(c, before)[L[k]])
+				lru_insert_before(c, n, before, L[k]);
+			else
+				lru_push_newest(c, n, L[k]);
+		}
+		cnt[L[k]] = want[k];
+	}
 }
 
 /* --- pages ------------------------------------------------------------------------------- */
@@ -328,8 +370,7 @@ static uint64_t node_drop_pool(struct srt_rdx_cache *c, struct srt_rdx_node *n, 
 			       int why)
 {
 	uint64_t k = 0;
-	uint32_t *pr = node_present(c, n);
-	if (!pr[p])
+	if (!node_present(c, n)[p])
 		return 0;
 	for (uint32_t j = n->n_pages; j-- > 0;) { /* deepest page first */
 		struct srt_rdx_loc *l = &node_loc(c, n, j)[p];
@@ -341,11 +382,32 @@ static uint64_t node_drop_pool(struct srt_rdx_cache *c, struct srt_rdx_node *n, 
 		pool_free_page(c, p, l);
 		k++;
 	}
-	pr[p] = 0;
-	lru_unlink(c, n, p);
+	recount(c, n, p, NULL);
 	c->pools[p].evicted += k;
 	if (why == SRT_RDX_DROP_TOMBSTONE)
 		c->pools[p].tombstoned += k;
+	return k;
+}
+
+/* Tombstone pool p's unlocked interior L1 pages of n. Returns pages freed. */
+static uint64_t node_drop_interior(struct srt_rdx_cache *c, struct srt_rdx_node *n, uint32_t p)
+{
+	uint64_t k = 0;
+	for (uint32_t j = 0; j < n->n_pages; j++) {
+		struct srt_rdx_loc *l = &node_loc(c, n, j)[p];
+		if (l->tier != SRT_RDX_L1 || !is_interior(c, n, p, j) || n->tail_lock[j])
+			continue;
+		if (c->has_hooks && c->hooks.on_drop)
+			c->hooks.on_drop(c->hooks.ctx, p, n->start_page + j, n->tokens + (size_t)j * c->P,
+					 l, c->pools[p].page_bytes, SRT_RDX_DROP_TOMBSTONE);
+		pool_free_page(c, p, l);
+		k++;
+	}
+	if (k) {
+		recount(c, n, p, NULL);
+		c->pools[p].evicted += k;
+		c->pools[p].tombstoned += k;
+	}
 	return k;
 }
 
@@ -397,7 +459,12 @@ static void delete_with_dead_parents(struct srt_rdx_cache *c, struct srt_rdx_nod
 static int evict_one(struct srt_rdx_cache *c, uint32_t p)
 {
 	struct rdx_pool *pl = &c->pools[p];
-	for (struct srt_rdx_node *n = pl->head.next; n; n = n->lru[p].next) {
+	if (pl->retention == SRT_RETAIN_TAIL) /* interior pages first: no node-end hit needs them */
+		for (struct srt_rdx_node *n = c->heads[c->n_pools + p].next; n;
+		     n = n->lru[c->n_pools + p].next)
+			if (node_drop_interior(c, n, p))
+				return 1;
+	for (struct srt_rdx_node *n = c->heads[p].next; n; n = n->lru[p].next) {
 		if (n->tail_lock_sum)
 			continue;
 		int deletable = node_is_leaf(n) && !n->all_lock;
@@ -517,7 +584,8 @@ int srt_rdx_cache_create(const struct srt_rdx_config *cfg, const struct srt_pool
 		c->has_hooks = 1;
 	}
 	c->pools = calloc(n_pools, sizeof(*c->pools));
-	if (!c->pools)
+	c->heads = calloc(2u * n_pools, sizeof(*c->heads));
+	if (!c->pools || !c->heads)
 		goto nomem_c;
 	for (uint32_t i = 0; i < n_pools; i++) {
 		const struct srt_pool_decl *d = &pools[i];
@@ -578,6 +646,7 @@ void srt_rdx_cache_destroy(struct srt_rdx_cache *c)
 		free_subtree(c, c->root);
 	free(c->buckets);
 	free(c->pools);
+	free(c->heads);
 	free(c);
 }
 
@@ -655,19 +724,9 @@ static struct srt_rdx_node *node_split(struct srt_rdx_cache *c, struct srt_rdx_n
 	hash_add(c, u);
 	hash_add(c, n);
 	c->nodes++;
-	uint32_t *pu = node_present(c, u), *pn = node_present(c, n);
 	for (uint32_t p = 0; p < np; p++) {
-		uint32_t cnt = 0;
-		for (uint32_t j = 0; j < k; j++)
-			cnt += node_loc(c, u, j)[p].tier == SRT_RDX_L1;
-		pu[p] = cnt;
-		if (cnt) {
-			assert(pn[p] >= cnt);
-			lru_insert_before(c, u, n, p);
-			pn[p] -= cnt;
-			if (!pn[p])
-				lru_unlink(c, n, p);
-		}
+		recount(c, u, p, n); /* u takes n's place in every list, just before it */
+		recount(c, n, p, NULL);
 	}
 	return u;
 }
@@ -1036,12 +1095,10 @@ static struct srt_rdx_node *leaf_from_req(struct srt_rdx_req *r, struct srt_rdx_
 	n->start_page = from;
 	memcpy(n->tokens, r->tokens + from * c->P, (size_t)k * c->P * sizeof(int32_t));
 	memset(n->tail_lock, 0, (size_t)k * sizeof(uint32_t));
-	uint32_t *pr = node_present(c, n);
 	for (uint32_t j = 0; j < k; j++) {
 		struct srt_rdx_loc *src = priv_loc(r, from + j), *dst = node_loc(c, n, j);
 		for (uint32_t p = 0; p < c->n_pools; p++) {
 			dst[p] = src[p];
-			pr[p] += src[p].tier == SRT_RDX_L1;
 			src[p] = (struct srt_rdx_loc){0};
 		}
 	}
@@ -1050,8 +1107,7 @@ static struct srt_rdx_node *leaf_from_req(struct srt_rdx_req *r, struct srt_rdx_
 	c->nodes++;
 	c->tree_pages += k;
 	for (uint32_t p = 0; p < c->n_pools; p++)
-		if (pr[p])
-			lru_push_newest(c, n, p);
+		recount(c, n, p, NULL);
 	return n;
 }
 
@@ -1060,14 +1116,16 @@ static void merge_page(struct srt_rdx_req *r, struct srt_rdx_node *n, uint32_t j
 {
 	struct srt_rdx_cache *c = r->c;
 	struct srt_rdx_loc *src = priv_loc(r, v), *dst = node_loc(c, n, j);
-	uint32_t *pr = node_present(c, n);
-	for (uint32_t p = 0; p < c->n_pools; p++) {
+	uint32_t *cnt = node_present(c, n), np = c->n_pools;
+	for (uint32_t p = 0; p < np; p++) {
 		if (src[p].tier == SRT_RDX_ABSENT)
 			continue;
 		if (dst[p].tier == SRT_RDX_ABSENT) {
 			dst[p] = src[p];
-			if (!pr[p]++)
+			if (!cnt[p]++)
 				lru_push_newest(c, n, p);
+			if (is_interior(c, n, p, j) && !cnt[np + p]++)
+				lru_push_newest(c, n, np + p);
 		} else {
 			pool_free_page(c, p, &src[p]);
 		}
@@ -1254,8 +1312,9 @@ int srt_rdx_cache_check(const struct srt_rdx_cache *c, char *err, size_t errlen)
 {
 	int rc = 0;
 	uint32_t np = c->n_pools;
-	uint64_t pages[SRT_RDX_MAX_POOLS] = {0}, lru_count[SRT_RDX_MAX_POOLS] = {0};
+	uint64_t pages[SRT_RDX_MAX_POOLS] = {0};
 	uint64_t nodes = 0, tpages = 0, want_present[SRT_RDX_MAX_POOLS] = {0};
+	uint64_t want_inter[SRT_RDX_MAX_POOLS] = {0};
 	/* expected locks: recompute from live requests into scratch fields */
 	int64_t ext = c->ext_locks;
 	/* walk the tree (iterative pre-order) */
@@ -1283,6 +1342,13 @@ int srt_rdx_cache_check(const struct srt_rdx_cache *c, char *err, size_t errlen)
 					cnt += node_loc(c, n, j)[p].tier == SRT_RDX_L1;
 				CHK(cnt == pr[p], "pool '%s': node present count %u, pages say %u",
 				    c->pools[p].name, pr[p], cnt);
+				uint32_t inter = 0;
+				for (uint32_t j = 0; j < n->n_pages; j++)
+					inter += node_loc(c, n, j)[p].tier == SRT_RDX_L1 &&
+						 is_interior(c, n, p, j);
+				CHK(inter == pr[np + p], "pool '%s': interior count %u, pages say %u",
+				    c->pools[p].name, pr[np + p], inter);
+				want_inter[p] += inter > 0;
 				pages[p] += cnt;
 				want_present[p] += cnt > 0;
 				if (c->pools[p].retention == SRT_RETAIN_ALL)
@@ -1304,16 +1370,21 @@ int srt_rdx_cache_check(const struct srt_rdx_cache *c, char *err, size_t errlen)
 	CHK(nodes == c->nodes, "node count %llu, tree has %llu", (unsigned long long)c->nodes,
 	    (unsigned long long)nodes);
 	CHK(tpages == c->tree_pages, "tree page count mismatch");
-	for (uint32_t p = 0; p < np; p++) {
-		for (const struct srt_rdx_node *x = c->pools[p].head.next; x; x = x->lru[p].next) {
-			lru_count[p]++;
-			CHK(node_present(c, x)[p] > 0, "pool '%s': LRU holds a node without pages",
-			    c->pools[p].name);
-			CHK(lru_count[p] <= nodes, "pool '%s': LRU list loops", c->pools[p].name);
+	for (uint32_t L = 0; L < 2 * np; L++) {
+		uint32_t p = L % np;
+		uint64_t cnt = 0, want = L < np ? want_present[p] : want_inter[p];
+		const struct srt_rdx_node *prev = NULL;
+		for (const struct srt_rdx_node *x = c->heads[L].next; x; x = x->lru[L].next) {
+			cnt++;
+			CHK(node_present(c, x)[L] > 0, "pool '%s': LRU list %u holds a node without "
+			    "pages", c->pools[p].name, L);
+			CHK(x->lru[L].prev == prev, "pool '%s': LRU list %u broken", c->pools[p].name, L);
+			CHK(cnt <= nodes, "pool '%s': LRU list loops", c->pools[p].name);
+			prev = x;
 		}
-		CHK(lru_count[p] == want_present[p], "pool '%s': LRU has %llu nodes, expected %llu",
-		    c->pools[p].name, (unsigned long long)lru_count[p],
-		    (unsigned long long)want_present[p]);
+		CHK(c->heads[L].prev == prev, "pool '%s': LRU list %u tail wrong", c->pools[p].name, L);
+		CHK(cnt == want, "pool '%s': LRU list %u has %llu nodes, expected %llu",
+		    c->pools[p].name, L, (unsigned long long)cnt, (unsigned long long)want);
 	}
 	uint64_t live = 0;
 	for (const struct srt_rdx_req *r = c->reqs; r; r = r->next) {

@@ -207,11 +207,13 @@ START_TEST(tombstoned_window_keeps_compressed_pages_matchable)
 	ck_assert_uint_eq(hit, 256);
 	/* r TAIL-locks only the last page; the window pages of X are droppable */
 	uint64_t freed;
-	ck_assert_int_eq(srt_rdx_evict(c, WIN, 0, &freed), SRT_ENOMEM); /* Y stays: locked */
+	/* everything but Y's last page (TAIL-locked by r) goes: X's 4 pages, Y's 3 interior */
+	ck_assert_int_eq(srt_rdx_evict(c, WIN, 0, &freed), SRT_ENOMEM);
 	struct srt_rdx_pool_stats st;
 	srt_rdx_pool_stats(c, WIN, &st);
-	ck_assert_uint_eq(st.tombstoned_pages, 4);
-	ck_assert_uint_eq(freed, 4 * st.page_bytes);
+	ck_assert_uint_eq(st.tombstoned_pages, 7);
+	ck_assert_uint_eq(freed, 7 * st.page_bytes);
+	ck_assert_uint_eq(st.pages, 1);
 	srt_rdx_pool_stats(c, C4, &st);
 	ck_assert_uint_eq(st.pages, 8); /* compressed pages all kept */
 	/* the page table of r shows the holes */
@@ -234,6 +236,27 @@ START_TEST(tombstoned_window_keeps_compressed_pages_matchable)
 	ck_assert_uint_eq(run_req(c, t, 128), 0);
 	ck_assert_int_eq(srt_rdx_match(c, t, 128, &m), 0);
 	ck_assert_uint_eq(m.hit_tokens, 128);
+	done(c);
+}
+END_TEST
+
+START_TEST(window_pressure_drops_interior_pages_before_node_ends)
+{
+	/* win pages are 2 * 32 * 8 = 512 B; room for 5 */
+	uint64_t budgets[NPOOLS] = {5 * 512, SRT_RDX_UNBOUNDED, SRT_RDX_UNBOUNDED, SRT_RDX_UNBOUNDED};
+	struct srt_rdx_cache *c = mk(budgets);
+	int32_t a[128], b[128];
+	seq(a, 128, 20), seq(b, 128, 21);
+	run_req(c, a, 128); /* 4 pages, all windows present */
+	run_req(c, b, 128); /* needs 4 more win pages: a's interior pages 0..2 go first */
+	struct srt_rdx_pool_stats st;
+	srt_rdx_pool_stats(c, WIN, &st);
+	ck_assert_uint_eq(st.tombstoned_pages, 3);
+	struct srt_rdx_match m;
+	srt_rdx_match(c, a, 128, &m); /* a's end is still a usable hit end */
+	ck_assert_uint_eq(m.hit_tokens, 128);
+	srt_rdx_match(c, a, 96, &m); /* but not the middle */
+	ck_assert_uint_eq(m.hit_tokens, 0);
 	done(c);
 }
 END_TEST
@@ -475,6 +498,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, commit_returns_the_already_cached_length);
 	tcase_add_test(tc, partial_match_splits_a_node);
 	tcase_add_test(tc, tombstoned_window_keeps_compressed_pages_matchable);
+	tcase_add_test(tc, window_pressure_drops_interior_pages_before_node_ends);
 	tcase_add_test(tc, unlock_without_lock_is_an_error);
 	tcase_add_test(tc, calls_after_finish_or_abort_are_errors);
 	tcase_add_test(tc, abort_frees_every_private_page_and_unlocks);

@@ -92,7 +92,8 @@ enum srt_profile {
 
 /*
  * Work split for srt_host.parallel_for: fn is called with disjoint [begin, end) ranges that
- * cover [0, n); tid is in [0, nthreads). Calls return after every range is done.
+ * cover [0, n); tid is in [0, nthreads). Calls return after every range is done. Call it as
+ * host->parallel_for(host, n, fn, ctx).
  */
 typedef void (*srt_range_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 
@@ -117,7 +118,7 @@ struct srt_host {
 
 	/* Worker threads the plugin may use through parallel_for (>= 1). */
 	int nthreads;
-	void (*parallel_for)(int64_t n, srt_range_fn fn, void *ctx);
+	void (*parallel_for)(const struct srt_host *host, int64_t n, srt_range_fn fn, void *ctx);
 };
 
 /* Only reads after checking struct_size: the table grows at the end. */

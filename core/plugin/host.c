@@ -296,30 +296,14 @@ static int pool_start(struct pool *p, int nthreads, char *why, size_t why_len)
 
 struct host_impl {
 	struct srt_host pub; /* first: a struct srt_host * is a struct host_impl * */
-	int slot;
 	struct pool pool;
 };
 
-static struct host_impl *slots[SRT_HOST_MAX_LIVE];
-static pthread_mutex_t slots_mu = PTHREAD_MUTEX_INITIALIZER;
-
-#define TRAMPOLINE(i)                                                                          \
-	static void parallel_for_##i(int64_t n, srt_range_fn fn, void *ctx)                    \
-	{                                                                                      \
-		pool_run(&slots[i]->pool, n, fn, ctx);                                         \
-	}
-TRAMPOLINE(0)
-TRAMPOLINE(1)
-TRAMPOLINE(2)
-TRAMPOLINE(3)
-TRAMPOLINE(4)
-TRAMPOLINE(5)
-TRAMPOLINE(6)
-TRAMPOLINE(7)
-static void (*const trampolines[SRT_HOST_MAX_LIVE])(int64_t, srt_range_fn, void *) = {
-	parallel_for_0, parallel_for_1, parallel_for_2, parallel_for_3,
-	parallel_for_4, parallel_for_5, parallel_for_6, parallel_for_7,
-};
+static void host_parallel_for(const struct srt_host *host, int64_t n, srt_range_fn fn, void *ctx)
+{
+	struct host_impl *h = (struct host_impl *)host;
+	pool_run(&h->pool, n, fn, ctx);
+}
 
 int srt_host_create(int nthreads, struct srt_host **out, char *why, size_t why_len)
 {
@@ -340,26 +324,11 @@ int srt_host_create(int nthreads, struct srt_host **out, char *why, size_t why_l
 		snprintf(why, why_len, "host: out of memory");
 		return SRT_ENOMEM;
 	}
-	pthread_mutex_lock(&slots_mu);
-	h->slot = -1;
-	for (int i = 0; i < SRT_HOST_MAX_LIVE; i++) {
-		if (!slots[i]) {
-			slots[i] = h;
-			h->slot = i;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&slots_mu);
-	if (h->slot < 0) {
-		snprintf(why, why_len, "host: %d hosts exist already (the most at one time)",
-			 SRT_HOST_MAX_LIVE);
-		free(h);
-		return SRT_EBUSY;
-	}
-
 	int rc = pool_start(&h->pool, nthreads, why, why_len);
-	if (rc)
-		goto out_release_slot;
+	if (rc) {
+		free(h);
+		return rc;
+	}
 
 	h->pub.struct_size = sizeof(struct srt_host);
 	h->pub.abi_major = SRT_ABI_MAJOR;
@@ -368,16 +337,9 @@ int srt_host_create(int nthreads, struct srt_host **out, char *why, size_t why_l
 	h->pub.alloc = host_alloc;
 	h->pub.free = host_free;
 	h->pub.nthreads = nthreads;
-	h->pub.parallel_for = trampolines[h->slot];
+	h->pub.parallel_for = host_parallel_for;
 	*out = &h->pub;
 	return 0;
-
-out_release_slot:
-	pthread_mutex_lock(&slots_mu);
-	slots[h->slot] = NULL;
-	pthread_mutex_unlock(&slots_mu);
-	free(h);
-	return rc;
 }
 
 void srt_host_destroy(struct srt_host *host)
@@ -386,9 +348,5 @@ void srt_host_destroy(struct srt_host *host)
 		return;
 	struct host_impl *h = (struct host_impl *)host;
 	pool_stop(&h->pool);
-	pthread_mutex_lock(&slots_mu);
-	assert(slots[h->slot] == h);
-	slots[h->slot] = NULL;
-	pthread_mutex_unlock(&slots_mu);
 	free(h);
 }

@@ -13,9 +13,7 @@
  * range is done. Calls from different threads are serialised (one job runs at a time); a
  * parallel_for issued from inside a worker runs the whole range inline on that worker, with
  * that worker's tid, so nesting never deadlocks.
- *
- * Because the ABI's parallel_for takes no host argument, each live host is bound to one of
- * SRT_HOST_MAX_LIVE static trampolines; at most that many hosts may exist at once.
+
  */
 #ifndef SRT_PLUGIN_HOST_H
 #define SRT_PLUGIN_HOST_H
@@ -24,12 +22,10 @@
 
 #include <shadowrt/plugin.h>
 
-#define SRT_HOST_MAX_LIVE 8
-
 /*
  * Make a host table with a pool of nthreads threads (0 = number of online CPUs; the calling
  * thread counts as one). Returns 0 and *out, or SRT_EINVAL (nthreads < 0 or > 4096),
- * SRT_ENOMEM, SRT_EBUSY (SRT_HOST_MAX_LIVE hosts exist) or SRT_EIO (pthread_create failed),
+ * SRT_ENOMEM or SRT_EIO (pthread_create failed),
  * with a reason in why. The caller owns *out and frees it with srt_host_destroy.
  */
 int srt_host_create(int nthreads, struct srt_host **out, char *why, size_t why_len);

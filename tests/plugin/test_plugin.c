@@ -103,7 +103,7 @@ START_TEST(test_parallel_for_covers_every_index_exactly_once)
 			int64_t n = sizes[s];
 			struct cover c = {.nthreads = h->nthreads};
 			c.hits = calloc((size_t)n + 1, sizeof(*c.hits));
-			h->parallel_for(n, cover_fn, &c);
+			h->parallel_for(h, n, cover_fn, &c);
 			ck_assert_int_eq(atomic_load(&c.bad_tid), 0);
 			for (int64_t i = 0; i < n; i++)
 				ck_assert_msg(c.hits[i] == 1, "threads %d n %lld: index %lld hit %d times",
@@ -177,7 +177,7 @@ static void outer_fn(void *ctx, int64_t begin, int64_t end, int tid)
 	struct nest *n = ctx;
 	for (int64_t i = begin; i < end; i++) {
 		void *args[3] = {n, (void *)(intptr_t)(i * 10), (void *)(intptr_t)tid};
-		n->h->parallel_for(10, inner_fn, args);
+		n->h->parallel_for(n->h, 10, inner_fn, args);
 	}
 }
 
@@ -187,7 +187,7 @@ START_TEST(test_parallel_for_nested_call_runs_inline_without_deadlock)
 	struct srt_host *h;
 	ck_assert_int_eq(srt_host_create(4, &h, why, sizeof(why)), 0);
 	struct nest n = {.h = h};
-	h->parallel_for(8, outer_fn, &n);
+	h->parallel_for(h, 8, outer_fn, &n);
 	for (int i = 0; i < 80; i++)
 		ck_assert_int_eq(n.inner_hits[i], 1);
 	ck_assert_int_eq(n.tid_mismatch, 0);
@@ -214,7 +214,7 @@ static void *caller_main(void *arg)
 {
 	struct caller *c = arg;
 	for (int r = 0; r < 200; r++)
-		c->h->parallel_for(1000, add_fn, c);
+		c->h->parallel_for(c->h, 1000, add_fn, c);
 	return NULL;
 }
 
@@ -235,29 +235,21 @@ START_TEST(test_parallel_for_from_two_threads_at_once_is_correct)
 }
 END_TEST
 
-START_TEST(test_host_count_is_bounded_and_slots_are_reused)
+START_TEST(test_many_hosts_each_run_their_own_pool)
 {
+	enum { N_HOSTS = 12 };
 	char why[256] = "";
-	struct srt_host *hs[SRT_HOST_MAX_LIVE], *extra = NULL;
-	for (int i = 0; i < SRT_HOST_MAX_LIVE; i++)
-		ck_assert_int_eq(srt_host_create(1, &hs[i], why, sizeof(why)), 0);
-	ck_assert_int_eq(srt_host_create(1, &extra, why, sizeof(why)), SRT_EBUSY);
-	ck_assert_ptr_nonnull(strstr(why, "hosts exist already"));
+	struct srt_host *hs[N_HOSTS];
+	for (int i = 0; i < N_HOSTS; i++)
+		ck_assert_int_eq(srt_host_create(1 + i % 3, &hs[i], why, sizeof(why)), 0);
 	/* Each host's parallel_for reaches its own pool. */
-	for (int i = 0; i < SRT_HOST_MAX_LIVE; i++) {
+	for (int i = 0; i < N_HOSTS; i++) {
 		struct caller c = {.h = hs[i]};
-		hs[i]->parallel_for(10, add_fn, &c);
-		ck_assert_int_eq(c.sum, 45);
+		hs[i]->parallel_for(hs[i], 100, add_fn, &c);
+		ck_assert_int_eq(c.sum, 4950);
 	}
-	srt_host_destroy(hs[3]);
-	ck_assert_int_eq(srt_host_create(2, &extra, why, sizeof(why)), 0);
-	struct caller c = {.h = extra};
-	extra->parallel_for(100, add_fn, &c);
-	ck_assert_int_eq(c.sum, 4950);
-	srt_host_destroy(extra);
-	for (int i = 0; i < SRT_HOST_MAX_LIVE; i++)
-		if (i != 3)
-			srt_host_destroy(hs[i]);
+	for (int i = 0; i < N_HOSTS; i++)
+		srt_host_destroy(hs[i]);
 }
 END_TEST
 
@@ -959,9 +951,8 @@ static Suite *plugin_suite(void)
 	tcase_add_test(tc, test_log_prefixes_plugin_name_and_filters_by_level);
 	suite_add_tcase(s, tc);
 
-	/* Without the host fixture: it needs every host slot. */
-	tc = tcase_create("host_slots");
-	tcase_add_test(tc, test_host_count_is_bounded_and_slots_are_reused);
+	tc = tcase_create("many_hosts");
+	tcase_add_test(tc, test_many_hosts_each_run_their_own_pool);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("registry");

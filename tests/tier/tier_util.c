@@ -56,8 +56,9 @@ static void *tu_alloc(size_t size, size_t align)
 	return posix_memalign(&p, align, size ? size : 1) ? NULL : p;
 }
 
-static void tu_pfor(int64_t n, srt_range_fn fn, void *ctx)
+static void tu_pfor(const struct srt_host *h, int64_t n, srt_range_fn fn, void *ctx)
 {
+	(void)h;
 	fn(ctx, 0, n, 0);
 }
 

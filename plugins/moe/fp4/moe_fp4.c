@@ -784,14 +784,14 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		in->row0 = r0;
 		in->m = n - r0 < MOE_ROW_CHUNK ? n - r0 : MOE_ROW_CHUNK;
 		n_ent = in->m * (in->topk + 1);
-		h->parallel_for(in->m, route_rows, in);
+		h->parallel_for(h, in->m, route_rows, in);
 		build_groups(in);
-		h->parallel_for(n_ent, gather_inputs, in);
-		h->parallel_for(in->n_groups * in->n_tasks_per_group_up, up_gate, in);
+		h->parallel_for(h, n_ent, gather_inputs, in);
+		h->parallel_for(h, in->n_groups * in->n_tasks_per_group_up, up_gate, in);
 		if (in->profile == SRT_PROFILE_REFERENCE)
-			h->parallel_for(n_ent, quant_h, in);
-		h->parallel_for(in->n_groups * in->n_tasks_per_group_down, down, in);
-		h->parallel_for(in->m, combine, in);
+			h->parallel_for(h, n_ent, quant_h, in);
+		h->parallel_for(h, in->n_groups * in->n_tasks_per_group_down, down, in);
+		h->parallel_for(h, in->m, combine, in);
 	}
 	return 0;
 }

@@ -416,7 +416,7 @@ static int mhc_pre(void *inst, int32_t layer, uint32_t sublayer, int32_t n_rows,
 	in->X = X;
 	in->u = u;
 	in->mix = mix;
-	in->host->parallel_for(n_rows, pre_rows, in);
+	in->host->parallel_for(in->host, n_rows, pre_rows, in);
 	return 0;
 }
 
@@ -434,7 +434,7 @@ static int mhc_post(void *inst, int32_t layer, uint32_t sublayer, int32_t n_rows
 	in->f = f;
 	in->mix_in = mix;
 	in->Xout = X;
-	in->host->parallel_for(n_rows, post_rows, in);
+	in->host->parallel_for(in->host, n_rows, post_rows, in);
 	return 0;
 }
 
@@ -445,7 +445,7 @@ static int mhc_head(void *inst, int32_t n_rows, const float *X, float *y)
 		return n_rows < 0 ? SRT_EINVAL : 0;
 	in->X = X;
 	in->u = y;
-	in->host->parallel_for(n_rows, head_rows, in);
+	in->host->parallel_for(in->host, n_rows, head_rows, in);
 	return 0;
 }
 

@@ -134,7 +134,7 @@ int srt_rdx_geometry_load(const char *model, const struct srt_rdx_geometry_opts 
 		};
 		struct srt_instance *inst;
 		if ((rc = srt_plugin_instantiate(info, p->host, &args, &inst, why, sizeof(why)))) {
-			seterr(err, errlen, "attention plugin '%s': %s", name, why);
+			seterr(err, errlen, "%s", why); /* names the plugin and its file */
 			goto fail;
 		}
 		p->inst[p->n_inst++] = inst;

@@ -99,11 +99,11 @@ static void malloc_free(void *ctx, uint32_t pool, void *page, size_t bytes)
 }
 const struct srt_rdx_allocator srt_rdx_malloc_allocator = {NULL, malloc_alloc, malloc_free};
 
-static uint64_t null_counter; /* only the cache's thread uses a given cache; distinctness only */
+static uint64_t null_counter; /* process-wide, atomic: addresses only need to be distinct */
 static int null_alloc(void *ctx, uint32_t pool, size_t bytes, void **page)
 {
 	(void)ctx, (void)pool, (void)bytes;
-	*page = (void *)(uintptr_t)(++null_counter << 6);
+	*page = (void *)(uintptr_t)(__atomic_add_fetch(&null_counter, 1, __ATOMIC_RELAXED) << 6);
 	return 0;
 }
 static void null_free(void *ctx, uint32_t pool, void *page, size_t bytes)

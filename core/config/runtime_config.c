@@ -474,7 +474,15 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 			c->model = v;
 			return 0;
 		}
-		RC_FAIL(e, "unknown key (expected plugin_dirs, threads, profile or model)");
+		if (!strcmp(k, "prefill_chunk")) {
+			if (!rc_int(v, 1, 1 << 20, &iv))
+				RC_FAIL(e, "'%s' is not an integer in [1, 1048576] (tokens per prefill "
+					"chunk)", v);
+			c->prefill_chunk = (int32_t)iv;
+			return 0;
+		}
+		RC_FAIL(e, "unknown key (expected plugin_dirs, threads, profile, model or "
+			"prefill_chunk)");
 	}
 	if (!strcmp(s, "attention")) {
 		if (strncmp(k, "ratio.", 6) || !rc_int(k + 6, 0, 1 << 20, &iv) ||
@@ -682,6 +690,7 @@ static void rc_defaults(struct srt_runtime_config *c)
 	c->threads = 0;
 	c->profile = SRT_PROFILE_REFERENCE;
 	c->model = "tiny";
+	c->prefill_chunk = 256;
 	c->page_size = 256;
 	c->write_policy = SRT_WRITE_THROUGH;
 	c->prefetch = 1;

@@ -3,7 +3,7 @@
  * directories, cache and tier settings, threads, numerics profile, sampling.
  *
  *   [runtime]   plugin_dirs = a:b   threads = 0 (all cores)   profile = reference|f32
- *               model = tiny (preset name or path)
+ *               model = tiny (preset name or path)   prefill_chunk = 256
  *   [attention] ratio.0 = swa   ratio.4 = csa   ratio.128 = hca     (ratio.N = plugin)
  *   [attention.<plugin>]  free options handed to that attention plugin
  *   [moe]       plugin = fp4       + free options
@@ -100,6 +100,9 @@ struct srt_runtime_config {
 	double top_p;       /* (0, 1] */
 	uint64_t seed;
 	int32_t max_new_tokens;
+
+	/* [runtime] prefill_chunk: tokens per prefill forward call (default 256). */
+	int32_t prefill_chunk;
 
 	/* Every entry, for srt_runtime_config_option. */
 	size_t n_entries;

@@ -1,0 +1,860 @@
+/* The executor (engine.h). */
+#include "exec/engine.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <shadowrt/attention.h>
+#include <shadowrt/moe.h>
+#include <shadowrt/residual.h>
+
+#include "ckpt/dsv4_tensors.h"
+#include "ckpt/safetensors.h"
+#include "ckpt/synth.h"
+#include "config/model_config.h"
+#include "config/runtime_config.h"
+#include "ops/fp.h"
+#include "ops/gemm.h"
+#include "ops/norm.h"
+#include "plugin/host.h"
+#include "plugin/registry.h"
+#include "radix/radix.h"
+
+#define MAX_ATTN 8
+
+struct attn_inst {
+	int32_t ratio;
+	struct srt_instance *inst;
+	struct srt_rc_scope scope;
+	int32_t *layers;
+	uint32_t n_layers;
+	uint32_t pool_off, pool_n; /* its pools in the cache's pool list */
+};
+
+struct srt_engine {
+	struct srt_runtime_config rc;
+	struct srt_model_config model;
+	char path[4096];
+	struct srt_ckpt *ck;
+	struct srt_weights weights;
+	struct srt_host *host;
+	struct srt_registry *reg;
+	struct attn_inst attn[MAX_ATTN];
+	int n_attn;
+	int layer_attn[SRT_MAX_LAYERS]; /* index into attn[] per main layer */
+	struct srt_instance *moe, *res;
+	struct srt_rc_scope moe_scope, res_scope;
+	int32_t *all_layers;
+	const struct srt_attention_vtable *attn_vt[MAX_ATTN];
+	const struct srt_moe_vtable *moe_vt;
+	const struct srt_residual_vtable *res_vt;
+	struct srt_rdx_cache *cache;
+	uint32_t n_pools;
+	uint32_t P;
+	int profile, chunk, threads;
+	int32_t d, vocab, S, mixf;
+	const uint16_t *embed, *head, *norm_w;
+	uint64_t next_seq_id;
+	struct srt_seq *live; /* list of sequences not yet freed */
+};
+
+struct srt_seq {
+	struct srt_engine *e;
+	struct srt_rdx_req *req;
+	uint64_t id, hit;
+	int32_t *prompt;
+	uint64_t n_prompt, done; /* prompt tokens computed (from 0, hit included) */
+	int finished, broken;
+	struct srt_seq *prev, *next;
+};
+
+static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t len, const char *fmt, ...)
+{
+	if (!err || !len)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err, len, fmt, ap);
+	va_end(ap);
+}
+
+/* --- model location --------------------------------------------------------------------- */
+
+const char *srt_engine_cache_dir(char *buf, size_t len)
+{
+	const char *x = getenv("XDG_CACHE_HOME");
+	if (x && *x) {
+		snprintf(buf, len, "%s/shadowrt/models", x);
+		return buf;
+	}
+	return "./shadowrt-models";
+}
+
+static int mkdir_p(const char *path)
+{
+	char p[4096];
+	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
+		return -1;
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0755) && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+static int is_file(const char *dir, const char *name)
+{
+	char p[4200];
+	struct stat st;
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static void rm_tree_flat(const char *dir)
+{
+	/* the generator writes only plain files into dir: config.json and *.safetensors */
+	static const char *const names[] = {"config.json", "model.safetensors",
+					    "model.safetensors.index.json", NULL};
+	char p[4300];
+	for (int i = 0; names[i]; i++) {
+		snprintf(p, sizeof(p), "%.4096s/%s", dir, names[i]);
+		unlink(p);
+	}
+	rmdir(dir);
+}
+
+int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, char *out,
+			 size_t len, char *err, size_t errlen)
+{
+	char why[1024], buf[4096];
+	struct stat st;
+	if (!model || !*model) {
+		seterr(err, errlen, "no model given (expected a checkpoint directory or a preset)");
+		return SRT_EINVAL;
+	}
+	if (stat(model, &st) == 0 && S_ISDIR(st.st_mode)) {
+		if (!is_file(model, "config.json")) {
+			seterr(err, errlen, "model directory '%s' has no config.json", model);
+			return SRT_ENOENT;
+		}
+		snprintf(out, len, "%s", model);
+		return 0;
+	}
+	if (strchr(model, '/') || strchr(model, '.')) {
+		seterr(err, errlen, "model '%s': not a checkpoint directory", model);
+		return SRT_ENOENT;
+	}
+	struct srt_model_config cfg;
+	int rc = srt_model_config_load(model, &cfg, why, sizeof(why));
+	if (rc) {
+		seterr(err, errlen, "model '%s': %s", model, why);
+		return rc;
+	}
+	if (!cache_dir)
+		cache_dir = srt_engine_cache_dir(buf, sizeof(buf));
+	if (snprintf(out, len, "%s/%s", cache_dir, model) >= (int)len) {
+		seterr(err, errlen, "model cache path too long");
+		return SRT_EINVAL;
+	}
+	if (is_file(out, "config.json"))
+		return 0;
+	if (mkdir_p(cache_dir)) {
+		seterr(err, errlen, "cannot create model cache directory '%s': %s", cache_dir,
+		       strerror(errno));
+		return SRT_EIO;
+	}
+	/* generate into a private directory, then rename: concurrent users see all or nothing */
+	char tmp[4200];
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", out, (long)getpid());
+	if (mkdir(tmp, 0755) && errno != EEXIST) {
+		seterr(err, errlen, "cannot create '%s': %s", tmp, strerror(errno));
+		return SRT_EIO;
+	}
+	if (!quiet)
+		fprintf(stderr, "shadowrt: generating the synthetic '%s' checkpoint in %s\n", model,
+			out);
+	struct srt_ck_synth_opts o = {.seed = SRT_CK_SYNTH_SEED, .shard_bytes = 0};
+	if ((rc = srt_ck_synth_write(&cfg, tmp, &o, why, sizeof(why)))) {
+		rm_tree_flat(tmp);
+		seterr(err, errlen, "generating '%s' in %s: %s", model, tmp, why);
+		return rc;
+	}
+	if (rename(tmp, out)) {
+		int en = errno;
+		rm_tree_flat(tmp);
+		if (is_file(out, "config.json")) /* somebody else won the race */
+			return 0;
+		seterr(err, errlen, "cannot rename '%s' to '%s': %s", tmp, out, strerror(en));
+		return SRT_EIO;
+	}
+	return 0;
+}
+
+/* --- open / close ----------------------------------------------------------------------- */
+
+static void ck_warn(void *user, const char *msg)
+{
+	(void)user;
+	srt_log(SRT_LOG_WARN, "exec", "%s", msg);
+}
+
+static int bf16_tensor(struct srt_engine *e, const char *name, int64_t rows, int64_t cols,
+		       const uint16_t **out, char *err, size_t errlen)
+{
+	const struct srt_tensor *t = srt_ck_find(e->ck, name);
+	if (!t || t->dtype != SRT_DT_BF16 || t->shape[0] != rows ||
+	    (cols > 0 && (t->ndim != 2 || t->shape[1] != cols))) {
+		seterr(err, errlen, "checkpoint %s: tensor '%s' missing or not bf16 [%lld%s%lld]",
+		       e->path, name, (long long)rows, cols > 0 ? ", " : "",
+		       (long long)(cols > 0 ? cols : 0));
+		return SRT_ECORRUPT;
+	}
+	*out = t->data;
+	return 0;
+}
+
+static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct srt_rc_plugin *p,
+		       const int32_t *layers, uint32_t n_layers, struct srt_rc_scope *scope,
+		       struct srt_instance **out, char *err, size_t errlen)
+{
+	char why[1024];
+	const struct srt_plugin_info *info;
+	int rc = srt_registry_find(e->reg, kind, p->name, &info, why, sizeof(why));
+	if (rc) {
+		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
+		return rc;
+	}
+	scope->config = &e->rc;
+	scope->section = p->section;
+	struct srt_plugin_args args = {
+		.struct_size = sizeof(args), .model = &e->model, .weights = &e->weights,
+		.layers = layers, .n_layers = n_layers, .page_tokens = e->P,
+		.profile = (uint32_t)e->profile, .option = srt_runtime_config_option_cb,
+		.option_ctx = scope, .role = p->role,
+	};
+	if ((rc = srt_plugin_instantiate(info, e->host, &args, out, why, sizeof(why)))) {
+		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
+		return rc;
+	}
+	return 0;
+}
+
+static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
+{
+	int rc, L = e->model.num_hidden_layers;
+	struct srt_pool_decl pools[SRT_RDX_MAX_POOLS];
+	uint32_t np = 0;
+
+	e->all_layers = malloc(sizeof(int32_t) * (size_t)L);
+	if (!e->all_layers)
+		return SRT_ENOMEM;
+	for (int l = 0; l < L; l++)
+		e->all_layers[l] = l;
+	/* attention: one instance per ratio, ascending, serving the main layers of that ratio */
+	for (int l = 0; l < L; l++) {
+		int r = srt_model_layer_ratio(&e->model, l), k;
+		for (k = 0; k < e->n_attn && e->attn[k].ratio != r; k++)
+			;
+		if (k == e->n_attn) {
+			if (e->n_attn == MAX_ATTN) {
+				seterr(err, errlen, "model uses more than %d compress ratios", MAX_ATTN);
+				return SRT_ENOTSUP;
+			}
+			e->attn[e->n_attn].ratio = r;
+			e->attn[e->n_attn].layers = calloc((size_t)L, sizeof(int32_t));
+			if (!e->attn[e->n_attn].layers)
+				return SRT_ENOMEM;
+			e->n_attn++;
+		}
+		e->attn[k].layers[e->attn[k].n_layers++] = l;
+	}
+	for (int i = 1; i < e->n_attn; i++) /* ratio order: pools in a stable order */
+		for (int j = i; j > 0 && e->attn[j - 1].ratio > e->attn[j].ratio; j--) {
+			struct attn_inst t = e->attn[j];
+			e->attn[j] = e->attn[j - 1];
+			e->attn[j - 1] = t;
+		}
+	for (int i = 0; i < e->n_attn; i++) {
+		struct attn_inst *a = &e->attn[i];
+		for (uint32_t k = 0; k < a->n_layers; k++)
+			e->layer_attn[a->layers[k]] = i;
+		const struct srt_rc_plugin *p = srt_runtime_config_attention(&e->rc, a->ratio);
+		if (!p || !p->name) {
+			seterr(err, errlen, "runtime config %s: no attention plugin for compress ratio "
+			       "%d (set [attention] ratio.%d = <plugin>)", e->rc.source, a->ratio,
+			       a->ratio);
+			return SRT_EINVAL;
+		}
+		if ((rc = instantiate(e, SRT_KIND_ATTENTION, p, a->layers, a->n_layers, &a->scope,
+				      &a->inst, err, errlen)))
+			return rc;
+		e->attn_vt[i] = a->inst->vtable;
+		const struct srt_pool_decl *decl;
+		uint32_t n;
+		if ((rc = e->attn_vt[i]->declare_pools(a->inst->ctx, &decl, &n))) {
+			seterr(err, errlen, "attention plugin '%s': declare_pools failed (%d)", p->name,
+			       rc);
+			return rc;
+		}
+		if (np + n > SRT_RDX_MAX_POOLS) {
+			seterr(err, errlen, "attention plugins declare more than %u pools",
+			       SRT_RDX_MAX_POOLS);
+			return SRT_EINVAL;
+		}
+		a->pool_off = np;
+		a->pool_n = n;
+		for (uint32_t k = 0; k < n; k++) {
+			memset(&pools[np], 0, sizeof(pools[np]));
+			size_t sz = decl[k].struct_size < sizeof(pools[np]) ? decl[k].struct_size
+									    : sizeof(pools[np]);
+			memcpy(&pools[np], &decl[k], sz);
+			np++;
+		}
+	}
+	if ((rc = instantiate(e, SRT_KIND_MOE, &e->rc.moe, e->all_layers, (uint32_t)L,
+			      &e->moe_scope, &e->moe, err, errlen)))
+		return rc;
+	e->moe_vt = e->moe->vtable;
+	if ((rc = instantiate(e, SRT_KIND_RESIDUAL, &e->rc.residual, e->all_layers, (uint32_t)L,
+			      &e->res_scope, &e->res, err, errlen)))
+		return rc;
+	e->res_vt = e->res->vtable;
+	e->S = (int32_t)e->res_vt->n_streams(e->res->ctx);
+	e->mixf = (int32_t)e->res_vt->mix_floats(e->res->ctx);
+
+	/* the cache: the L1 budget split in proportion to page sizes */
+	uint64_t budgets[SRT_RDX_MAX_POOLS], total_page = 0;
+	for (uint32_t i = 0; i < np; i++) {
+		uint32_t r = pools[i].ratio == SRT_RATIO_PAGE ? e->P : pools[i].ratio;
+		total_page += (uint64_t)pools[i].n_layers * (e->P / (r ? r : 1)) *
+			      pools[i].entry_bytes;
+	}
+	uint64_t l1 = e->rc.tiers[SRT_TIER_L1].budget;
+	for (uint32_t i = 0; i < np; i++) {
+		uint32_t r = pools[i].ratio == SRT_RATIO_PAGE ? e->P : pools[i].ratio;
+		uint64_t pb = (uint64_t)pools[i].n_layers * (e->P / (r ? r : 1)) *
+			      pools[i].entry_bytes;
+		budgets[i] = l1 && total_page ? (uint64_t)((double)l1 * pb / total_page)
+					      : SRT_RDX_UNBOUNDED;
+	}
+	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets, .mem = SRT_MEM_HOST};
+	char why[1024];
+	if ((rc = srt_rdx_cache_create(&cc, pools, np, &e->cache, why, sizeof(why)))) {
+		seterr(err, errlen, "ShadowRadix cache: %s", why);
+		return rc;
+	}
+	e->n_pools = np;
+	return 0;
+}
+
+int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out, char *err,
+		    size_t errlen)
+{
+	static const struct srt_engine_opts none = {.threads = -1, .profile = -1};
+	char why[1024];
+	int rc;
+	if (!opts)
+		opts = &none;
+	*out = NULL;
+	struct srt_engine *e = calloc(1, sizeof(*e));
+	if (!e) {
+		seterr(err, errlen, "out of memory");
+		return SRT_ENOMEM;
+	}
+	if ((rc = srt_runtime_config_load(opts->config_path, &e->rc, why, sizeof(why)))) {
+		seterr(err, errlen, "runtime config %s: %s",
+		       opts->config_path ? opts->config_path : "<built-in>", why);
+		goto fail;
+	}
+	e->profile = opts->profile >= 0 ? opts->profile : e->rc.profile;
+	e->threads = opts->threads >= 0 ? opts->threads : e->rc.threads;
+	e->chunk = opts->chunk > 0 ? opts->chunk : (e->rc.prefill_chunk > 0 ? e->rc.prefill_chunk
+									   : 256);
+	e->P = e->rc.page_size ? e->rc.page_size : SRT_RDX_DEFAULT_PAGE;
+	if ((rc = srt_engine_model_dir(opts->model ? opts->model : e->rc.model, opts->model_cache,
+				       opts->quiet, e->path, sizeof(e->path), err, errlen)))
+		goto fail;
+	if ((rc = srt_model_config_load(e->path, &e->model, why, sizeof(why)))) {
+		seterr(err, errlen, "model %s: %s", e->path, why);
+		goto fail;
+	}
+	if ((rc = srt_runtime_config_check_model(&e->rc, &e->model, why, sizeof(why)))) {
+		seterr(err, errlen, "runtime config %s vs model %s: %s", e->rc.source, e->path, why);
+		goto fail;
+	}
+	if ((rc = srt_ck_open(e->path, &e->ck, why, sizeof(why)))) {
+		seterr(err, errlen, "checkpoint %s: %s", e->path, why);
+		goto fail;
+	}
+	if ((rc = srt_ck_dsv4_check(e->ck, &e->model, ck_warn, NULL, NULL, why, sizeof(why)))) {
+		seterr(err, errlen, "checkpoint %s: %s", e->path, why);
+		goto fail;
+	}
+	srt_ck_weights(e->ck, &e->weights);
+	e->d = e->model.hidden_size;
+	e->vocab = e->model.vocab_size;
+	if ((rc = bf16_tensor(e, "embed.weight", e->vocab, e->d, &e->embed, err, errlen)) ||
+	    (rc = bf16_tensor(e, e->model.tie_word_embeddings ? "embed.weight" : "head.weight",
+			      e->vocab, e->d, &e->head, err, errlen)) ||
+	    (rc = bf16_tensor(e, "norm.weight", e->d, 0, &e->norm_w, err, errlen)))
+		goto fail;
+	if ((rc = srt_host_create(e->threads, &e->host, why, sizeof(why)))) {
+		seterr(err, errlen, "plugin host: %s", why);
+		goto fail;
+	}
+	e->threads = e->host->nthreads;
+	if ((rc = srt_registry_open(&e->reg, e->rc.plugin_dirs, (size_t)e->rc.n_plugin_dirs,
+				    e->host, 0))) {
+		seterr(err, errlen, "plugin registry: cannot open (code %d)", rc);
+		goto fail;
+	}
+	if ((rc = open_plugins(e, err, errlen))) {
+		if (rc == SRT_ENOMEM && err && !*err)
+			seterr(err, errlen, "out of memory");
+		goto fail;
+	}
+	*out = e;
+	return 0;
+fail:
+	srt_engine_close(e);
+	return rc;
+}
+
+void srt_engine_close(struct srt_engine *e)
+{
+	if (!e)
+		return;
+	while (e->live)
+		srt_engine_seq_free(e->live);
+	srt_rdx_cache_destroy(e->cache);
+	for (int i = 0; i < e->n_attn; i++) {
+		srt_instance_destroy(e->attn[i].inst);
+		free(e->attn[i].layers);
+	}
+	srt_instance_destroy(e->moe);
+	srt_instance_destroy(e->res);
+	free(e->all_layers);
+	srt_registry_close(e->reg);
+	srt_host_destroy(e->host);
+	srt_ck_close(e->ck);
+	srt_runtime_config_free(&e->rc);
+	free(e);
+}
+
+const struct srt_model_config *srt_engine_model(const struct srt_engine *e) { return &e->model; }
+const struct srt_runtime_config *srt_engine_runtime(const struct srt_engine *e) { return &e->rc; }
+struct srt_rdx_cache *srt_engine_cache(struct srt_engine *e) { return e->cache; }
+const char *srt_engine_model_path(const struct srt_engine *e) { return e->path; }
+int srt_engine_profile(const struct srt_engine *e) { return e->profile; }
+int srt_engine_threads(const struct srt_engine *e) { return e->threads; }
+int srt_engine_chunk(const struct srt_engine *e) { return e->chunk; }
+
+void srt_engine_set_chunk(struct srt_engine *e, int chunk)
+{
+	assert(chunk >= 1);
+	e->chunk = chunk;
+}
+
+uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e)
+{
+	/* every tensor of the main blocks and the head; not the embedding (one row per token),
+	 * not the hash tables, not the MTP blocks; routed experts count num_experts_per_tok of
+	 * n_routed_experts per layer */
+	uint64_t dense = 0, experts = 0;
+	size_t n = srt_ck_count(e->ck);
+	for (size_t i = 0; i < n; i++) {
+		const struct srt_tensor *t = srt_ck_tensor(e->ck, i);
+		if (!strcmp(t->name, "embed.weight") || !strncmp(t->name, "mtp.", 4) ||
+		    strstr(t->name, "tid2eid"))
+			continue;
+		if (strstr(t->name, ".ffn.experts."))
+			experts += t->nbytes;
+		else
+			dense += t->nbytes;
+	}
+	return dense + experts * (uint64_t)e->model.num_experts_per_tok /
+			       (uint64_t)e->model.n_routed_experts;
+}
+
+/* --- sequences -------------------------------------------------------------------------- */
+
+static int check_tokens(const struct srt_engine *e, const int32_t *t, uint64_t n, char *err,
+			size_t errlen)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (t[i] < 0 || t[i] >= e->vocab) {
+			seterr(err, errlen, "token %d at index %llu is outside the vocabulary [0, %d)",
+			       t[i], (unsigned long long)i, e->vocab);
+			return SRT_EINVAL;
+		}
+	return 0;
+}
+
+int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
+			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen)
+{
+	char why[512];
+	int rc;
+	*out = NULL;
+	if (n == 0) {
+		seterr(err, errlen, "empty prompt");
+		return SRT_EINVAL;
+	}
+	if ((rc = check_tokens(e, tokens, n, err, errlen)))
+		return rc;
+	struct srt_seq *s = calloc(1, sizeof(*s));
+	if (!s || !(s->prompt = malloc(sizeof(int32_t) * n))) {
+		free(s);
+		seterr(err, errlen, "out of memory");
+		return SRT_ENOMEM;
+	}
+	memcpy(s->prompt, tokens, sizeof(int32_t) * n);
+	s->n_prompt = n;
+	s->e = e;
+	s->id = ++e->next_seq_id;
+	uint64_t h = 0;
+	if ((rc = srt_rdx_req_start(e->cache, tokens, use_cache ? n - 1 : 0, &s->req, &h, why,
+				    sizeof(why)))) {
+		seterr(err, errlen, "ShadowRadix start: %s", why);
+		free(s->prompt);
+		free(s);
+		return rc;
+	}
+	s->hit = s->done = h;
+	s->next = e->live;
+	if (e->live)
+		e->live->prev = s;
+	e->live = s;
+	if (hit)
+		*hit = h;
+	*out = s;
+	return 0;
+}
+
+uint64_t srt_seq_len(const struct srt_seq *s) { return srt_rdx_req_len(s->req); }
+uint64_t srt_seq_pending(const struct srt_seq *s) { return s->n_prompt - s->done; }
+uint64_t srt_seq_hit(const struct srt_seq *s) { return s->hit; }
+
+int srt_engine_seq_finish(struct srt_seq *s, uint64_t *cached, char *err, size_t errlen)
+{
+	char why[512];
+	if (s->finished) {
+		seterr(err, errlen, "sequence %llu already finished", (unsigned long long)s->id);
+		return SRT_EINVAL;
+	}
+	int rc = srt_rdx_req_finish(s->req, cached, why, sizeof(why));
+	s->finished = 1;
+	if (rc)
+		seterr(err, errlen, "ShadowRadix finish: %s", why);
+	return rc;
+}
+
+void srt_engine_seq_free(struct srt_seq *s)
+{
+	if (!s)
+		return;
+	struct srt_engine *e = s->e;
+	srt_rdx_req_free(s->req);
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		e->live = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	free(s->prompt);
+	free(s);
+}
+
+/* --- the forward pass ------------------------------------------------------------------- */
+
+struct head_job {
+	const struct srt_weight *w;
+	const float *y;
+	size_t m, d;
+	float *logits;
+	size_t vocab;
+};
+
+static void head_range(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct head_job *j = ctx;
+	(void)tid;
+	srt_gemm_exact(j->w, j->y, j->m, j->d, j->logits, j->vocab, (size_t)begin, (size_t)end);
+}
+
+/* rows of X[n_rows][S][d] -> logits[n_sel][vocab] for the selected rows sel[0..n_sel) */
+static int head(struct srt_engine *e, const float *X, const int32_t *sel, int32_t n_sel,
+		float *logits, char *err, size_t errlen)
+{
+	size_t d = (size_t)e->d, sd = (size_t)e->S * d;
+	float *Xs = calloc(sd * (size_t)n_sel, sizeof(float));
+	float *y = malloc(sizeof(float) * d * (size_t)n_sel);
+	int rc = 0;
+	if (!Xs || !y) {
+		seterr(err, errlen, "out of memory (head, %d rows)", n_sel);
+		rc = SRT_ENOMEM;
+		goto out;
+	}
+	for (int32_t i = 0; i < n_sel; i++)
+		memcpy(Xs + (size_t)i * sd, X + (size_t)sel[i] * sd, sizeof(float) * sd);
+	if ((rc = e->res_vt->head(e->res->ctx, n_sel, Xs, y))) {
+		seterr(err, errlen, "residual plugin '%s': head failed (%d)", e->res->desc->name, rc);
+		goto out;
+	}
+	int ref = e->profile == SRT_PROFILE_REFERENCE;
+	float eps = (float)e->model.rms_norm_eps;
+	for (int32_t i = 0; i < n_sel; i++) {
+		float *r = y + (size_t)i * d;
+		if (ref)
+			srt_round_bf16_n(r, d);
+		srt_rmsnorm_bf16w(r, r, d, e->norm_w, eps);
+		if (ref)
+			srt_round_bf16_n(r, d);
+	}
+	struct srt_weight w = {.type = SRT_WT_BF16, .rows = (size_t)e->vocab, .cols = d,
+			       .data = e->head, .scales = NULL};
+	struct head_job j = {.w = &w, .y = y, .m = (size_t)n_sel, .d = d, .logits = logits,
+			     .vocab = (size_t)e->vocab};
+	e->host->parallel_for(e->host, e->vocab, head_range, &j);
+out:
+	free(Xs);
+	free(y);
+	return rc;
+}
+
+int srt_engine_forward(struct srt_engine *e, struct srt_seq *const *seqs, uint32_t n,
+		       const int32_t *const *toks, const int32_t *ntoks, float *logits, int all,
+		       char *err, size_t errlen)
+{
+	char why[1024];
+	int rc = 0;
+	uint32_t np = e->n_pools, P = e->P;
+	int32_t rows = 0, row = 0, n_sel = 0;
+	uint32_t extended = 0;
+	size_t d = (size_t)e->d, sd = (size_t)e->S * d;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (seqs[i]->finished || seqs[i]->broken) {
+			seterr(err, errlen, "sequence %llu is %s", (unsigned long long)seqs[i]->id,
+			       seqs[i]->finished ? "finished" : "broken by an earlier error");
+			return SRT_EINVAL;
+		}
+		if (ntoks[i] < 1) {
+			seterr(err, errlen, "sequence %llu: %d tokens in a forward call",
+			       (unsigned long long)seqs[i]->id, ntoks[i]);
+			return SRT_EINVAL;
+		}
+		if ((rc = check_tokens(e, toks[i], (uint64_t)ntoks[i], err, errlen)))
+			return rc;
+		rows += ntoks[i];
+	}
+	int64_t *pos = calloc(n, sizeof(int64_t));
+	struct srt_seq_view *views = calloc((size_t)n * (size_t)(e->n_attn + 1), sizeof(*views));
+	struct srt_page_table *pts = calloc((size_t)n * np + 1, sizeof(*pts));
+	void ***bufs = calloc((size_t)n * np + 1, sizeof(void **));
+	float *h = malloc(sizeof(float) * d * (size_t)rows);
+	float *X = malloc(sizeof(float) * sd * (size_t)rows);
+	float *u = malloc(sizeof(float) * d * (size_t)rows);
+	float *f = malloc(sizeof(float) * d * (size_t)rows);
+	float *mix = malloc(sizeof(float) * ((size_t)e->mixf * (size_t)rows + 1));
+	int32_t *sel = calloc((size_t)rows, sizeof(int32_t));
+	if (!pos || !views || !pts || !bufs || !h || !X || !u || !f || !mix || !sel) {
+		seterr(err, errlen, "out of memory (forward of %d rows)", rows);
+		rc = SRT_ENOMEM;
+		goto out;
+	}
+	/* extend every request (allocates the pages of the new tokens) */
+	for (uint32_t i = 0; i < n; i++, extended++) {
+		pos[i] = (int64_t)srt_rdx_req_len(seqs[i]->req);
+		if ((rc = srt_rdx_req_extend(seqs[i]->req, toks[i], (uint64_t)ntoks[i], why,
+					     sizeof(why)))) {
+			seterr(err, errlen, "sequence %llu: ShadowRadix extend by %d tokens: %s",
+			       (unsigned long long)seqs[i]->id, ntoks[i], why);
+			goto out;
+		}
+	}
+	/* page tables, after every extend (an extend may evict) */
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t len = srt_rdx_req_len(seqs[i]->req);
+		uint32_t npg = (uint32_t)((len + P - 1) / P);
+		for (uint32_t p = 0; p < np; p++) {
+			void **b = malloc(sizeof(void *) * (npg ? npg : 1));
+			bufs[(size_t)i * np + p] = b;
+			if (!b) {
+				seterr(err, errlen, "out of memory (page tables)");
+				rc = SRT_ENOMEM;
+				goto out;
+			}
+			if ((rc = srt_rdx_req_page_table(seqs[i]->req, p, b, npg,
+							 &pts[(size_t)i * np + p]))) {
+				seterr(err, errlen, "sequence %llu: page table of pool %u failed",
+				       (unsigned long long)seqs[i]->id, p);
+				goto out;
+			}
+		}
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		for (int k = 0; k <= e->n_attn; k++) {
+			struct srt_seq_view *v = &views[(size_t)k * n + i];
+			v->seq_id = seqs[i]->id;
+			v->pos = pos[i];
+			v->n_tokens = ntoks[i];
+			v->first_row = row;
+			v->token_ids = toks[i];
+			if (k < e->n_attn) {
+				v->pools = &pts[(size_t)i * np + e->attn[k].pool_off];
+				v->n_pools = e->attn[k].pool_n;
+			}
+		}
+		for (int32_t t = 0; t < ntoks[i]; t++) {
+			const uint16_t *er = e->embed + (size_t)toks[i][t] * d;
+			srt_bf16_to_f32_n(er, h + (size_t)(row + t) * d, d);
+		}
+		row += ntoks[i];
+	}
+	if ((rc = e->res_vt->embed(e->res->ctx, rows, h, X))) {
+		seterr(err, errlen, "residual plugin '%s': embed failed (%d)", e->res->desc->name, rc);
+		goto out;
+	}
+	for (int32_t l = 0; l < e->model.num_hidden_layers; l++) {
+		int k = e->layer_attn[l];
+		struct srt_batch ba = {.struct_size = sizeof(ba), .n_seqs = n,
+				       .seqs = &views[(size_t)k * n], .n_rows = rows,
+				       .mem = SRT_MEM_HOST};
+		struct srt_batch bm = ba;
+		bm.seqs = &views[(size_t)e->n_attn * n];
+		const char *stage = "pre(attn)";
+		if ((rc = e->res_vt->pre(e->res->ctx, l, SRT_SUBLAYER_ATTN, rows, X, u, mix)))
+			goto plugin_fail;
+		why[0] = 0;
+		if ((rc = e->attn_vt[k]->forward(e->attn[k].inst->ctx, l, &ba, u, f, why,
+						 sizeof(why)))) {
+			seterr(err, errlen, "layer %d: attention plugin '%s': %s (%d)", l,
+			       e->attn[k].inst->desc->name, why[0] ? why : "forward failed", rc);
+			goto out;
+		}
+		stage = "post(attn)";
+		if ((rc = e->res_vt->post(e->res->ctx, l, SRT_SUBLAYER_ATTN, rows, f, mix, X)))
+			goto plugin_fail;
+		stage = "pre(ffn)";
+		if ((rc = e->res_vt->pre(e->res->ctx, l, SRT_SUBLAYER_FFN, rows, X, u, mix)))
+			goto plugin_fail;
+		why[0] = 0;
+		if ((rc = e->moe_vt->forward(e->moe->ctx, l, &bm, u, f, why, sizeof(why)))) {
+			seterr(err, errlen, "layer %d: moe plugin '%s': %s (%d)", l,
+			       e->moe->desc->name, why[0] ? why : "forward failed", rc);
+			goto out;
+		}
+		stage = "post(ffn)";
+		if ((rc = e->res_vt->post(e->res->ctx, l, SRT_SUBLAYER_FFN, rows, f, mix, X)))
+			goto plugin_fail;
+		continue;
+plugin_fail:
+		seterr(err, errlen, "layer %d: residual plugin '%s': %s failed (%d)", l,
+		       e->res->desc->name, stage, rc);
+		goto out;
+	}
+	if (logits) {
+		row = 0;
+		for (uint32_t i = 0; i < n; i++) {
+			if (all)
+				for (int32_t t = 0; t < ntoks[i]; t++)
+					sel[n_sel++] = row + t;
+			else
+				sel[n_sel++] = row + ntoks[i] - 1;
+			row += ntoks[i];
+		}
+		if ((rc = head(e, X, sel, n_sel, logits, err, errlen)))
+			goto out;
+	}
+	/* cache bookkeeping: share completed pages, drop window pages out of every window */
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t len = srt_rdx_req_len(seqs[i]->req);
+		if (len / P > (uint64_t)pos[i] / P &&
+		    (rc = srt_rdx_req_commit(seqs[i]->req, NULL, why, sizeof(why)))) {
+			seterr(err, errlen, "sequence %llu: ShadowRadix commit: %s",
+			       (unsigned long long)seqs[i]->id, why);
+			goto out;
+		}
+		if ((rc = srt_rdx_req_release_window(seqs[i]->req, NULL, why, sizeof(why)))) {
+			seterr(err, errlen, "sequence %llu: ShadowRadix release_window: %s",
+			       (unsigned long long)seqs[i]->id, why);
+			goto out;
+		}
+	}
+out:
+	if (rc)
+		for (uint32_t i = 0; i < extended; i++)
+			seqs[i]->broken = 1;
+	if (bufs)
+		for (size_t i = 0; i < (size_t)n * np; i++)
+			free(bufs[i]);
+	free(bufs);
+	free(pts);
+	free(views);
+	free(pos);
+	free(h);
+	free(X);
+	free(u);
+	free(f);
+	free(mix);
+	free(sel);
+	return rc;
+}
+
+int srt_engine_decode(struct srt_engine *e, struct srt_seq *const *seqs, uint32_t n,
+		      const int32_t *tokens, float *logits, char *err, size_t errlen)
+{
+	const int32_t **toks = malloc(sizeof(*toks) * (n ? n : 1));
+	int32_t *ntoks = malloc(sizeof(*ntoks) * (n ? n : 1));
+	int rc;
+	if (!toks || !ntoks) {
+		free(toks), free(ntoks);
+		seterr(err, errlen, "out of memory");
+		return SRT_ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		toks[i] = &tokens[i];
+		ntoks[i] = 1;
+	}
+	rc = srt_engine_forward(e, seqs, n, toks, ntoks, logits, 0, err, errlen);
+	free(toks);
+	free(ntoks);
+	return rc;
+}
+
+int srt_engine_prefill(struct srt_engine *e, struct srt_seq *s, float *logits, int all,
+		       char *err, size_t errlen)
+{
+	size_t V = (size_t)e->vocab;
+	float *out = logits;
+	while (s->done < s->n_prompt) {
+		uint64_t left = s->n_prompt - s->done;
+		int32_t c = (int32_t)(left < (uint64_t)e->chunk ? left : (uint64_t)e->chunk);
+		const int32_t *t = s->prompt + s->done;
+		int last = (uint64_t)c == left;
+		float *lg = NULL;
+		if (logits && all)
+			lg = out;
+		else if (logits && last)
+			lg = logits;
+		int rc = srt_engine_forward(e, &s, 1, &t, &c, lg, all, err, errlen);
+		if (rc)
+			return rc;
+		if (logits && all)
+			out += (size_t)c * V;
+		s->done += (uint64_t)c;
+	}
+	return 0;
+}

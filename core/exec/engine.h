@@ -1,0 +1,138 @@
+/*
+ * The executor: one model, its plugins and its ShadowRadix cache, running batched forward
+ * passes for sequences (chunked prefill and decode) and producing logits.
+ *
+ * Open: load the runtime config (INI over the built-in default), the model (a checkpoint
+ * directory, or a preset name whose synthetic checkpoint is generated into a cache directory
+ * when missing; see srt_engine_model_dir), validate the checkpoint against the model config
+ * (srt_ck_dsv4_check), start the plugin host, instantiate one attention plugin per compress
+ * ratio the model uses (serving exactly the layers of that ratio, options from its
+ * [attention.<name>] section), the MoE and residual plugins, and build the ShadowRadix cache
+ * from the attention instances' pool declarations (concatenated in ratio order; the [tier.l1]
+ * budget is split between pools in proportion to their page sizes; pages come from the
+ * cache's own 64-byte aligned allocator).
+ *
+ * Forward pass per batch (rows = tokens of every sequence, one after another):
+ *   embedding (bf16 rows of embed.weight) -> residual embed;
+ *   per main layer: pre -> attention -> post -> pre -> moe -> post (one plugin call per
+ *   layer for the whole batch);
+ *   head on the rows whose logits are wanted: residual head -> [reference: bf16] -> final
+ *   RMSNorm (norm.weight) -> [reference: bf16] -> logits = head.weight (bf16) . y in fp32.
+ *
+ * Sequences follow the ShadowRadix lifecycle: start = match the prompt (all but its last
+ * token, so at least one position is computed) and lock the hit; prefill extends the request
+ * chunk by chunk from the hit; every forward commits the whole pages it completed and
+ * releases window pages that left every window; finish inserts the rest and unlocks.
+ *
+ * Determinism: with the CPU plugins, logits do not depend on the chunk size, on batching with
+ * other sequences or on resuming from a prefix hit (tests/exec proves it bitwise).
+ *
+ * Errors: functions that can fail return 0 or a negative SRT_E* code and write a one-line
+ * message naming what failed (file, tensor, plugin, request) into err[errlen].
+ *
+ * Thread safety: an engine and its sequences are used from one thread at a time; the engine
+ * uses its host's worker threads inside a call.
+ */
+#ifndef SRT_EXEC_ENGINE_H
+#define SRT_EXEC_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shadowrt/model.h>
+
+struct srt_runtime_config;
+struct srt_rdx_cache;
+
+struct srt_engine_opts {
+	const char *config_path; /* runtime INI over the built-in default; NULL = default only */
+	const char *model;       /* checkpoint dir or preset name; NULL = the config's model */
+	const char *model_cache; /* where presets are generated; NULL = srt_engine_cache_dir() */
+	int threads;             /* worker threads; < 0 = the config's (0 = all cores) */
+	int profile;             /* enum srt_profile; < 0 = the config's */
+	int chunk;               /* prefill chunk tokens; <= 0 = the config's prefill_chunk */
+	int quiet;               /* 1: no "generating checkpoint" note on stderr */
+};
+
+struct srt_engine;
+struct srt_seq;
+
+/*
+ * The default directory for generated preset checkpoints: $XDG_CACHE_HOME/shadowrt/models
+ * when XDG_CACHE_HOME is set, else ./shadowrt-models. Static storage or buf.
+ */
+const char *srt_engine_cache_dir(char *buf, size_t len);
+
+/*
+ * Resolve a model argument to a checkpoint directory in out[len]: a directory holding
+ * config.json is used as is; a preset name ("tiny", "small") maps to <cache_dir>/<name>,
+ * where the synthetic checkpoint is written first when its config.json is missing (the
+ * directories are created). Returns 0, or SRT_ENOENT (neither a directory nor a preset),
+ * SRT_EIO (cannot create/write), SRT_EINVAL.
+ */
+int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, char *out,
+			 size_t len, char *err, size_t errlen);
+
+/* Open an engine (see the top of this file). Returns 0 and *out (close with
+ * srt_engine_close), or the failing step's code with its message. */
+int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out, char *err,
+		    size_t errlen);
+/* Free sequences still alive, the cache, the plugins, the host, the checkpoint. NULL ok. */
+void srt_engine_close(struct srt_engine *e);
+
+const struct srt_model_config *srt_engine_model(const struct srt_engine *e);
+const struct srt_runtime_config *srt_engine_runtime(const struct srt_engine *e);
+/* The cache (borrowed): stats, and eviction in tests. */
+struct srt_rdx_cache *srt_engine_cache(struct srt_engine *e);
+const char *srt_engine_model_path(const struct srt_engine *e); /* checkpoint directory */
+int srt_engine_profile(const struct srt_engine *e);
+int srt_engine_threads(const struct srt_engine *e);
+int srt_engine_chunk(const struct srt_engine *e);
+void srt_engine_set_chunk(struct srt_engine *e, int chunk); /* asserts chunk >= 1 */
+/* Bytes of weights one decode step reads (every dense tensor of the main layers, the head
+ * and the routed experts of num_experts_per_tok experts per layer). */
+uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e);
+
+/*
+ * Start a sequence whose prompt is tokens[0..n) (n >= 1, copied). use_cache = 1: match the
+ * prompt's first n - 1 tokens in the cache and resume after the hit (*hit, may be NULL, gets
+ * its length, a multiple of the page size); 0: compute from position 0. Returns 0 and *out,
+ * or SRT_EINVAL (empty prompt, token id out of range), SRT_ENOMEM.
+ */
+int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
+			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen);
+
+/*
+ * Run the sequence's pending prompt tokens in chunks of srt_engine_chunk(). logits (may be
+ * NULL) receives, with all = 1, [n - hit][vocab] (every computed prompt position), else
+ * [vocab] for the last prompt position. Returns 0 or the code of the failing plugin call /
+ * allocation (the sequence is then unusable: free it).
+ */
+int srt_engine_prefill(struct srt_engine *e, struct srt_seq *s, float *logits, int all,
+		       char *err, size_t errlen);
+
+/*
+ * One batched forward over n sequences: sequence i appends toks[i][0..ntoks[i]) (ntoks[i] >= 1)
+ * after its current length. logits (may be NULL) receives [Σ ntoks][vocab] with all = 1,
+ * else [n][vocab] (the last row of each sequence). A sequence may appear once per call.
+ * Decode is this with ntoks[i] = 1.
+ */
+int srt_engine_forward(struct srt_engine *e, struct srt_seq *const *seqs, uint32_t n,
+		       const int32_t *const *toks, const int32_t *ntoks, float *logits, int all,
+		       char *err, size_t errlen);
+
+/* Convenience: one decode step, token tokens[i] appended to seqs[i]; logits [n][vocab]. */
+int srt_engine_decode(struct srt_engine *e, struct srt_seq *const *seqs, uint32_t n,
+		      const int32_t *tokens, float *logits, char *err, size_t errlen);
+
+uint64_t srt_seq_len(const struct srt_seq *s);     /* tokens computed so far */
+uint64_t srt_seq_pending(const struct srt_seq *s); /* prompt tokens not yet computed */
+uint64_t srt_seq_hit(const struct srt_seq *s);     /* prefix hit at start */
+
+/* Insert the sequence's pages into the cache and unlock (*cached, may be NULL: the prefix that
+ * was already cached). The sequence cannot run afterwards. */
+int srt_engine_seq_finish(struct srt_seq *s, uint64_t *cached, char *err, size_t errlen);
+/* Free a sequence (aborted first when not finished). NULL is ok. */
+void srt_engine_seq_free(struct srt_seq *s);
+
+#endif /* SRT_EXEC_ENGINE_H */

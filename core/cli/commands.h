@@ -23,5 +23,7 @@ int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);
 int srt_cmd_gen_model(int argc, char **argv);
 int srt_cmd_replay(int argc, char **argv);
+int srt_cmd_generate(int argc, char **argv);
+int srt_cmd_run(int argc, char **argv);
 
 #endif

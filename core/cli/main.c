@@ -14,6 +14,7 @@ const struct srt_command srt_commands[] = {
 	{"config", "validate the model and runtime configuration and print the effective settings", srt_cmd_config},
 	{"gen-model", "write a deterministic synthetic checkpoint of a preset, or --check one", srt_cmd_gen_model},
 	{"replay", "cache-only replay of a request trace through ShadowRadix: hit rate vs ceiling", srt_cmd_replay},
+	{"generate", "run one prompt through the model: generated tokens, TTFT, tokens/s, --logits", srt_cmd_generate},
 	{NULL, NULL, NULL},
 };
 

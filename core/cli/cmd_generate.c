@@ -1,0 +1,328 @@
+/* shadowrt generate: one prompt through the executor, greedy or sampled continuation. */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "commands.h"
+#include "config/runtime_config.h"
+#include "exec/engine.h"
+#include "exec/sampler.h"
+
+static void generate_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowrt generate [options]\n"
+		"\n"
+		"Run one prompt through the model (chunked prefill, then token-by-token decode) and\n"
+		"print the generated token ids and the timing: time to first token, prefill and decode\n"
+		"tokens/s. Stops after --max-new-tokens or at the model's eos token.\n"
+		"\n"
+		"options:\n"
+		"  --model DIR|PRESET   checkpoint directory, or a preset name whose synthetic\n"
+		"                       checkpoint is generated into the model cache when missing\n"
+		"                       ($XDG_CACHE_HOME/shadowrt/models or ./shadowrt-models)\n"
+		"  --config INI         runtime config over the built-in default\n"
+		"  --prompt-tokens L    comma-separated token ids, e.g. 1,2,3\n"
+		"  --prompt TEXT        the UTF-8 bytes of TEXT as token ids (presets have no tokenizer)\n"
+		"  --max-new-tokens N   tokens to generate (default: [sampling] max_new_tokens)\n"
+		"  --temperature T      0 = greedy (default: [sampling] temperature)\n"
+		"  --top-p P            nucleus mass in (0, 1] (default: [sampling] top_p)\n"
+		"  --seed S             sampler seed (default: [sampling] seed)\n"
+		"  --profile P          reference | f32 (default: [runtime] profile)\n"
+		"  --chunk N            prefill chunk in tokens (default: [runtime] prefill_chunk)\n"
+		"  --threads N          worker threads, 0 = all cores (default: [runtime] threads)\n"
+		"  --logits FILE        write raw little-endian float32 [positions][vocab]: the logits\n"
+		"                       of every prompt and generated position\n"
+		"  --no-eos             do not stop at the eos token\n"
+		"  -q, --quiet          print only the generated token ids\n");
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out)
+{
+	errno = 0;
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int parse_double(const char *s, double *out)
+{
+	errno = 0;
+	char *end;
+	double v = strtod(s, &end);
+	if (errno || end == s || *end)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* "1,2,3" -> malloc'd ids; -1 on a malformed list */
+static int parse_tokens(const char *s, int32_t **out, uint64_t *n)
+{
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	int32_t *t = malloc(sizeof(int32_t) * cap);
+	if (!t)
+		return -1;
+	uint64_t k = 0;
+	const char *p = s;
+	while (*p) {
+		errno = 0;
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+			free(t);
+			return -1;
+		}
+		t[k++] = (int32_t)v;
+		p = *end ? end + 1 : end;
+	}
+	*out = t;
+	*n = k;
+	return k ? 0 : -1;
+}
+
+static int write_all(FILE *f, const float *x, size_t n)
+{
+	return fwrite(x, sizeof(float), n, f) == n ? 0 : -1;
+}
+
+int srt_cmd_generate(int argc, char **argv)
+{
+	if (srt_cli_wants_help(argc, argv)) {
+		generate_usage(stdout);
+		return 0;
+	}
+	struct srt_engine_opts o = {.threads = -1, .profile = -1};
+	const char *prompt_tokens = NULL, *prompt_text = NULL, *logits_path = NULL;
+	long max_new = -1, v;
+	double temp = -1, top_p = -1;
+	long long seed = -1;
+	int quiet = 0, no_eos = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                                 \
+	do {                                                                                   \
+		if (!val) {                                                                    \
+			fprintf(stderr, "shadowrt generate: %s needs a value\n", a);           \
+			return 2;                                                              \
+		}                                                                              \
+		i++;                                                                           \
+	} while (0)
+#define BAD(what)                                                                              \
+	do {                                                                                   \
+		fprintf(stderr, "shadowrt generate: %s '%s': expected %s\n", a, val, what);    \
+		return 2;                                                                      \
+	} while (0)
+		if (!strcmp(a, "--model")) {
+			NEED();
+			o.model = val;
+		} else if (!strcmp(a, "--config")) {
+			NEED();
+			o.config_path = val;
+		} else if (!strcmp(a, "--prompt-tokens")) {
+			NEED();
+			prompt_tokens = val;
+		} else if (!strcmp(a, "--prompt")) {
+			NEED();
+			prompt_text = val;
+		} else if (!strcmp(a, "--max-new-tokens")) {
+			NEED();
+			if (parse_long(val, 0, 1 << 24, &max_new))
+				BAD("an integer in [0, 16777216]");
+		} else if (!strcmp(a, "--temperature")) {
+			NEED();
+			if (parse_double(val, &temp) || temp < 0)
+				BAD("a number >= 0");
+		} else if (!strcmp(a, "--top-p")) {
+			NEED();
+			if (parse_double(val, &top_p) || top_p <= 0 || top_p > 1)
+				BAD("a number in (0, 1]");
+		} else if (!strcmp(a, "--seed")) {
+			NEED();
+			if (parse_long(val, 0, LONG_MAX, &v))
+				BAD("a non-negative integer");
+			seed = v;
+		} else if (!strcmp(a, "--profile")) {
+			NEED();
+			if (!strcmp(val, "reference"))
+				o.profile = 0;
+			else if (!strcmp(val, "f32"))
+				o.profile = 1;
+			else
+				BAD("reference or f32");
+		} else if (!strcmp(a, "--chunk")) {
+			NEED();
+			if (parse_long(val, 1, 1 << 20, &v))
+				BAD("an integer in [1, 1048576]");
+			o.chunk = (int)v;
+		} else if (!strcmp(a, "--threads")) {
+			NEED();
+			if (parse_long(val, 0, 4096, &v))
+				BAD("an integer in [0, 4096]");
+			o.threads = (int)v;
+		} else if (!strcmp(a, "--logits")) {
+			NEED();
+			logits_path = val;
+		} else if (!strcmp(a, "--no-eos")) {
+			no_eos = 1;
+		} else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+			quiet = 1;
+		} else {
+			fprintf(stderr, "shadowrt generate: unknown option '%s' (see --help)\n", a);
+			return 2;
+		}
+#undef NEED
+#undef BAD
+	}
+	if (!!prompt_tokens == !!prompt_text) {
+		fprintf(stderr, "shadowrt generate: give exactly one of --prompt-tokens and --prompt\n");
+		return 2;
+	}
+	int32_t *prompt = NULL;
+	uint64_t n = 0;
+	if (prompt_tokens) {
+		if (parse_tokens(prompt_tokens, &prompt, &n)) {
+			fprintf(stderr, "shadowrt generate: --prompt-tokens '%s': expected comma-separated "
+				"non-negative integers\n", prompt_tokens);
+			return 2;
+		}
+	} else {
+		n = strlen(prompt_text);
+		if (!n) {
+			fprintf(stderr, "shadowrt generate: --prompt is empty\n");
+			return 2;
+		}
+		prompt = malloc(sizeof(int32_t) * n);
+		if (!prompt)
+			return 1;
+		for (uint64_t i = 0; i < n; i++)
+			prompt[i] = (unsigned char)prompt_text[i];
+	}
+	o.quiet = quiet;
+
+	char err[2048];
+	int status = 1;
+	struct srt_engine *e = NULL;
+	struct srt_seq *s = NULL;
+	float *logits = NULL, *all = NULL;
+	void *scratch = NULL;
+	int32_t *gen = NULL;
+	FILE *lf = NULL;
+	double t0 = now_s();
+	if (srt_engine_open(&o, &e, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt generate: %s\n", err);
+		goto out;
+	}
+	double t_open = now_s() - t0;
+	const struct srt_model_config *m = srt_engine_model(e);
+	const struct srt_runtime_config *rc = srt_engine_runtime(e);
+	size_t V = (size_t)m->vocab_size;
+	if (max_new < 0)
+		max_new = rc->max_new_tokens;
+	struct srt_sampler smp;
+	srt_sampler_init(&smp, (float)(temp >= 0 ? temp : rc->temperature),
+			 (float)(top_p > 0 ? top_p : rc->top_p),
+			 seed >= 0 ? (uint64_t)seed : rc->seed);
+	logits = malloc(sizeof(float) * V * 2);
+	scratch = malloc(sizeof(float) * V * 2);
+	gen = malloc(sizeof(int32_t) * ((size_t)max_new + 1));
+	if (logits_path)
+		all = malloc(sizeof(float) * V * n);
+	if (!logits || !scratch || !gen || (logits_path && !all)) {
+		fprintf(stderr, "shadowrt generate: out of memory\n");
+		goto out;
+	}
+	if (logits_path && !(lf = fopen(logits_path, "wb"))) {
+		fprintf(stderr, "shadowrt generate: cannot open --logits file '%s': %s\n",
+			logits_path, strerror(errno));
+		goto out;
+	}
+	if (srt_engine_seq_start(e, prompt, n, 0, &s, NULL, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt generate: %s\n", err);
+		goto out;
+	}
+	double t1 = now_s();
+	if (srt_engine_prefill(e, s, all ? all : logits, all != NULL, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt generate: prefill: %s\n", err);
+		goto out;
+	}
+	const float *last = all ? all + (n - 1) * V : logits;
+	if (lf && write_all(lf, all, V * n))
+		goto write_fail;
+	double t_prefill = now_s() - t1;
+	long n_gen = 0, steps = 0;
+	double t2 = now_s();
+	while (n_gen < max_new) {
+		int32_t tok = srt_sample(&smp, last, (int32_t)V, scratch);
+		gen[n_gen++] = tok;
+		int stop = n_gen == max_new || (!no_eos && tok == m->eos_token_id);
+		if (stop && !lf)
+			break;
+		/* the next logits; with --logits also those of the last generated token */
+		if (srt_engine_decode(e, &s, 1, &tok, logits, err, sizeof(err))) {
+			fprintf(stderr, "shadowrt generate: decode: %s\n", err);
+			goto out;
+		}
+		steps++;
+		last = logits;
+		if (lf && write_all(lf, logits, V))
+			goto write_fail;
+		if (stop)
+			break;
+	}
+	double t_decode = now_s() - t2;
+	if (lf) {
+		if (fclose(lf)) {
+			lf = NULL;
+			goto write_fail;
+		}
+		lf = NULL;
+	}
+	for (long i = 0; i < n_gen; i++)
+		printf("%s%d", i ? "," : "", gen[i]);
+	printf("\n");
+	if (!quiet) {
+		fprintf(stderr,
+			"model %s (%s), profile %s, %d threads, chunk %d\n"
+			"prompt %llu tokens, generated %ld\n"
+			"open %.3f s, prefill %.3f s (%.1f tokens/s), time to first token %.3f s\n"
+			"decode %.3f s (%.1f tokens/s)\n",
+			m->name, srt_engine_model_path(e), srt_profile_name(srt_engine_profile(e)),
+			srt_engine_threads(e), srt_engine_chunk(e), (unsigned long long)n, n_gen,
+			t_open, t_prefill, t_prefill > 0 ? (double)n / t_prefill : 0.0, t_prefill,
+			t_decode, t_decode > 0 && steps > 0 ? (double)steps / t_decode : 0.0);
+	}
+	status = 0;
+	goto out;
+write_fail:
+	fprintf(stderr, "shadowrt generate: writing --logits file '%s': %s\n", logits_path,
+		strerror(errno));
+out:
+	if (lf)
+		fclose(lf);
+	srt_engine_seq_free(s);
+	srt_engine_close(e);
+	free(prompt);
+	free(logits);
+	free(all);
+	free(scratch);
+	free(gen);
+	return status;
+}

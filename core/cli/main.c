@@ -15,6 +15,7 @@ const struct srt_command srt_commands[] = {
 	{"gen-model", "write a deterministic synthetic checkpoint of a preset, or --check one", srt_cmd_gen_model},
 	{"replay", "cache-only replay of a request trace through ShadowRadix: hit rate vs ceiling", srt_cmd_replay},
 	{"generate", "run one prompt through the model: generated tokens, TTFT, tokens/s, --logits", srt_cmd_generate},
+	{"run", "the main job: a built-in multi-turn chat workload, batched decode, prefix hits, KV per pool", srt_cmd_run},
 	{NULL, NULL, NULL},
 };
 

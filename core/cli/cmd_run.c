@@ -1,0 +1,342 @@
+/*
+ * shadowrt run: the main job. A built-in multi-turn chat workload on the executor: several
+ * conversations interleaved (their decode steps batched into one forward call), each turn
+ * resending the whole history plus a new user message, so ShadowRadix serves the history from
+ * cache. Prints per turn the prompt size, the prefix hit, TTFT and decode rate; at the end the
+ * throughput, the hit rate and the KV bytes per pool.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "config/runtime_config.h"
+#include "exec/engine.h"
+#include "exec/sampler.h"
+#include "radix/radix.h"
+
+static void run_usage(FILE *out)
+{
+	fprintf(out,
+		"usage: shadowrt run [options]\n"
+		"\n"
+		"Serve a built-in multi-turn chat workload: --conversations conversations share a\n"
+		"system prompt; in each of --turns turns every conversation sends its whole history\n"
+		"plus a new user message (prefilled from the longest cached prefix, in chunks), then\n"
+		"all conversations decode --reply-tokens tokens together, one batched forward per step\n"
+		"(eos does not stop a reply). With no options this runs the embedded default: the\n"
+		"synthetic tiny model (generated under $XDG_CACHE_HOME/shadowrt/models or\n"
+		"./shadowrt-models when missing), CPU plugins. Prints per turn and conversation the\n"
+		"prompt tokens, prefix-hit tokens and rate, time to first token (from the start of the\n"
+		"turn) and the batched decode rate; at the end the throughput, the overall hit rate and\n"
+		"the KV bytes per cache pool. A progress bar goes to stderr when it is a terminal.\n"
+		"\n"
+		"options:\n"
+		"  --model DIR|PRESET   checkpoint directory or preset (default: [runtime] model)\n"
+		"  --config INI         runtime config over the built-in default\n"
+		"  --turns N            turns per conversation (default 3)\n"
+		"  --conversations N    conversations, interleaved (default 4)\n"
+		"  --reply-tokens N     tokens per assistant reply (default 24)\n"
+		"  --threads N          worker threads, 0 = all cores (default: [runtime] threads)\n"
+		"  --profile P          reference | f32 (default: [runtime] profile)\n"
+		"  -q, --quiet          no progress bar\n");
+}
+
+static const char system_prompt[] =
+	"You are the shadowrt demo assistant. You answer questions about serving large language "
+	"models: prefix caching, sliding-window attention, compressed sparse attention, heavily "
+	"compressed attention, mixture-of-experts layers with FP4 weights and the residual "
+	"streams of mHC. Keep answers short and precise, cite the relevant section of the design "
+	"when you can, and say so when you do not know. The user is an engineer.\n";
+
+static const char *const user_msgs[] = {
+	"What does ShadowRadix store for a cached prefix?",
+	"Why can a window page be dropped while C4 entries stay matchable?",
+	"How is the L1 budget split between the pools?",
+	"What happens to a request when a pool is over budget?",
+	"Explain the match rule for TAIL pools in one sentence.",
+	"How many tokens does one C128 entry cover?",
+	"Which tier does the kernel read from on a CPU run?",
+	"What is the tenant salt for?",
+	"Summarise our conversation so far.",
+	"Thanks. One more: how does batched decode help throughput?",
+};
+#define N_MSGS (sizeof(user_msgs) / sizeof(user_msgs[0]))
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int parse_int(const char *s, long lo, long hi, int *out)
+{
+	errno = 0;
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = (int)v;
+	return 0;
+}
+
+struct conv {
+	int32_t *hist;
+	size_t n, cap;
+	struct srt_seq *seq;
+	int32_t next; /* token to feed at the next decode step */
+	struct srt_sampler smp;
+};
+
+static int push(struct conv *c, const int32_t *t, size_t n)
+{
+	if (c->n + n > c->cap) {
+		size_t cap = (c->n + n) * 2;
+		int32_t *h = realloc(c->hist, sizeof(int32_t) * cap);
+		if (!h)
+			return -1;
+		c->hist = h;
+		c->cap = cap;
+	}
+	memcpy(c->hist + c->n, t, sizeof(int32_t) * n);
+	c->n += n;
+	return 0;
+}
+
+static int push_text(struct conv *c, const char *s, int32_t vocab)
+{
+	for (; *s; s++) {
+		int32_t t = (unsigned char)*s % vocab;
+		if (push(c, &t, 1))
+			return -1;
+	}
+	return 0;
+}
+
+static void progress(int on, int done, int total, const char *what)
+{
+	if (!on)
+		return;
+	int w = 30, k = total ? done * w / total : w;
+	fprintf(stderr, "\r[");
+	for (int i = 0; i < w; i++)
+		fputc(i < k ? '#' : '.', stderr);
+	fprintf(stderr, "] %3d%% %-28s", total ? done * 100 / total : 100, what);
+	fflush(stderr);
+}
+
+static void progress_clear(int on)
+{
+	if (on)
+		fprintf(stderr, "\r%70s\r", "");
+}
+
+int srt_cmd_run(int argc, char **argv)
+{
+	if (srt_cli_wants_help(argc, argv)) {
+		run_usage(stdout);
+		return 0;
+	}
+	struct srt_engine_opts o = {.threads = -1, .profile = -1};
+	int turns = 3, nconv = 4, reply = 24, quiet = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+		int bad = 0;
+		if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
+			quiet = 1;
+			continue;
+		}
+		if (!val) {
+			fprintf(stderr, "shadowrt run: %s: %s\n", a,
+				a[0] == '-' ? "needs a value (see --help)" : "unexpected argument");
+			return 2;
+		}
+		i++;
+		if (!strcmp(a, "--model"))
+			o.model = val;
+		else if (!strcmp(a, "--config"))
+			o.config_path = val;
+		else if (!strcmp(a, "--turns"))
+			bad = parse_int(val, 1, 1000, &turns);
+		else if (!strcmp(a, "--conversations"))
+			bad = parse_int(val, 1, 4096, &nconv);
+		else if (!strcmp(a, "--reply-tokens"))
+			bad = parse_int(val, 1, 1 << 20, &reply);
+		else if (!strcmp(a, "--threads"))
+			bad = parse_int(val, 0, 4096, &o.threads);
+		else if (!strcmp(a, "--profile")) {
+			if (!strcmp(val, "reference"))
+				o.profile = 0;
+			else if (!strcmp(val, "f32"))
+				o.profile = 1;
+			else
+				bad = 1;
+		} else {
+			fprintf(stderr, "shadowrt run: unknown option '%s' (see --help)\n", a);
+			return 2;
+		}
+		if (bad) {
+			fprintf(stderr, "shadowrt run: %s '%s': out of range or not a valid value\n", a,
+				val);
+			return 2;
+		}
+	}
+	int bar = !quiet && isatty(2);
+	char err[2048];
+	int status = 1;
+	struct srt_engine *e = NULL;
+	struct conv *cv = calloc((size_t)nconv, sizeof(*cv));
+	struct srt_seq **seqs = calloc((size_t)nconv, sizeof(*seqs));
+	int32_t *toks = calloc((size_t)nconv, sizeof(int32_t));
+	float *logits = NULL;
+	void *scratch = NULL;
+	if (!cv || !seqs || !toks)
+		goto oom;
+	if (srt_engine_open(&o, &e, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt run: %s\n", err);
+		goto out;
+	}
+	const struct srt_model_config *m = srt_engine_model(e);
+	const struct srt_runtime_config *rc = srt_engine_runtime(e);
+	size_t V = (size_t)m->vocab_size;
+	logits = malloc(sizeof(float) * V * (size_t)nconv);
+	scratch = malloc(sizeof(float) * V * 2);
+	if (!logits || !scratch)
+		goto oom;
+	printf("shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
+	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
+	       "prompt\n\n",
+	       m->name, srt_engine_model_path(e), srt_profile_name(srt_engine_profile(e)),
+	       srt_engine_threads(e), srt_rdx_page_tokens(srt_engine_cache(e)),
+	       srt_engine_chunk(e), nconv, turns, reply);
+	printf("%4s %4s %8s %8s %6s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
+	       "TTFT ms", "decode tok/s");
+	for (int c = 0; c < nconv; c++) {
+		srt_sampler_init(&cv[c].smp, (float)rc->temperature, (float)rc->top_p,
+				 rc->seed + (uint64_t)c);
+		if (push_text(&cv[c], system_prompt, m->vocab_size))
+			goto oom;
+	}
+	uint64_t tot_prompt = 0, tot_hit = 0, tot_computed = 0, tot_decoded = 0;
+	double t_all = now_s(), t_prefill_all = 0, t_decode_all = 0;
+	int work = turns * (nconv + reply), done = 0;
+	for (int t = 0; t < turns; t++) {
+		double t0 = now_s();
+		double ttft[4096];
+		uint64_t hits[4096];
+		for (int c = 0; c < nconv; c++) {
+			char msg[256];
+			snprintf(msg, sizeof(msg), "\nUser %d: %s\nAssistant:", c,
+				 user_msgs[(size_t)(t * 3 + c) % N_MSGS]);
+			if (push_text(&cv[c], msg, m->vocab_size))
+				goto oom;
+			if (srt_engine_seq_start(e, cv[c].hist, cv[c].n, 1, &cv[c].seq, &hits[c], err,
+						 sizeof(err)) ||
+			    srt_engine_prefill(e, cv[c].seq, logits + (size_t)c * V, 0, err,
+					       sizeof(err))) {
+				progress_clear(bar);
+				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
+					err);
+				goto out;
+			}
+			cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
+						scratch);
+			ttft[c] = now_s() - t0;
+			seqs[c] = cv[c].seq;
+			tot_prompt += cv[c].n;
+			tot_hit += hits[c];
+			tot_computed += cv[c].n - hits[c];
+			progress(bar, ++done, work, "prefill");
+		}
+		double t_pre = now_s() - t0;
+		t_prefill_all += t_pre;
+		double t1 = now_s();
+		for (int k = 0; k < reply; k++) {
+			for (int c = 0; c < nconv; c++) {
+				toks[c] = cv[c].next;
+				if (push(&cv[c], &toks[c], 1))
+					goto oom;
+			}
+			if (k == reply - 1)
+				break; /* the last reply token is part of the next prompt */
+			if (srt_engine_decode(e, seqs, (uint32_t)nconv, toks, logits, err,
+					      sizeof(err))) {
+				progress_clear(bar);
+				fprintf(stderr, "shadowrt run: turn %d decode step %d: %s\n", t + 1, k,
+					err);
+				goto out;
+			}
+			for (int c = 0; c < nconv; c++)
+				cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
+							scratch);
+			tot_decoded += (uint64_t)nconv;
+			progress(bar, ++done, work, "decode");
+		}
+		done = (t + 1) * (nconv + reply);
+		double t_dec = now_s() - t1;
+		t_decode_all += t_dec;
+		double rate = t_dec > 0 ? (double)(reply - 1) * nconv / t_dec : 0;
+		progress_clear(bar);
+		for (int c = 0; c < nconv; c++) {
+			uint64_t plen = srt_seq_len(cv[c].seq) - (uint64_t)(reply - 1);
+			printf("%4d %4d %8llu %8llu %5.1f%% %9.1f %12.1f\n", t + 1, c,
+			       (unsigned long long)plen, (unsigned long long)hits[c],
+			       100.0 * (double)hits[c] / (double)plen, ttft[c] * 1e3, rate);
+			if (srt_engine_seq_finish(cv[c].seq, NULL, err, sizeof(err))) {
+				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
+					err);
+				goto out;
+			}
+			srt_engine_seq_free(cv[c].seq);
+			cv[c].seq = NULL;
+		}
+		fflush(stdout);
+	}
+	double wall = now_s() - t_all;
+	progress_clear(bar);
+	printf("\nwall %.2f s: prefill %.2f s (%llu tokens computed, %.1f tokens/s), decode %.2f s "
+	       "(%llu tokens, %.1f tokens/s over %d sequences)\n",
+	       wall, t_prefill_all, (unsigned long long)tot_computed,
+	       t_prefill_all > 0 ? (double)tot_computed / t_prefill_all : 0.0, t_decode_all,
+	       (unsigned long long)tot_decoded,
+	       t_decode_all > 0 ? (double)tot_decoded / t_decode_all : 0.0, nconv);
+	printf("prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
+	       (unsigned long long)tot_prompt, (unsigned long long)tot_hit,
+	       tot_prompt ? 100.0 * (double)tot_hit / (double)tot_prompt : 0.0);
+	struct srt_rdx_cache *cache = srt_engine_cache(e);
+	printf("KV cache per pool (L1):\n%-14s %6s %10s %10s %8s %8s\n", "pool", "ratio", "now",
+	       "peak", "pages", "evicted");
+	for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
+		struct srt_rdx_pool_stats st;
+		char b1[32], b2[32];
+		srt_rdx_pool_stats(cache, p, &st);
+		printf("%-14s %6u %10s %10s %8llu %8llu\n", st.name, st.ratio,
+		       srt_format_size(st.bytes, b1, sizeof(b1)),
+		       srt_format_size(st.peak_bytes, b2, sizeof(b2)),
+		       (unsigned long long)st.pages, (unsigned long long)st.evicted_pages);
+	}
+	status = 0;
+	goto out;
+oom:
+	progress_clear(bar);
+	fprintf(stderr, "shadowrt run: out of memory\n");
+out:
+	if (cv)
+		for (int c = 0; c < nconv; c++) {
+			srt_engine_seq_free(cv[c].seq);
+			free(cv[c].hist);
+		}
+	srt_engine_close(e);
+	free(cv);
+	free(seqs);
+	free(toks);
+	free(logits);
+	free(scratch);
+	return status;
+}

@@ -120,3 +120,10 @@ int srt_tier_store_exists(struct srt_tier_store *s, const struct srt_key *keys, 
 		return 0;
 	return s->vt->exists(s->inst, keys, n, n_present);
 }
+
+int srt_tier_store_remove(struct srt_tier_store *s, const struct srt_key *keys, uint32_t n)
+{
+	if (!n)
+		return 0;
+	return s->vt->remove(s->inst, keys, n);
+}

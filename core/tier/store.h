@@ -59,4 +59,7 @@ int srt_tier_store_get(struct srt_tier_store *s, const struct srt_key *keys, uin
 int srt_tier_store_exists(struct srt_tier_store *s, const struct srt_key *keys, uint32_t n,
 			  uint32_t *n_present);
 
+/* Remove objects (absent ones are fine). Returns 0 or the store's error. */
+int srt_tier_store_remove(struct srt_tier_store *s, const struct srt_key *keys, uint32_t n);
+
 #endif

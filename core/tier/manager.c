@@ -1,0 +1,1267 @@
+/* The tier manager (manager.h). */
+#include "tier/manager.h"
+
+#include <assert.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "tier/object.h"
+#include "tier/sha256.h"
+#include "tier/store.h"
+#include "tier/xxh64.h"
+
+#define LOGNAME "tier"
+
+/* --- small helpers ------------------------------------------------------------------------- */
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t key_hash(const struct srt_key *k)
+{
+	uint64_t h;
+	memcpy(&h, k->b, sizeof(h)); /* the key is a SHA-256: its bytes are uniform */
+	return h;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ull;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+	return x ^ (x >> 31);
+}
+
+void srt_tmgr_synth_payload(const struct srt_key *key, void *buf, size_t n)
+{
+	uint64_t s = key_hash(key) ^ srt_tier_xxh64(key->b, sizeof(key->b), 0x5a17);
+	uint8_t *p = buf;
+	for (size_t i = 0; i < n; i += 8) {
+		uint64_t v = mix64(s + i);
+		size_t k = n - i < 8 ? n - i : 8;
+		memcpy(p + i, &v, k);
+	}
+}
+
+static void put_u32(struct srt_tier_sha256 *s, uint32_t v)
+{
+	uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+	srt_tier_sha256_update(s, b, 4);
+}
+
+void srt_tmgr_fingerprint(const char *ident, uint32_t page_tokens,
+			  const struct srt_pool_decl *pools, uint32_t n_pools, uint8_t out[32])
+{
+	struct srt_tier_sha256 s;
+	srt_tier_sha256_init(&s);
+	srt_tier_sha256_update(&s, "shadowrt/model-fp/v1", 21);
+	size_t il = ident ? strlen(ident) : 0;
+	put_u32(&s, (uint32_t)il);
+	srt_tier_sha256_update(&s, ident ? ident : "", il);
+	put_u32(&s, page_tokens);
+	put_u32(&s, n_pools);
+	for (uint32_t i = 0; i < n_pools; i++) {
+		const struct srt_pool_decl *d = &pools[i];
+		size_t nl = strnlen(d->name, SRT_POOL_NAME_MAX);
+		put_u32(&s, (uint32_t)nl);
+		srt_tier_sha256_update(&s, d->name, nl);
+		put_u32(&s, d->ratio);
+		put_u32(&s, d->retention);
+		put_u32(&s, d->tail_tokens);
+		put_u32(&s, (uint32_t)d->entry_bytes);
+		put_u32(&s, (uint32_t)(d->entry_bytes >> 32));
+		put_u32(&s, d->n_layers);
+		for (uint32_t l = 0; l < d->n_layers && d->layers; l++)
+			put_u32(&s, (uint32_t)d->layers[l]);
+	}
+	srt_tier_sha256_final(&s, out);
+}
+
+/* --- indexes ------------------------------------------------------------------------------- */
+
+/* A page known to L2 or L3, by key. L2 entries own an arena page holding the payload. */
+struct kent {
+	struct srt_key key;
+	struct kent *hnext;
+	struct kent *prev, *next; /* LRU: head = most recent */
+	void *page;               /* L2: arena page */
+	uint64_t bytes;           /* accounted bytes */
+	uint32_t pool;
+	uint32_t pins;   /* L2: loads in progress read it; not evictable */
+	uint8_t in_l3;   /* L2: known to be in L3 as well */
+};
+
+struct ktab {
+	struct kent **b;
+	size_t cap, n;
+	struct kent *head, *tail;
+	uint64_t bytes, peak, budget;
+};
+
+static struct kent *kt_find(const struct ktab *t, const struct srt_key *k)
+{
+	if (!t->cap)
+		return NULL;
+	for (struct kent *e = t->b[key_hash(k) & (t->cap - 1)]; e; e = e->hnext)
+		if (!memcmp(e->key.b, k->b, SRT_KEY_BYTES))
+			return e;
+	return NULL;
+}
+
+static void lru_unlink(struct ktab *t, struct kent *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		t->head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		t->tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void lru_front(struct ktab *t, struct kent *e)
+{
+	e->prev = NULL;
+	e->next = t->head;
+	if (t->head)
+		t->head->prev = e;
+	t->head = e;
+	if (!t->tail)
+		t->tail = e;
+}
+
+static void kt_touch(struct ktab *t, struct kent *e)
+{
+	if (t->head == e)
+		return;
+	lru_unlink(t, e);
+	lru_front(t, e);
+}
+
+static int kt_insert(struct ktab *t, struct kent *e)
+{
+	if ((t->n + 1) * 4 > t->cap * 3) {
+		size_t cap = t->cap ? 2 * t->cap : 1024;
+		struct kent **b = calloc(cap, sizeof(*b));
+		if (!b)
+			return SRT_ENOMEM;
+		for (size_t i = 0; i < t->cap; i++)
+			for (struct kent *x = t->b[i], *nx; x; x = nx) {
+				nx = x->hnext;
+				size_t j = key_hash(&x->key) & (cap - 1);
+				x->hnext = b[j];
+				b[j] = x;
+			}
+		free(t->b);
+		t->b = b;
+		t->cap = cap;
+	}
+	size_t j = key_hash(&e->key) & (t->cap - 1);
+	e->hnext = t->b[j];
+	t->b[j] = e;
+	t->n++;
+	t->bytes += e->bytes;
+	if (t->bytes > t->peak)
+		t->peak = t->bytes;
+	lru_front(t, e);
+	return 0;
+}
+
+static void kt_remove(struct ktab *t, struct kent *e)
+{
+	struct kent **pp = &t->b[key_hash(&e->key) & (t->cap - 1)];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	t->n--;
+	t->bytes -= e->bytes;
+	lru_unlink(t, e);
+}
+
+/* An L1 tree page the manager knows: its key, hit count and flags, by (pool, address). */
+struct l1ent {
+	void *addr;
+	struct l1ent *hnext;
+	struct srt_key key;
+	uint32_t pool;
+	uint32_t hits;
+	uint8_t resume;  /* TAIL pool: covers the window before a commit point */
+	uint8_t written; /* eager copy done (write policy) */
+};
+
+struct l1tab {
+	struct l1ent **b;
+	size_t cap, n;
+};
+
+static size_t l1_slot(const struct l1tab *t, uint32_t pool, const void *addr)
+{
+	return mix64((uint64_t)(uintptr_t)addr * 64 + pool) & (t->cap - 1);
+}
+
+static struct l1ent *l1_find(const struct l1tab *t, uint32_t pool, const void *addr)
+{
+	if (!t->cap)
+		return NULL;
+	for (struct l1ent *e = t->b[l1_slot(t, pool, addr)]; e; e = e->hnext)
+		if (e->addr == addr && e->pool == pool)
+			return e;
+	return NULL;
+}
+
+static int l1_insert(struct l1tab *t, struct l1ent *e)
+{
+	if ((t->n + 1) * 4 > t->cap * 3) {
+		size_t cap = t->cap ? 2 * t->cap : 1024;
+		struct l1ent **b = calloc(cap, sizeof(*b));
+		if (!b)
+			return SRT_ENOMEM;
+		struct l1tab nt = {b, cap, 0};
+		for (size_t i = 0; i < t->cap; i++)
+			for (struct l1ent *x = t->b[i], *nx; x; x = nx) {
+				nx = x->hnext;
+				size_t j = l1_slot(&nt, x->pool, x->addr);
+				x->hnext = b[j];
+				b[j] = x;
+			}
+		free(t->b);
+		t->b = b;
+		t->cap = cap;
+	}
+	size_t j = l1_slot(t, e->pool, e->addr);
+	e->hnext = t->b[j];
+	t->b[j] = e;
+	t->n++;
+	return 0;
+}
+
+static void l1_remove(struct l1tab *t, struct l1ent *e)
+{
+	struct l1ent **pp = &t->b[l1_slot(t, e->pool, e->addr)];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	t->n--;
+}
+
+/* --- the manager --------------------------------------------------------------------------- */
+
+struct pinfo {
+	char name[SRT_POOL_NAME_MAX + 1];
+	uint32_t retention;
+	uint32_t tail_pages; /* K = ceil(w / P) for TAIL pools */
+	uint64_t page_bytes;
+	uint64_t payload;    /* bytes actually stored per page */
+	struct srt_tier_keyer keyer;
+};
+
+/* One page to fetch from L3 for a loading request. */
+struct item {
+	struct srt_key key;
+	uint32_t pool;
+	void *dst;   /* L1 page (real mode) or NULL (synthetic: verify only) */
+	int ok;
+};
+
+struct srt_tmgr_req {
+	struct srt_tmgr *m;
+	struct srt_rdx_req *r;
+	int32_t *tokens; /* the start tokens [0, n) */
+	uint64_t n;
+	struct srt_key **keys; /* [pool][page], computed for pages [0, nkeys) */
+	uint64_t nkeys, keys_cap;
+	uint64_t recorded; /* tree pages [0, recorded) are in the L1 index */
+	struct srt_tmgr_hit hit;
+	/* load in flight */
+	struct item *items;
+	uint32_t n_items;
+	int queued;          /* in the prefetch queue or being loaded */
+	_Atomic int done;    /* the thread finished the items */
+	int pending;         /* loaded pages not yet verified / committed */
+	struct srt_tmgr_req *qnext;
+	int finished;
+};
+
+struct srt_tmgr {
+	struct srt_tmgr_config cfg;
+	uint32_t P, np;
+	struct pinfo *pools;
+	struct srt_rdx_cache *c;
+	struct srt_rdx_hooks hooks;
+	struct l1tab l1;
+	struct ktab l2, l3;
+	int has_l2, has_l3;
+	struct srt_tier_store store;
+	uint8_t *scratch; /* payload buffer (main thread) */
+	size_t scratch_len;
+	/* L3 availability */
+	pthread_mutex_t l3mu;
+	int l3_down;
+	double l3_retry_at;
+	/* prefetch thread */
+	pthread_t thr;
+	int thr_on;
+	pthread_mutex_t mu;
+	pthread_cond_t cv, done_cv;
+	struct srt_tmgr_req *qhead, *qtail;
+	int stop, hold;
+	uint8_t *tscratch; /* payload buffer (prefetch thread) */
+	struct srt_tmgr_stats st;
+	_Atomic uint64_t verified, skipped;
+	int warned_l2_small;
+};
+
+#define LOG(m, lvl, ...)                                                                       \
+	do {                                                                                   \
+		if ((m)->cfg.host && (m)->cfg.host->log)                                       \
+			(m)->cfg.host->log((lvl), LOGNAME, __VA_ARGS__);                       \
+	} while (0)
+
+/* L3 gate: 1 when L3 may be used now. */
+static int l3_usable(struct srt_tmgr *m)
+{
+	if (!m->has_l3)
+		return 0;
+	pthread_mutex_lock(&m->l3mu);
+	int ok = !m->l3_down || now_s() >= m->l3_retry_at;
+	pthread_mutex_unlock(&m->l3mu);
+	if (!ok)
+		atomic_fetch_add(&m->skipped, 1);
+	return ok;
+}
+
+/* Record the outcome of an L3 call (rc of the store). */
+static void l3_result(struct srt_tmgr *m, int rc, const char *what)
+{
+	pthread_mutex_lock(&m->l3mu);
+	if (rc == SRT_EIO) {
+		if (!m->l3_down) {
+			m->st.l3_outages++;
+			LOG(m, SRT_LOG_WARN,
+			    "L3 (%s) unavailable (%s failed): continuing without L3, retrying every %u ms",
+			    m->cfg.l3_name ? m->cfg.l3_name : "store", what, m->cfg.l3_retry_ms);
+		}
+		m->l3_down = 1;
+		m->l3_retry_at = now_s() + m->cfg.l3_retry_ms / 1000.0;
+	} else if (rc == 0 && m->l3_down) {
+		m->l3_down = 0;
+		LOG(m, SRT_LOG_WARN, "L3 (%s) is back: using it again",
+		    m->cfg.l3_name ? m->cfg.l3_name : "store");
+	}
+	pthread_mutex_unlock(&m->l3mu);
+}
+
+/* Bytes a stored page accounts for in L3. */
+static uint64_t l3_acct(const struct srt_tmgr *m, uint32_t pool)
+{
+	return m->pools[pool].page_bytes + SRT_TIER_OBJ_HEADER_BYTES;
+}
+
+/* Note that key is in L3 (written or found); evicts LRU objects to stay within the budget. */
+static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool)
+{
+	struct kent *e = kt_find(&m->l3, key);
+	if (e) {
+		kt_touch(&m->l3, e);
+		return;
+	}
+	uint64_t b = l3_acct(m, pool);
+	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
+		struct kent *v = m->l3.tail;
+		kt_remove(&m->l3, v);
+		srt_tier_store_remove(&m->store, &v->key, 1);
+		struct kent *l2e = kt_find(&m->l2, &v->key);
+		if (l2e)
+			l2e->in_l3 = 0;
+		m->st.l3_evicted++;
+		free(v);
+	}
+	if (m->l3.bytes + b > m->l3.budget)
+		return; /* larger than the whole budget: put refused it already */
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return;
+	e->key = *key;
+	e->pool = pool;
+	e->bytes = b;
+	if (kt_insert(&m->l3, e))
+		free(e);
+}
+
+/* Forget key in L3 (it was found absent or corrupt). */
+static void l3_forget(struct srt_tmgr *m, const struct srt_key *key)
+{
+	struct kent *e = kt_find(&m->l3, key);
+	if (e) {
+		kt_remove(&m->l3, e);
+		free(e);
+	}
+	struct kent *l2e = kt_find(&m->l2, key);
+	if (l2e)
+		l2e->in_l3 = 0;
+}
+
+/* Write one payload to L3 (budget first). Returns 1 when stored. */
+static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload)
+{
+	if (!l3_usable(m))
+		return 0;
+	if (kt_find(&m->l3, key))
+		return 1;
+	if (l3_acct(m, pool) > m->l3.budget)
+		return 0;
+	/* make room before writing so the budget holds at every instant */
+	uint64_t b = l3_acct(m, pool);
+	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
+		struct kent *v = m->l3.tail;
+		kt_remove(&m->l3, v);
+		srt_tier_store_remove(&m->store, &v->key, 1);
+		struct kent *l2e = kt_find(&m->l2, &v->key);
+		if (l2e)
+			l2e->in_l3 = 0;
+		m->st.l3_evicted++;
+		free(v);
+	}
+	const void *bufs[1] = {payload};
+	size_t lens[1] = {(size_t)m->pools[pool].payload};
+	int rc = srt_tier_store_put(&m->store, key, 1, bufs, lens);
+	l3_result(m, rc == SRT_EIO ? SRT_EIO : 0, "put");
+	if (rc) {
+		if (rc != SRT_EIO)
+			LOG(m, SRT_LOG_WARN, "L3 put failed (%d): page not stored", rc);
+		return 0;
+	}
+	l3_note(m, key, pool);
+	return 1;
+}
+
+/* Free L2 entries (LRU, unpinned) until `need` more bytes fit; write-back to L3 first. */
+static int l2_make_room(struct srt_tmgr *m, uint64_t need)
+{
+	struct kent *v = m->l2.tail;
+	while (m->l2.bytes + need > m->l2.budget && v) {
+		struct kent *prev = v->prev;
+		if (v->pins) {
+			v = prev;
+			continue;
+		}
+		if (!v->in_l3 && m->has_l3 && l3_put(m, v->pool, &v->key, v->page)) {
+			m->st.pages_l2_to_l3++;
+			m->st.bytes_l2_to_l3 += m->pools[v->pool].page_bytes;
+		}
+		kt_remove(&m->l2, v);
+		m->cfg.l2_vt->free_page(m->cfg.l2_inst, v->page, m->pools[v->pool].payload);
+		m->st.l2_evicted++;
+		free(v);
+		v = prev;
+	}
+	return m->l2.bytes + need <= m->l2.budget;
+}
+
+/* Copy a payload into L2 under key. Returns 1 when stored (or already there). */
+static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload,
+		  int in_l3)
+{
+	struct kent *e = kt_find(&m->l2, key);
+	if (e) {
+		kt_touch(&m->l2, e);
+		e->in_l3 |= (uint8_t)in_l3;
+		return 1;
+	}
+	uint64_t pb = m->pools[pool].page_bytes;
+	if (pb > m->l2.budget) {
+		if (!m->warned_l2_small)
+			LOG(m, SRT_LOG_WARN,
+			    "L2 budget %" PRIu64 " B is smaller than one page of pool %s (%" PRIu64
+			    " B): its pages skip L2",
+			    m->l2.budget, m->pools[pool].name, pb);
+		m->warned_l2_small = 1;
+		return 0;
+	}
+	if (!l2_make_room(m, pb))
+		return 0;
+	e = calloc(1, sizeof(*e));
+	if (!e)
+		return 0;
+	size_t len = (size_t)m->pools[pool].payload;
+	if (m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page)) {
+		free(e);
+		return 0;
+	}
+	if (m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
+		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		free(e);
+		return 0;
+	}
+	e->key = *key;
+	e->pool = pool;
+	e->bytes = pb;
+	e->in_l3 = (uint8_t)in_l3;
+	if (kt_insert(&m->l2, e)) {
+		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		free(e);
+		return 0;
+	}
+	return 1;
+}
+
+/* The payload of an L1 page: its bytes (real) or the synthetic bytes of its key. */
+static const void *l1_payload(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
+			      const void *addr)
+{
+	if (!m->cfg.payload_bytes)
+		return addr;
+	srt_tmgr_synth_payload(key, m->scratch, (size_t)m->pools[pool].payload);
+	return m->scratch;
+}
+
+/* Copy one L1 page to the lower tiers: L2 (and L3 when `to_l3`). */
+static void copy_down(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
+		      const void *addr, int to_l3)
+{
+	const void *pl = l1_payload(m, pool, key, addr);
+	uint64_t pb = m->pools[pool].page_bytes;
+	int in_l3 = kt_find(&m->l3, key) != NULL;
+	if (to_l3 && !in_l3 && m->has_l3 && l3_put(m, pool, key, pl)) {
+		in_l3 = 1;
+		m->st.pages_l1_to_l3++;
+		m->st.bytes_l1_to_l3 += pb;
+	}
+	if (m->has_l2) {
+		int had = kt_find(&m->l2, key) != NULL;
+		if (l2_put(m, pool, key, pl, in_l3)) {
+			if (!had) {
+				m->st.pages_l1_to_l2++;
+				m->st.bytes_l1_to_l2 += pb;
+			}
+			return;
+		}
+	}
+	/* no L2 (or it is full of pinned pages): straight to L3 */
+	if (!in_l3 && m->has_l3 && l3_put(m, pool, key, pl)) {
+		m->st.pages_l1_to_l3++;
+		m->st.bytes_l1_to_l3 += pb;
+	}
+}
+
+static void on_drop(void *ctx, uint32_t pool, uint64_t vpage, const int32_t *tokens,
+		    const struct srt_rdx_loc *loc, size_t bytes, int why)
+{
+	(void)vpage, (void)tokens, (void)bytes, (void)why;
+	struct srt_tmgr *m = ctx;
+	struct l1ent *e = l1_find(&m->l1, pool, loc->addr);
+	if (!e)
+		return; /* a page committed without the manager: nothing known about it */
+	l1_remove(&m->l1, e);
+	if (m->pools[pool].retention == SRT_RETAIN_ALL || e->resume)
+		copy_down(m, pool, &e->key, loc->addr, 0);
+	else
+		m->st.skipped_tail_pages++;
+	free(e);
+}
+
+/* --- prefetch thread ------------------------------------------------------------------------ */
+
+/* Fetch and check the items of r (prefetch thread or inline). Touches only r and the store. */
+static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
+{
+	for (uint32_t i = 0; i < r->n_items; i++) {
+		struct item *it = &r->items[i];
+		it->ok = 0;
+		if (!l3_usable(m))
+			continue;
+		size_t pl = (size_t)m->pools[it->pool].payload;
+		void *dst = m->cfg.payload_bytes ? buf : it->dst;
+		void *bufs[1] = {dst};
+		size_t caps[1] = {pl}, lens[1] = {0};
+		int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
+		l3_result(m, rc, "get");
+		if (rc || lens[0] != pl)
+			continue;
+		if (m->cfg.payload_bytes) {
+			uint8_t *want = buf + pl;
+			srt_tmgr_synth_payload(&it->key, want, pl);
+			if (memcmp(dst, want, pl)) {
+				LOG(m, SRT_LOG_ERROR, "L3 page of pool %s: payload differs from its key's",
+				    m->pools[it->pool].name);
+				continue;
+			}
+			atomic_fetch_add(&m->verified, 1);
+		}
+		it->ok = 1;
+	}
+}
+
+static void *prefetch_main(void *arg)
+{
+	struct srt_tmgr *m = arg;
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		while (!m->stop && (!m->qhead || m->hold))
+			pthread_cond_wait(&m->cv, &m->mu);
+		if (m->stop && !m->qhead)
+			break;
+		if (m->hold && !m->stop)
+			continue;
+		struct srt_tmgr_req *r = m->qhead;
+		m->qhead = r->qnext;
+		if (!m->qhead)
+			m->qtail = NULL;
+		pthread_mutex_unlock(&m->mu);
+		load_items(m, r, m->tscratch);
+		pthread_mutex_lock(&m->mu);
+		atomic_store(&r->done, 1);
+		pthread_cond_broadcast(&m->done_cv);
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold)
+{
+	pthread_mutex_lock(&m->mu);
+	m->hold = hold;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* --- create / destroy ---------------------------------------------------------------------- */
+
+int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, char *err,
+		    size_t errlen)
+{
+	*out = NULL;
+	uint32_t P = cfg->page_tokens ? cfg->page_tokens : SRT_RDX_DEFAULT_PAGE;
+	if (!cfg->n_pools || !cfg->pools) {
+		snprintf(err, errlen, "tier manager: no pools");
+		return SRT_EINVAL;
+	}
+	if (cfg->l2_vt && (!cfg->l2_vt->alloc_page || !cfg->l2_vt->free_page ||
+			   !cfg->l2_vt->copy_from_host || !cfg->l2_vt->copy_to_host)) {
+		snprintf(err, errlen, "tier manager: the L2 plugin is not a page arena "
+				      "(alloc_page/free_page/copy_from_host/copy_to_host missing)");
+		return SRT_EINVAL;
+	}
+	if (cfg->l2_vt && !cfg->l2_budget) {
+		snprintf(err, errlen, "tier manager: L2 needs a byte budget");
+		return SRT_EINVAL;
+	}
+	struct srt_tmgr *m = calloc(1, sizeof(*m));
+	if (!m)
+		goto nomem;
+	m->cfg = *cfg;
+	m->cfg.pools = NULL;
+	if (!m->cfg.write_after_hits)
+		m->cfg.write_after_hits = 2;
+	if (!m->cfg.l3_retry_ms)
+		m->cfg.l3_retry_ms = 1000;
+	m->P = P;
+	m->np = cfg->n_pools;
+	pthread_mutex_init(&m->l3mu, NULL);
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->cv, NULL);
+	pthread_cond_init(&m->done_cv, NULL);
+	m->pools = calloc(m->np, sizeof(*m->pools));
+	if (!m->pools)
+		goto nomem;
+	uint64_t maxpl = 0;
+	for (uint32_t i = 0; i < m->np; i++) {
+		const struct srt_pool_decl *d = &cfg->pools[i];
+		struct pinfo *pi = &m->pools[i];
+		uint32_t r = d->ratio == SRT_RATIO_PAGE ? P : d->ratio;
+		if (!r || P % r) {
+			snprintf(err, errlen, "tier manager: pool %.32s: page size %u is not a multiple "
+					      "of its ratio %u", d->name, P, r);
+			srt_tmgr_destroy(m);
+			return SRT_EINVAL;
+		}
+		memcpy(pi->name, d->name, SRT_POOL_NAME_MAX);
+		pi->retention = d->retention;
+		pi->tail_pages = d->retention == SRT_RETAIN_TAIL ? (d->tail_tokens + P - 1) / P : 0;
+		pi->page_bytes = (uint64_t)d->n_layers * (P / r) * d->entry_bytes;
+		pi->payload = cfg->payload_bytes ? cfg->payload_bytes : pi->page_bytes;
+		if (pi->payload > maxpl)
+			maxpl = pi->payload;
+		srt_tier_keyer_init(&pi->keyer, &cfg->scope, pi->name);
+	}
+	m->scratch_len = (size_t)maxpl;
+	m->scratch = malloc(2 * m->scratch_len + 64);
+	m->tscratch = malloc(2 * m->scratch_len + 64);
+	if (!m->scratch || !m->tscratch)
+		goto nomem;
+	m->has_l2 = cfg->l2_vt != NULL;
+	m->l2.budget = cfg->l2_budget;
+	m->l3.budget = cfg->l3_budget ? cfg->l3_budget : UINT64_MAX;
+	if (cfg->l3_vt) {
+		char why[256];
+		if (srt_tier_store_init(&m->store, cfg->l3_vt, cfg->l3_inst, cfg->host,
+					cfg->l3_name ? cfg->l3_name : "tier.l3",
+					cfg->scope.layout_version, why, sizeof(why))) {
+			snprintf(err, errlen, "tier manager: L3: %s", why);
+			srt_tmgr_destroy(m);
+			return SRT_EINVAL;
+		}
+		m->has_l3 = 1;
+		if (cfg->prefetch) {
+			if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
+				snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
+				srt_tmgr_destroy(m);
+				return SRT_EIO;
+			}
+			m->thr_on = 1;
+		}
+	}
+	m->hooks.ctx = m;
+	m->hooks.on_drop = on_drop;
+	*out = m;
+	return 0;
+nomem:
+	snprintf(err, errlen, "tier manager: out of memory");
+	srt_tmgr_destroy(m);
+	return SRT_ENOMEM;
+}
+
+const struct srt_rdx_hooks *srt_tmgr_hooks(struct srt_tmgr *m)
+{
+	return &m->hooks;
+}
+
+void srt_tmgr_attach(struct srt_tmgr *m, struct srt_rdx_cache *c)
+{
+	assert(srt_rdx_page_tokens(c) == m->P && srt_rdx_pool_count(c) == m->np);
+	m->c = c;
+}
+
+void srt_tmgr_destroy(struct srt_tmgr *m)
+{
+	if (!m)
+		return;
+	if (m->thr_on) {
+		pthread_mutex_lock(&m->mu);
+		m->stop = 1;
+		m->hold = 0;
+		pthread_cond_broadcast(&m->cv);
+		pthread_mutex_unlock(&m->mu);
+		pthread_join(m->thr, NULL);
+	}
+	for (size_t i = 0; i < m->l1.cap; i++)
+		for (struct l1ent *e = m->l1.b[i], *n; e; e = n) {
+			n = e->hnext;
+			free(e);
+		}
+	free(m->l1.b);
+	for (struct kent *e = m->l2.head, *n; e; e = n) {
+		n = e->next;
+		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, m->pools[e->pool].payload);
+		free(e);
+	}
+	free(m->l2.b);
+	for (struct kent *e = m->l3.head, *n; e; e = n) {
+		n = e->next;
+		free(e);
+	}
+	free(m->l3.b);
+	free(m->pools);
+	free(m->scratch);
+	free(m->tscratch);
+	pthread_mutex_destroy(&m->l3mu);
+	pthread_mutex_destroy(&m->mu);
+	pthread_cond_destroy(&m->cv);
+	pthread_cond_destroy(&m->done_cv);
+	free(m);
+}
+
+/* --- requests ------------------------------------------------------------------------------ */
+
+/* Make sure keys of pages [0, np) are computed from the tokens t (length >= np * P). */
+static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
+{
+	struct srt_tmgr *m = r->m;
+	if (np <= r->nkeys)
+		return 0;
+	if (np > r->keys_cap) {
+		uint64_t cap = np > 2 * r->keys_cap ? np : 2 * r->keys_cap;
+		for (uint32_t p = 0; p < m->np; p++) {
+			struct srt_key *k = realloc(r->keys[p], cap * sizeof(*k));
+			if (!k)
+				return SRT_ENOMEM;
+			r->keys[p] = k;
+		}
+		r->keys_cap = cap;
+	}
+	for (uint32_t p = 0; p < m->np; p++)
+		for (uint64_t j = r->nkeys; j < np; j++)
+			srt_tier_key_next(&m->pools[p].keyer, j ? &r->keys[p][j - 1] : NULL,
+					  t + j * m->P, m->P, &r->keys[p][j]);
+	r->nkeys = np;
+	return 0;
+}
+
+/* Record the tree pages [recorded, tree) in the L1 index; apply the write policy. */
+static int req_record(struct srt_tmgr_req *r)
+{
+	struct srt_tmgr *m = r->m;
+	uint64_t tree = srt_rdx_req_tree_tokens(r->r) / m->P;
+	if (req_keys(r, srt_rdx_req_tokens(r->r), tree))
+		return SRT_ENOMEM;
+	uint64_t n = (srt_rdx_req_len(r->r) + m->P - 1) / m->P;
+	void **buf = malloc((n ? n : 1) * sizeof(void *));
+	if (!buf)
+		return SRT_ENOMEM;
+	for (uint32_t p = 0; p < m->np; p++) {
+		struct srt_page_table pt;
+		if (srt_rdx_req_page_table(r->r, p, buf, (uint32_t)n, &pt))
+			continue;
+		const struct pinfo *pi = &m->pools[p];
+		/* new tree pages, and for TAIL pools the window before this commit point */
+		uint64_t from = r->recorded;
+		if (pi->retention == SRT_RETAIN_TAIL)
+			from = tree > pi->tail_pages ? tree - pi->tail_pages : 0;
+		if (from > r->recorded)
+			from = r->recorded;
+		for (uint64_t j = from; j < tree; j++) {
+			void *a = buf[j];
+			if (!a)
+				continue;
+			struct l1ent *e = l1_find(&m->l1, p, a);
+			if (e && memcmp(e->key.b, r->keys[p][j].b, SRT_KEY_BYTES)) {
+				l1_remove(&m->l1, e); /* a stale record of a reused address */
+				free(e);
+				e = NULL;
+			}
+			if (!e) {
+				e = calloc(1, sizeof(*e));
+				if (!e) {
+					free(buf);
+					return SRT_ENOMEM;
+				}
+				e->addr = a;
+				e->pool = p;
+				e->key = r->keys[p][j];
+				if (l1_insert(&m->l1, e)) {
+					free(e);
+					free(buf);
+					return SRT_ENOMEM;
+				}
+			}
+			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages >= tree)
+				e->resume = 1;
+			int eligible = pi->retention == SRT_RETAIN_ALL || e->resume;
+			if (eligible && !e->written && m->cfg.write_policy == SRT_TMGR_WRITE_THROUGH &&
+			    (m->has_l2 || m->has_l3)) {
+				copy_down(m, p, &e->key, a, 1);
+				e->written = 1;
+			}
+		}
+	}
+	free(buf);
+	if (tree > r->recorded)
+		r->recorded = tree;
+	return 0;
+}
+
+/* Count an L1 hit on pages [0, hit) for the write-after-N policy. */
+static void req_count_hits(struct srt_tmgr_req *r, uint64_t hit_pages)
+{
+	struct srt_tmgr *m = r->m;
+	if (!hit_pages || m->cfg.write_policy != SRT_TMGR_WRITE_AFTER_HITS ||
+	    !(m->has_l2 || m->has_l3))
+		return;
+	void **buf = malloc(hit_pages * sizeof(void *));
+	if (!buf)
+		return;
+	for (uint32_t p = 0; p < m->np; p++) {
+		struct srt_page_table pt;
+		if (srt_rdx_req_page_table(r->r, p, buf, (uint32_t)hit_pages, &pt))
+			continue;
+		for (uint64_t j = 0; j < hit_pages; j++) {
+			struct l1ent *e = buf[j] ? l1_find(&m->l1, p, buf[j]) : NULL;
+			if (!e)
+				continue;
+			e->hits++;
+			int eligible = m->pools[p].retention == SRT_RETAIN_ALL || e->resume;
+			if (eligible && !e->written && e->hits >= m->cfg.write_after_hits) {
+				copy_down(m, p, &e->key, buf[j], 1);
+				e->written = 1;
+			}
+		}
+	}
+	free(buf);
+}
+
+/* Is page j of pool p in L2 or L3 (for the lookup)? l3run[p] caches exists() answers. */
+static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uint64_t j)
+{
+	if (kt_find(&m->l2, &r->keys[p][j]))
+		return 1;
+	if (!l3_usable(m))
+		return 0;
+	uint32_t got = 0;
+	int rc = srt_tier_store_exists(&m->store, &r->keys[p][j], 1, &got);
+	l3_result(m, rc, "exists");
+	return !rc && got == 1;
+}
+
+/* Longest t (pages) in (h, np] at which the match rule holds over L2 + L3; h if none. */
+static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_t h, uint64_t np)
+{
+	uint64_t A = np;
+	for (uint32_t p = 0; p < m->np && A > h; p++) {
+		if (m->pools[p].retention != SRT_RETAIN_ALL)
+			continue;
+		uint64_t a = h;
+		while (a < A) {
+			while (a < A && kt_find(&m->l2, &r->keys[p][a]))
+				a++;
+			if (a >= A || !l3_usable(m))
+				break;
+			uint32_t got = 0;
+			int rc = srt_tier_store_exists(&m->store, &r->keys[p][a], (uint32_t)(A - a),
+						       &got);
+			l3_result(m, rc, "exists");
+			if (rc || !got)
+				break;
+			a += got;
+		}
+		A = a;
+	}
+	/* TAIL pools: the window before t; try the longest t first, a bounded number of times */
+	int tries = 0;
+	for (uint64_t t = A; t > h && tries < 64; t--, tries++) {
+		int ok = 1;
+		for (uint32_t p = 0; p < m->np && ok; p++) {
+			const struct pinfo *pi = &m->pools[p];
+			if (pi->retention != SRT_RETAIN_TAIL)
+				continue;
+			uint64_t lo = t > pi->tail_pages ? t - pi->tail_pages : 0;
+			if (lo < h)
+				lo = h; /* pages before the L1 hit are in L1, locked */
+			for (uint64_t j = lo; j < t && ok; j++)
+				ok = lower_has(m, r, p, j);
+		}
+		if (ok)
+			return t;
+	}
+	return h;
+}
+
+static void req_free_load(struct srt_tmgr_req *r)
+{
+	free(r->items);
+	r->items = NULL;
+	r->n_items = 0;
+}
+
+int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
+		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
+		       size_t errlen)
+{
+	assert(m->c);
+	*out = NULL;
+	memset(hit, 0, sizeof(*hit));
+	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
+	if (!r || !(r->keys = calloc(m->np, sizeof(*r->keys))) ||
+	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
+		if (r)
+			free(r->keys);
+		free(r);
+		snprintf(err, errlen, "tier manager: out of memory");
+		return SRT_ENOMEM;
+	}
+	r->m = m;
+	memcpy(r->tokens, tokens, n * sizeof(int32_t));
+	r->n = n;
+	uint64_t h1;
+	int rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
+	if (rc) {
+		srt_tmgr_req_free(r);
+		return rc;
+	}
+	uint64_t P = m->P, hp = h1 / P, np = n / P;
+	r->recorded = hp;
+	hit->l1_tokens = h1;
+	if ((rc = req_keys(r, tokens, np > hp ? np : hp)))
+		goto fail;
+	req_count_hits(r, hp);
+	if (!(m->has_l2 || m->has_l3) || np <= hp)
+		goto done;
+	uint64_t t = lower_lookup(m, r, hp, np);
+	if (t <= hp)
+		goto done;
+	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
+	for (uint32_t p = 0; p < m->np; p++)
+		for (uint64_t j = hp; j < t; j++) {
+			struct kent *e = kt_find(&m->l2, &r->keys[p][j]);
+			if (e)
+				e->pins++;
+		}
+	char why[256];
+	rc = srt_rdx_req_extend(r->r, tokens + h1, (t - hp) * P, why, sizeof(why));
+	if (!rc)
+		rc = srt_rdx_req_release_window(r->r, NULL, why, sizeof(why));
+	void **buf = NULL;
+	if (!rc && !(buf = malloc(t * sizeof(void *))))
+		rc = SRT_ENOMEM;
+	uint32_t cap = 0;
+	uint8_t *from_l3 = rc ? NULL : calloc(t, 1);
+	if (!rc && !from_l3)
+		rc = SRT_ENOMEM;
+	for (uint32_t p = 0; p < m->np; p++) {
+		struct srt_page_table pt;
+		int ok = !rc && !srt_rdx_req_page_table(r->r, p, buf, (uint32_t)t, &pt);
+		const struct pinfo *pi = &m->pools[p];
+		for (uint64_t j = hp; j < t; j++) {
+			struct kent *e = kt_find(&m->l2, &r->keys[p][j]);
+			if (e)
+				e->pins--;
+			if (!ok || !buf[j])
+				continue;
+			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages < t)
+				continue;
+			if (e) {
+				if (!m->cfg.payload_bytes)
+					m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, buf[j], e->page,
+								   (size_t)pi->payload);
+				kt_touch(&m->l2, e);
+				m->st.pages_l2_to_l1++;
+				m->st.bytes_l2_to_l1 += pi->page_bytes;
+				continue;
+			}
+			if (r->n_items == cap) {
+				cap = cap ? 2 * cap : 64;
+				struct item *it = realloc(r->items, cap * sizeof(*it));
+				if (!it) {
+					rc = SRT_ENOMEM;
+					ok = 0;
+					continue;
+				}
+				r->items = it;
+			}
+			r->items[r->n_items++] = (struct item){.key = r->keys[p][j], .pool = p,
+							       .dst = m->cfg.payload_bytes ? NULL : buf[j]};
+			from_l3[j] = 1;
+		}
+	}
+	free(buf);
+	if (rc) {
+		/* no room in L1 (or memory): forget the tier hit, keep the L1 hit */
+		free(from_l3);
+		req_free_load(r);
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
+		if (rc)
+			goto fail;
+		hit->l1_tokens = h1;
+		r->recorded = h1 / P;
+		goto done;
+	}
+	for (uint64_t j = hp; j < t; j++) {
+		if (from_l3[j])
+			hit->l3_tokens += P;
+		else
+			hit->l2_tokens += P;
+	}
+	free(from_l3);
+	r->pending = 1;
+	if (r->n_items && m->thr_on) {
+		r->queued = 1;
+		pthread_mutex_lock(&m->mu);
+		if (m->qtail)
+			m->qtail->qnext = r;
+		else
+			m->qhead = r;
+		m->qtail = r;
+		pthread_cond_broadcast(&m->cv);
+		pthread_mutex_unlock(&m->mu);
+	} else if (r->n_items) {
+		load_items(m, r, m->tscratch);
+		atomic_store(&r->done, 1);
+	} else {
+		atomic_store(&r->done, 1);
+	}
+done:
+	r->hit = *hit;
+	*out = r;
+	return 0;
+fail:
+	srt_tmgr_req_free(r);
+	return rc;
+}
+
+int srt_tmgr_req_ready(const struct srt_tmgr_req *r)
+{
+	return !r->pending;
+}
+
+static void wait_done(struct srt_tmgr_req *r)
+{
+	struct srt_tmgr *m = r->m;
+	if (!r->queued)
+		return;
+	pthread_mutex_lock(&m->mu);
+	while (!atomic_load(&r->done))
+		pthread_cond_wait(&m->done_cv, &m->mu);
+	pthread_mutex_unlock(&m->mu);
+	r->queued = 0;
+}
+
+int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err,
+		      size_t errlen)
+{
+	struct srt_tmgr *m = r->m;
+	if (!r->pending) {
+		if (hit)
+			*hit = r->hit;
+		return 0;
+	}
+	wait_done(r);
+	r->pending = 0;
+	int failed = 0;
+	for (uint32_t i = 0; i < r->n_items; i++) {
+		struct item *it = &r->items[i];
+		if (it->ok) {
+			l3_note(m, &it->key, it->pool);
+			m->st.pages_l3_to_l1++;
+			m->st.bytes_l3_to_l1 += m->pools[it->pool].page_bytes;
+		} else {
+			failed = 1;
+			l3_forget(m, &it->key);
+		}
+	}
+	req_free_load(r);
+	int rc = 0;
+	if (failed) {
+		m->st.loads_failed++;
+		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: recomputing",
+		    r->hit.l2_tokens + r->hit.l3_tokens);
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		uint64_t h1;
+		rc = srt_rdx_req_start(m->c, r->tokens, r->n, &r->r, &h1, err, errlen);
+		memset(&r->hit, 0, sizeof(r->hit));
+		r->hit.l1_tokens = rc ? 0 : h1;
+		r->recorded = h1 / m->P;
+	} else {
+		rc = srt_rdx_req_commit(r->r, NULL, err, errlen);
+		if (!rc)
+			rc = req_record(r);
+	}
+	if (!rc) {
+		m->st.hit_tokens[0] += r->hit.l1_tokens;
+		m->st.hit_tokens[1] += r->hit.l2_tokens;
+		m->st.hit_tokens[2] += r->hit.l3_tokens;
+	}
+	if (hit)
+		*hit = r->hit;
+	return rc;
+}
+
+struct srt_rdx_req *srt_tmgr_req_rdx(struct srt_tmgr_req *r)
+{
+	return r->r;
+}
+
+int srt_tmgr_req_commit(struct srt_tmgr_req *r, uint64_t *cached_tokens, char *err,
+			size_t errlen)
+{
+	assert(!r->pending);
+	int rc = srt_rdx_req_commit(r->r, cached_tokens, err, errlen);
+	if (!rc && (rc = req_record(r)))
+		snprintf(err, errlen, "tier manager: out of memory");
+	return rc;
+}
+
+int srt_tmgr_req_finish(struct srt_tmgr_req *r, uint64_t *cached_tokens, char *err,
+			size_t errlen)
+{
+	assert(!r->pending);
+	int rc = srt_tmgr_req_commit(r, cached_tokens, err, errlen);
+	if (!rc)
+		rc = srt_rdx_req_finish(r->r, NULL, err, errlen);
+	if (!rc)
+		r->finished = 1;
+	return rc;
+}
+
+int srt_tmgr_req_abort(struct srt_tmgr_req *r, char *err, size_t errlen)
+{
+	wait_done(r);
+	r->pending = 0;
+	req_free_load(r);
+	return srt_rdx_req_abort(r->r, err, errlen);
+}
+
+void srt_tmgr_req_free(struct srt_tmgr_req *r)
+{
+	if (!r)
+		return;
+	wait_done(r);
+	req_free_load(r);
+	if (r->r)
+		srt_rdx_req_free(r->r);
+	if (r->keys)
+		for (uint32_t p = 0; p < r->m->np; p++)
+			free(r->keys[p]);
+	free(r->keys);
+	free(r->tokens);
+	free(r);
+}
+
+/* --- stats and checks --------------------------------------------------------------------- */
+
+void srt_tmgr_stats(const struct srt_tmgr *m, struct srt_tmgr_stats *out)
+{
+	*out = m->st;
+	out->l2_bytes = m->l2.bytes;
+	out->l2_peak = m->l2.peak;
+	out->l2_budget = m->has_l2 ? m->l2.budget : 0;
+	out->l2_pages = m->l2.n;
+	out->l3_bytes = m->l3.bytes;
+	out->l3_peak = m->l3.peak;
+	out->l3_budget = m->has_l3 ? m->l3.budget : 0;
+	out->l3_objects = m->l3.n;
+	out->pages_verified = atomic_load(&((struct srt_tmgr *)m)->verified);
+	out->l3_skipped = atomic_load(&((struct srt_tmgr *)m)->skipped);
+	out->l3_rejected = m->has_l3 ? atomic_load(&((struct srt_tmgr *)m)->store.rejected) : 0;
+}
+
+int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen)
+{
+	const struct ktab *ts[2] = {&m->l2, &m->l3};
+	const char *names[2] = {"L2", "L3"};
+	for (int k = 0; k < 2; k++) {
+		const struct ktab *t = ts[k];
+		uint64_t b = 0, n = 0;
+		for (const struct kent *e = t->head; e; e = e->next) {
+			b += e->bytes;
+			n++;
+		}
+		if (b != t->bytes || n != t->n) {
+			snprintf(err, errlen, "%s index: %" PRIu64 " bytes in %" PRIu64
+					      " entries, counted %" PRIu64 " in %zu",
+				 names[k], b, n, t->bytes, t->n);
+			return SRT_ECORRUPT;
+		}
+		if (t->bytes > t->budget || t->peak > t->budget) {
+			snprintf(err, errlen, "%s holds %" PRIu64 " bytes (peak %" PRIu64
+					      ") over its budget %" PRIu64,
+				 names[k], t->bytes, t->peak, t->budget);
+			return SRT_ECORRUPT;
+		}
+	}
+	return 0;
+}

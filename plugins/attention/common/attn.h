@@ -1,0 +1,113 @@
+/*
+ * plugins/attention/common — the CPU attention kernels shared by the swa, csa and hca plugins
+ * (spec sections 2, 7, 9). A static library (srt_attn_common) that each plugin links; the
+ * plugins themselves only hold their descriptor.
+ *
+ * One `struct srt_attn` serves every model layer of one compress ratio: 0 (swa: window only),
+ * 4 (csa: window + the lightning indexer's top-k of the C4 entries) or 128 (hca: window + every
+ * visible C128 entry). It declares its pools once and keeps no per-sequence state: KV, indexer
+ * keys and the compressors' carry state live only in the pages of the batch's page tables.
+ *
+ * Pools, in declaration order (P = page tokens, w = head_dim, wi = index_head_dim):
+ *   <name>.window     ratio 1,   TAIL sliding_window   one KV entry per token (kv_dtype)
+ *   csa.c4_kv         ratio 4,   ALL                   one KV entry per complete 4-block
+ *   csa.c4_index      ratio 4,   ALL                   one indexer key per 4-block (index_dtype)
+ *   csa.c4_state      ratio P,   TAIL 1                compressor rings, see below
+ *   hca.c128_kv       ratio 128, ALL
+ *   hca.c128_state    ratio P,   TAIL 1
+ * Carry state entry of a page: the state after the last token written into that page. It is a
+ * ring of raw compressor rows, slot = position mod R, each row the token's projections
+ * (kv [cw] floats, then score + ape [cw] floats) with cw = 2w, R = 8 for ratio 4 (the current
+ * block and the previous one, whose first halves the overlapping window reads) and cw = w,
+ * R = 128 for ratio 128. Layout: kv rows [R][cw] then score rows [R][cw] (fp32). csa appends
+ * the indexer compressor's ring (R = 8, cw = 2 wi) after the main one. A block is pooled when
+ * its last token arrives, from the ring, by exactly the same code whatever the chunking: one-shot
+ * prefill, any chunking and token-by-token decode give the same bits.
+ *
+ * Entry layouts (option kv_dtype; "auto" = fp8 in the reference profile, f32 in f32):
+ *   bf16: w bf16 values;  f32: w floats;
+ *   fp8:  (w - rope) E4M3 codes, rope dims as bf16, one UE8M0 scale per 64 nope dims, padded
+ *         to a multiple of 8 bytes (584 B at w = 512). Lossless in the reference profile (the
+ *         fake-quantized nope dims are E4M3 x 2^k, the rope dims bf16).
+ * Indexer keys (option index_dtype; "auto" = fp4 in reference, f32 in f32):
+ *   fp4: wi/2 packed E2M1 + wi/32 UE8M0 (lossless after the reference's FP4 fake-quant);
+ *   fp8: wi E4M3 + one fp32 power-of-two scale; bf16: 2 wi bytes; f32: 4 wi bytes.
+ *
+ * Thread safety: one call at a time per instance (attention.h); calls use host->parallel_for.
+ */
+#ifndef SRT_ATTN_COMMON_H
+#define SRT_ATTN_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <shadowrt/shadowrt.h>
+
+#include "ops/gemm.h"
+
+enum srt_attn_store { SRT_ATTN_ST_BF16 = 0, SRT_ATTN_ST_FP8 = 1, SRT_ATTN_ST_FP4 = 2,
+		      SRT_ATTN_ST_F32 = 3 };
+
+/* One compressor's weights (fp32 copies). */
+struct srt_attn_comp {
+	int ratio, coff, width, ring; /* coff 2 with overlap (ratio 4), else 1 */
+	float *wkv, *wgate;           /* [coff*width][dim] */
+	float *ape;                   /* [ratio][coff*width] */
+	float *norm;                  /* [width] */
+};
+
+/* Weights of one served layer. FP8 matrices are borrowed views into the checkpoint. */
+struct srt_attn_lw {
+	int32_t layer;
+	float *attn_norm, *q_norm, *kv_norm, *sink;
+	struct srt_weight wq_a, wq_b, wkv, wo_b;
+	float *wo_a; /* [o_groups * o_lora][n_heads * head_dim / o_groups], dequantized (bf16-exact) */
+	struct srt_attn_comp comp;   /* ratio 4 / 128 */
+	struct srt_attn_comp icomp;  /* ratio 4: the indexer's compressor */
+	struct srt_weight iwq_b;     /* ratio 4: indexer query projection */
+	float *iwp;                  /* ratio 4: weights_proj [index_n_heads][dim] */
+};
+
+struct srt_attn {
+	const struct srt_host *host;
+	const struct srt_model_config *m; /* borrowed */
+	const char *name;                 /* "swa", "csa", "hca" (static) */
+	int ratio;
+	int ref;                          /* 1: reference profile, 0: f32 */
+	uint32_t P;                       /* page tokens */
+	int32_t *layers;                  /* [n_layers], host->alloc'ed */
+	uint32_t n_layers;
+	int kv_store, ix_store;           /* enum srt_attn_store */
+	uint64_t kv_bytes, ix_bytes, state_bytes;
+	struct srt_pool_decl pools[4];
+	uint32_t n_pools;
+	int pool_win, pool_comp, pool_ix, pool_state; /* index in pools, -1 if none */
+	struct srt_attn_lw *lw;           /* [n_layers]; NULL when created without weights */
+	float *freqs;                     /* [rope/2] RoPE frequencies of this layer type */
+	/*
+	 * Test hook, NULL by default: when set, forward writes each row's indexer selection here,
+	 * [n_rows][index_topk] ascending entry numbers, -1 padded (csa only).
+	 */
+	int32_t *dbg_sel;
+};
+
+/*
+ * Make an instance for `ratio` (0, 4 or 128) named `name`. args->weights may be NULL: the
+ * instance then only declares pools (geometry reports) and forward fails saying so.
+ * Options: kv_dtype, index_dtype (see above). 0, or a negative SRT_E* code with a reason.
+ */
+int srt_attn_create(const struct srt_host *host, const struct srt_plugin_args *args, int ratio,
+		    const char *name, struct srt_attn **out, char *why, size_t why_len);
+void srt_attn_destroy(struct srt_attn *a);
+
+/* The attention vtable's forward (attention.h). */
+int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *batch,
+		     const float *x, float *out, char *why, size_t why_len);
+
+/* Entry codecs (exposed for tests): encode w (or wi) floats into an entry, decode back. */
+void srt_attn_kv_encode(const struct srt_attn *a, const float *v, uint8_t *e);
+void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v);
+void srt_attn_ix_encode(const struct srt_attn *a, const float *v, uint8_t *e);
+void srt_attn_ix_decode(const struct srt_attn *a, const uint8_t *e, float *v);
+
+#endif /* SRT_ATTN_COMMON_H */

@@ -1,0 +1,731 @@
+/*
+ * The attention forward (spec sections 2 and 9) for window-only, CSA and HCA layers.
+ *
+ * One call runs in four phases:
+ *   0. check   every page the call will read or write is present (nothing is written before
+ *              this passes, so a failed call leaves the cache untouched);
+ *   A. rows    per row, in parallel: attn_norm, q path, kv path, compressor projections,
+ *              indexer query and head weights;
+ *   B. write   per sequence, in token order: window KV into its page; compressor rows into the
+ *              ring; a block's entry is pooled when its last token arrives and written to the
+ *              C4 / C128 (and indexer) pools; the ring is saved into the state entry of a
+ *              page at the page's last token and at the call's last token;
+ *   C. attend  per row, in parallel: indexer top-k (csa), gather window + compressed keys from
+ *              the pages, attention with the sink per head, de-rotation, grouped wo_a;
+ *   D. wo_b    per row range, in parallel.
+ * Every row's result depends only on its own inputs and on the page contents for positions
+ * before it, and every reduction runs in a fixed order (ascending positions / entries, double
+ * or sequential float sums, srt_gemm's fixed blocking): results are bitwise independent of
+ * chunking, batching and thread count.
+ *
+ * Numerics: `reference` rounds where DeepSeek's reference rounds (tests/reference/README.md
+ * lists every point); dot products of activations (q.k, p.v, compressor and indexer
+ * projections, grouped wo_a) are accumulated in double and rounded once to float, which is
+ * exact for the bf16 operands the reference uses. `f32`: no rounding and no fake-quant; the
+ * element-wise math of the compressor, head norm and softmax runs in double, the angles of RoPE
+ * are formed in double.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn.h"
+#include "attn_util.h"
+#include "ops/fp.h"
+#include "ops/quant.h"
+#include "ops/rope.h"
+
+struct fwd {
+	struct srt_attn *a;
+	const struct srt_attn_lw *lw;
+	uint32_t slot; /* layer slot in the pools */
+	const struct srt_batch *b;
+	const float *x;
+	float *out;
+	int64_t N;
+	int64_t *rpos;  /* [N] position of the row, -1 if no sequence covers it */
+	int32_t *rseq;  /* [N] sequence index */
+	float *xa, *qr, *q, *kv, *o, *og;
+	float *cp, *ip; /* compressor projections [N][2 cw] (kv, score), indexer [N][2 icw] */
+	float *iq, *iw; /* indexer query [N][IH idim], head weights [N][IH] */
+	/* per-thread scratch */
+	size_t tfloats;
+	float *tbuf;
+	int64_t kmax, c4max;
+	int err;
+};
+
+struct ipair {
+	double s;
+	int32_t j;
+};
+
+static int cmp_pair(const void *x, const void *y)
+{
+	const struct ipair *a = x, *b = y;
+	if (a->s != b->s)
+		return a->s > b->s ? -1 : 1;
+	return a->j < b->j ? -1 : a->j > b->j;
+}
+
+static int cmp_i32(const void *x, const void *y)
+{
+	int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* ---- element-wise pieces ------------------------------------------------------------------- */
+
+/* Weighted RMSNorm in place (reference: fp32 math with the mean of squares exact, -> bf16). */
+static void rmsnorm_w(float *x, const float *w, size_t n, double eps, int ref)
+{
+	double ss = 0;
+	for (size_t i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	if (ref) {
+		float var = (float)(ss / (double)n);
+		float r = 1.0f / sqrtf(var + (float)eps);
+		for (size_t i = 0; i < n; i++)
+			x[i] = srt_round_bf16(w[i] * (x[i] * r));
+	} else {
+		double r = 1.0 / sqrt(ss / (double)n + eps);
+		for (size_t i = 0; i < n; i++)
+			x[i] = (float)(w[i] * (x[i] * r));
+	}
+}
+
+/* Weightless per-head RMSNorm of the query; the reference does it on a bf16 tensor. */
+static void head_norm(float *q, size_t n, double eps, int ref)
+{
+	double ss = 0;
+	if (ref) {
+		for (size_t i = 0; i < n; i++)
+			ss += srt_round_bf16(q[i] * q[i]);
+		float mean = srt_round_bf16((float)(ss / (double)n));
+		float r = srt_round_bf16(1.0f / sqrtf(srt_round_bf16(mean + (float)eps)));
+		for (size_t i = 0; i < n; i++)
+			q[i] = srt_round_bf16(q[i] * r);
+	} else {
+		for (size_t i = 0; i < n; i++)
+			ss += (double)q[i] * q[i];
+		double r = 1.0 / sqrt(ss / (double)n + eps);
+		for (size_t i = 0; i < n; i++)
+			q[i] = (float)(q[i] * r);
+	}
+}
+
+/* RoPE (or its inverse) of the rd dims at x for position pos. */
+static void rope(const struct srt_attn *a, float *x, int64_t pos, int inverse)
+{
+	size_t rd = (size_t)a->m->qk_rope_head_dim, np = rd / 2;
+	float c[128], s[128];
+	if (a->ref) {
+		srt_rope_cos_sin(a->freqs, np, pos, c, s);
+	} else {
+		for (size_t i = 0; i < np; i++) {
+			double ang = (double)pos * (double)a->freqs[i];
+			c[i] = (float)cos(ang);
+			s[i] = (float)sin(ang);
+		}
+	}
+	srt_rope_apply(x, rd, c, s, inverse != 0);
+	if (a->ref)
+		srt_round_bf16_n(x, rd);
+}
+
+/* Normalized Walsh-Hadamard transform, exact in double then scaled (n <= 1024). */
+static void hadamard(float *x, size_t n, int ref)
+{
+	double y[1024];
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i];
+	for (size_t h = 1; h < n; h *= 2)
+		for (size_t i = 0; i < n; i += 2 * h)
+			for (size_t j = i; j < i + h; j++) {
+				double u = y[j], v = y[j + h];
+				y[j] = u + v;
+				y[j + h] = u - v;
+			}
+	double sc = pow((double)n, -0.5);
+	for (size_t i = 0; i < n; i++)
+		x[i] = ref ? srt_round_bf16((float)y[i] * (float)sc) : (float)(y[i] * sc);
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+	double s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += (double)a[i] * b[i];
+	return s;
+}
+
+/* ---- pages -------------------------------------------------------------------------------- */
+
+/* Entry `idx` of pool p for sequence s (NULL if its page is absent). */
+static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, int p,
+		      uint32_t slot, int64_t idx)
+{
+	const struct srt_pool_decl *d = &a->pools[p];
+	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
+	uint64_t page = (uint64_t)idx / epp;
+	const struct srt_page_table *pt = &s->pools[p];
+	if (idx < 0 || page >= pt->n_pages || !pt->pages[page])
+		return NULL;
+	return (uint8_t *)pt->pages[page] + ((uint64_t)slot * epp + (uint64_t)idx % epp) *
+						    d->entry_bytes;
+}
+
+/* Check pool p has entries [lo, hi) for sequence si; error message otherwise. */
+static int need(const struct srt_attn *a, const struct srt_seq_view *s, int p, uint32_t slot,
+		int64_t lo, int64_t hi, int32_t layer, const char *what, char *why, size_t why_len)
+{
+	const struct srt_pool_decl *d = &a->pools[p];
+	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
+	for (int64_t i = lo; i < hi;) {
+		if (!entry(a, s, p, slot, i)) {
+			uint64_t page = (uint64_t)i / epp;
+			srt_attn_why(why, why_len, "%s: layer %d, sequence %llu at position %lld "
+				     "(+%d tokens): pool %s has no page %llu (positions %llu..%llu; "
+				     "table has %u pages), needed for %s", a->name, layer,
+				     (unsigned long long)s->seq_id, (long long)s->pos, s->n_tokens,
+				     d->name, (unsigned long long)page,
+				     (unsigned long long)(page * a->P),
+				     (unsigned long long)((page + 1) * a->P - 1), s->pools[p].n_pages,
+				     what);
+			return SRT_ENOENT;
+		}
+		i = (int64_t)(((uint64_t)i / epp + 1) * epp);
+	}
+	return 0;
+}
+
+/* ---- phase A: per-row projections ---------------------------------------------------------- */
+
+static void comp_proj(const struct srt_attn_comp *c, const float *xa, size_t d, int64_t pos,
+		      float *kvo, float *sco, int ref)
+{
+	size_t cw = (size_t)(c->coff * c->width);
+	const float *ape = c->ape + (size_t)(pos % c->ratio) * cw;
+	for (size_t j = 0; j < cw; j++) {
+		double k = dot(c->wkv + j * d, xa, d), g = dot(c->wgate + j * d, xa, d);
+		kvo[j] = (float)k;
+		sco[j] = ref ? (float)g + ape[j] : (float)(g + ape[j]);
+	}
+}
+
+static void phase_a(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_lw *lw = f->lw;
+	size_t d = (size_t)m->hidden_size, ql = (size_t)m->q_lora_rank, H = (size_t)m->num_attention_heads;
+	size_t hd = (size_t)m->head_dim, rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
+	size_t n = (size_t)(e - b);
+	enum srt_gemm_mode mode = a->ref ? SRT_GEMM_REFERENCE : SRT_GEMM_EXACT;
+	double eps = m->rms_norm_eps;
+	int rc = 0;
+	(void)tid;
+
+	for (int64_t r = b; r < e; r++) {
+		float *xa = f->xa + r * d;
+		memcpy(xa, f->x + r * d, d * sizeof(float));
+		if (a->ref)
+			srt_round_bf16_n(xa, d);
+		rmsnorm_w(xa, lw->attn_norm, d, eps, a->ref);
+	}
+	rc |= srt_gemm(&lw->wq_a, f->xa + b * d, n, d, f->qr + b * ql, ql, 0, ql, mode);
+	rc |= srt_gemm(&lw->wkv, f->xa + b * d, n, d, f->kv + b * hd, hd, 0, hd, mode);
+	for (int64_t r = b; r < e; r++) {
+		float *qr = f->qr + r * ql, *kv = f->kv + r * hd;
+		if (a->ref) {
+			srt_round_bf16_n(qr, ql);
+			srt_round_bf16_n(kv, hd);
+		}
+		rmsnorm_w(qr, lw->q_norm, ql, eps, a->ref);
+		rmsnorm_w(kv, lw->kv_norm, hd, eps, a->ref);
+	}
+	rc |= srt_gemm(&lw->wq_b, f->qr + b * ql, n, ql, f->q + b * H * hd, H * hd, 0, H * hd,
+		       mode);
+	for (int64_t r = b; r < e; r++) {
+		int64_t pos = f->rpos[r];
+		float *q = f->q + r * H * hd, *kv = f->kv + r * hd;
+		if (pos < 0)
+			continue;
+		if (a->ref)
+			srt_round_bf16_n(q, H * hd);
+		for (size_t h = 0; h < H; h++) {
+			head_norm(q + h * hd, hd, eps, a->ref);
+			rope(a, q + h * hd + nope, pos, 0);
+		}
+		rope(a, kv + nope, pos, 0);
+		if (a->ref)
+			srt_quant_fp8_fake(kv, kv, nope, SRT_QUANT_KV_BLOCK, true);
+		if (a->ratio) {
+			size_t cw = (size_t)(lw->comp.coff * lw->comp.width);
+			float *cp = f->cp + r * 2 * cw;
+			comp_proj(&lw->comp, f->xa + r * d, d, pos, cp, cp + cw, a->ref);
+		}
+	}
+	if (a->ratio == 4) {
+		size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
+		size_t icw = (size_t)(lw->icomp.coff * lw->icomp.width);
+		float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
+		rc |= srt_gemm(&lw->iwq_b, f->qr + b * ql, n, ql, f->iq + b * ih * idim, ih * idim,
+			       0, ih * idim, mode);
+		for (int64_t r = b; r < e; r++) {
+			int64_t pos = f->rpos[r];
+			float *iq = f->iq + r * ih * idim, *iw = f->iw + r * ih;
+			const float *xa = f->xa + r * d;
+			if (pos < 0)
+				continue;
+			if (a->ref)
+				srt_round_bf16_n(iq, ih * idim);
+			for (size_t h = 0; h < ih; h++) {
+				rope(a, iq + h * idim + idim - rd, pos, 0);
+				hadamard(iq + h * idim, idim, a->ref);
+				if (a->ref)
+					srt_quant_fp4_fake(iq + h * idim, iq + h * idim, idim);
+			}
+			for (size_t h = 0; h < ih; h++) {
+				double v = dot(lw->iwp + h * d, xa, d);
+				iw[h] = a->ref ? srt_round_bf16(srt_round_bf16((float)v) * wsc)
+					       : (float)(v * wsc);
+			}
+			float *ip = f->ip + r * 2 * icw;
+			comp_proj(&lw->icomp, xa, d, pos, ip, ip + icw, a->ref);
+		}
+	}
+	if (rc)
+		__atomic_store_n(&f->err, SRT_ENOMEM, __ATOMIC_RELAXED);
+}
+
+/* ---- phase B: KV writes and the compressors ------------------------------------------------ */
+
+/* Pool the block ending at token t from the ring into out[width] (before the norm). */
+static void pool_block(const struct srt_attn_comp *c, const float *rk, const float *rs,
+		       int64_t t, float *out, int ref)
+{
+	size_t w = (size_t)c->width, cw = (size_t)(c->coff * c->width);
+	int nr = c->coff * c->ratio;
+	for (size_t ch = 0; ch < w; ch++) {
+		float kvv[256], sc[256];
+		for (int r = 0; r < nr; r++) {
+			int64_t tok = t - nr + 1 + r;
+			size_t slot = (size_t)(((tok % c->ring) + c->ring) % c->ring);
+			/* overlap: the previous block reads the first half, the current one the second */
+			size_t chn = c->coff == 2 ? (r < c->ratio ? ch : w + ch) : ch;
+			kvv[r] = rk[slot * cw + chn];
+			sc[r] = rs[slot * cw + chn];
+		}
+		if (ref) {
+			float mx = -INFINITY, sum = 0, acc = 0, ev[256];
+			for (int r = 0; r < nr; r++)
+				mx = sc[r] > mx ? sc[r] : mx;
+			for (int r = 0; r < nr; r++) {
+				ev[r] = expf(sc[r] - mx);
+				sum += ev[r];
+			}
+			for (int r = 0; r < nr; r++) {
+				float p = kvv[r] * (ev[r] / sum);
+				acc = r ? acc + p : p;
+			}
+			out[ch] = acc;
+		} else {
+			double mx = -INFINITY, sum = 0, acc = 0, ev[256];
+			for (int r = 0; r < nr; r++)
+				mx = sc[r] > mx ? sc[r] : mx;
+			for (int r = 0; r < nr; r++) {
+				ev[r] = exp((double)sc[r] - mx);
+				sum += ev[r];
+			}
+			for (int r = 0; r < nr; r++)
+				acc += kvv[r] * (ev[r] / sum);
+			out[ch] = (float)acc;
+		}
+	}
+}
+
+/*
+ * Run one compressor over the sequence's tokens of this call. `index` selects the indexer's
+ * compressor (Hadamard + FP4, indexer pool) over the main one (FP8, C4/C128 pool).
+ */
+static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, float *ring)
+{
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_comp *c = index ? &f->lw->icomp : &f->lw->comp;
+	size_t w = (size_t)c->width, cw = (size_t)(c->coff * c->width), R = (size_t)c->ring;
+	size_t rd = (size_t)m->qk_rope_head_dim;
+	size_t off = index ? (size_t)srt_attn_ring_bytes(a, 4, m->head_dim) : 0;
+	size_t ring_bytes = R * cw * 2 * sizeof(float);
+	float *rk = ring, *rs = ring + R * cw, v[1024];
+	const float *proj = index ? f->ip : f->cp;
+	int64_t pos = s->pos, end = pos + s->n_tokens;
+
+	if (pos == 0 || (c->ratio != 4 && pos % c->ratio == 0)) {
+		for (size_t i = 0; i < R * cw; i++) {
+			rk[i] = 0.0f;
+			rs[i] = -INFINITY;
+		}
+	} else {
+		memcpy(ring, entry(a, s, a->pool_state, f->slot, (pos - 1) / a->P) + off, ring_bytes);
+	}
+	for (int64_t t = pos; t < end; t++) {
+		const float *pr = proj + (size_t)(s->first_row + (t - pos)) * 2 * cw;
+		size_t slot = (size_t)(t % (int64_t)R);
+		memcpy(rk + slot * cw, pr, cw * sizeof(float));
+		memcpy(rs + slot * cw, pr + cw, cw * sizeof(float));
+		if (t % c->ratio == c->ratio - 1) {
+			int64_t j = t / c->ratio;
+			pool_block(c, rk, rs, t, v, a->ref);
+			if (a->ref)
+				srt_round_bf16_n(v, w);
+			rmsnorm_w(v, c->norm, w, m->rms_norm_eps, a->ref);
+			rope(a, v + w - rd, j * c->ratio, 0);
+			if (index) {
+				hadamard(v, w, a->ref);
+				if (a->ref)
+					srt_quant_fp4_fake(v, v, w);
+				srt_attn_ix_encode(a, v, entry(a, s, a->pool_ix, f->slot, j));
+			} else {
+				if (a->ref)
+					srt_quant_fp8_fake(v, v, w - rd, SRT_QUANT_KV_BLOCK, true);
+				srt_attn_kv_encode(a, v, entry(a, s, a->pool_comp, f->slot, j));
+			}
+		}
+		if (t % a->P == a->P - 1 || t == end - 1)
+			memcpy(entry(a, s, a->pool_state, f->slot, t / a->P) + off, ring, ring_bytes);
+	}
+}
+
+/* ---- phase C: attention per row ------------------------------------------------------------ */
+
+/* The indexer's selection for the row at position t: sel[0..k) ascending; returns k. */
+static int64_t select_c4(struct fwd *f, const struct srt_seq_view *s, int64_t row, int64_t t,
+			 float *kbuf, struct ipair *pairs, int32_t *sel)
+{
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
+	const float *iq = f->iq + row * ih * idim, *iw = f->iw + row * ih;
+	int64_t nvis = (t + 1) / 4, k = nvis < m->index_topk ? nvis : m->index_topk;
+	for (int64_t j = 0; j < nvis; j++) {
+		double tot = 0;
+		srt_attn_ix_decode(a, entry(a, s, a->pool_ix, f->slot, j), kbuf);
+		for (size_t h = 0; h < ih; h++) {
+			double qk = dot(iq + h * idim, kbuf, idim);
+			if (a->ref) {
+				float sc = srt_round_bf16((float)qk);
+				tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * iw[h]);
+			} else {
+				tot += (qk > 0 ? qk : 0.0) * iw[h];
+			}
+		}
+		pairs[j].s = a->ref ? srt_round_bf16((float)tot) : tot;
+		pairs[j].j = (int32_t)j;
+	}
+	if (k < nvis)
+		qsort(pairs, (size_t)nvis, sizeof(*pairs), cmp_pair);
+	for (int64_t i = 0; i < k; i++)
+		sel[i] = pairs[i].j;
+	qsort(sel, (size_t)k, sizeof(*sel), cmp_i32);
+	return k;
+}
+
+static void phase_c(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_lw *lw = f->lw;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
+	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
+	int64_t W = m->sliding_window;
+	float *keys = f->tbuf + (size_t)tid * f->tfloats;
+	double *sc = (double *)(keys + (size_t)f->kmax * hd);
+	struct ipair *pairs = (struct ipair *)(sc + f->kmax);
+	int32_t *sel = (int32_t *)(pairs + f->c4max);
+	float *ikey = (float *)(sel + (m->index_topk > 0 ? m->index_topk : 1));
+	float scale_f = (float)pow((double)hd, -0.5);
+	double scale_d = pow((double)hd, -0.5);
+
+	for (int64_t r = b; r < e; r++) {
+		int64_t t = f->rpos[r], nk = 0, ns = 0;
+		float *o = f->o + r * H * hd;
+		if (t < 0)
+			continue;
+		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
+		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++)
+			srt_attn_kv_decode(a, entry(a, s, a->pool_win, f->slot, p),
+					   keys + (size_t)nk++ * hd);
+		if (a->ratio == 128) {
+			for (int64_t j = 0; j < (t + 1) / 128; j++)
+				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, j),
+						   keys + (size_t)nk++ * hd);
+		} else if (a->ratio == 4) {
+			ns = select_c4(f, s, r, t, ikey, pairs, sel);
+			for (int64_t i = 0; i < ns; i++)
+				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, sel[i]),
+						   keys + (size_t)nk++ * hd);
+			if (a->dbg_sel) {
+				int32_t *ds = a->dbg_sel + r * m->index_topk;
+				for (int64_t i = 0; i < m->index_topk; i++)
+					ds[i] = i < ns ? sel[i] : -1;
+			}
+		}
+		for (size_t h = 0; h < H; h++) {
+			const float *q = f->q + r * H * hd + h * hd;
+			float *oh = o + h * hd;
+			double mx = -INFINITY, den = 0;
+			for (int64_t k = 0; k < nk; k++) {
+				double dd = dot(q, keys + (size_t)k * hd, hd);
+				sc[k] = a->ref ? (double)((float)dd * scale_f) : dd * scale_d;
+				mx = sc[k] > mx ? sc[k] : mx;
+			}
+			if (a->ref) {
+				float mxf = (float)mx;
+				for (int64_t k = 0; k < nk; k++) {
+					float ev = expf((float)sc[k] - mxf);
+					den += ev;
+					sc[k] = srt_round_bf16(ev);
+				}
+				float denf = (float)den + expf(lw->sink[h] - mxf);
+				for (size_t i = 0; i < hd; i++) {
+					double pv = 0;
+					for (int64_t k = 0; k < nk; k++)
+						pv += sc[k] * keys[(size_t)k * hd + i];
+					oh[i] = srt_round_bf16((float)pv / denf);
+				}
+			} else {
+				for (int64_t k = 0; k < nk; k++) {
+					sc[k] = exp(sc[k] - mx);
+					den += sc[k];
+				}
+				den += exp((double)lw->sink[h] - mx);
+				for (size_t i = 0; i < hd; i++) {
+					double pv = 0;
+					for (int64_t k = 0; k < nk; k++)
+						pv += sc[k] * keys[(size_t)k * hd + i];
+					oh[i] = (float)(pv / den);
+				}
+			}
+			rope(a, oh + nope, t, 1);
+		}
+		/* grouped wo_a (bf16 weights, as convert.py leaves it) */
+		for (size_t g = 0; g < G; g++)
+			for (size_t j = 0; j < ol; j++) {
+				double v = dot(o + g * gk, lw->wo_a + (g * ol + j) * gk, gk);
+				f->og[r * G * ol + g * ol + j] = a->ref ? srt_round_bf16((float)v)
+									  : (float)v;
+			}
+	}
+}
+
+static void phase_d(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	size_t d = (size_t)a->m->hidden_size, gol = (size_t)(a->m->o_groups * a->m->o_lora_rank);
+	(void)tid;
+	if (srt_gemm(&f->lw->wo_b, f->og + b * gol, (size_t)(e - b), gol, f->out + b * d, d, 0, d,
+		     a->ref ? SRT_GEMM_REFERENCE : SRT_GEMM_EXACT))
+		__atomic_store_n(&f->err, SRT_ENOMEM, __ATOMIC_RELAXED);
+	for (int64_t r = b; r < e; r++) {
+		if (f->rpos[r] < 0)
+			memset(f->out + r * d, 0, d * sizeof(float));
+		else if (a->ref)
+			srt_round_bf16_n(f->out + r * d, d);
+	}
+}
+
+/* ---- the call ------------------------------------------------------------------------------- */
+
+static int check_batch(struct fwd *f, int32_t layer, char *why, size_t why_len)
+{
+	struct srt_attn *a = f->a;
+	const struct srt_batch *b = f->b;
+	int64_t W = a->m->sliding_window;
+	int rc;
+	if (b->mem != SRT_MEM_HOST) {
+		srt_attn_why(why, why_len, "%s: layer %d: activations must be in host memory",
+			     a->name, layer);
+		return SRT_EINVAL;
+	}
+	for (int64_t r = 0; r < f->N; r++)
+		f->rpos[r] = -1;
+	for (uint32_t i = 0; i < b->n_seqs; i++) {
+		const struct srt_seq_view *s = &b->seqs[i];
+		int64_t end = s->pos + s->n_tokens;
+		if (s->n_pools != a->n_pools || !s->pools) {
+			srt_attn_why(why, why_len, "%s: layer %d, sequence %llu: %u page tables, the "
+				     "plugin declared %u pools", a->name, layer,
+				     (unsigned long long)s->seq_id, s->n_pools, a->n_pools);
+			return SRT_EINVAL;
+		}
+		if (s->n_tokens < 1 || s->pos < 0 || s->first_row < 0 ||
+		    (int64_t)s->first_row + s->n_tokens > f->N) {
+			srt_attn_why(why, why_len, "%s: layer %d, sequence %llu: rows [%d, %lld) at "
+				     "position %lld do not fit a batch of %lld rows (n_tokens >= 1, "
+				     "pos >= 0)", a->name, layer, (unsigned long long)s->seq_id,
+				     s->first_row, (long long)s->first_row + s->n_tokens,
+				     (long long)s->pos, (long long)f->N);
+			return SRT_EINVAL;
+		}
+		for (uint32_t p = 0; p < a->n_pools; p++)
+			if (s->pools[p].mem != SRT_MEM_HOST) {
+				srt_attn_why(why, why_len, "%s: layer %d, sequence %llu: pool %s pages "
+					     "are not in host memory", a->name, layer,
+					     (unsigned long long)s->seq_id, a->pools[p].name);
+				return SRT_EINVAL;
+			}
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			int64_t r = s->first_row + k;
+			if (f->rpos[r] >= 0) {
+				srt_attn_why(why, why_len, "%s: layer %d: row %lld belongs to two "
+					     "sequences", a->name, layer, (long long)r);
+				return SRT_EINVAL;
+			}
+			f->rpos[r] = s->pos + k;
+			f->rseq[r] = (int32_t)i;
+		}
+		if ((rc = need(a, s, a->pool_win, f->slot, s->pos - W + 1 < 0 ? 0 : s->pos - W + 1,
+			       end, layer, "the sliding window", why, why_len)))
+			return rc;
+		if (!a->ratio)
+			continue;
+		if ((rc = need(a, s, a->pool_comp, f->slot, 0, end / a->ratio, layer,
+			       "the compressed entries", why, why_len)))
+			return rc;
+		if (a->ratio == 4 && (rc = need(a, s, a->pool_ix, f->slot, 0, end / 4, layer,
+						"the indexer keys", why, why_len)))
+			return rc;
+		if ((s->pos > 0 && (a->ratio == 4 || s->pos % a->ratio)) &&
+		    (rc = need(a, s, a->pool_state, f->slot, (s->pos - 1) / a->P, (s->pos - 1) / a->P + 1,
+			       layer, "the compressor carry state before the first token", why,
+			       why_len)))
+			return rc;
+		if ((rc = need(a, s, a->pool_state, f->slot, s->pos / a->P, (end - 1) / a->P + 1,
+			       layer, "the compressor state written by this call", why, why_len)))
+			return rc;
+	}
+	return 0;
+}
+
+int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *batch,
+		     const float *x, float *out, char *why, size_t why_len)
+{
+	const struct srt_host *h = a->host;
+	const struct srt_model_config *m = a->m;
+	struct fwd f;
+	int rc = 0;
+	uint32_t slot = a->n_layers;
+	for (uint32_t i = 0; i < a->n_layers; i++)
+		if (a->layers[i] == layer)
+			slot = i;
+	if (slot == a->n_layers) {
+		srt_attn_why(why, why_len, "%s: layer %d is not served by this instance (compress "
+			     "ratio %d)", a->name, layer,
+			     layer >= 0 && layer < m->n_compress_ratios ? m->compress_ratios[layer] : -1);
+		return SRT_EINVAL;
+	}
+	if (!a->lw) {
+		srt_attn_why(why, why_len, "%s: layer %d: instance created without weights (pool "
+			     "declarations only): forward is not available", a->name, layer);
+		return SRT_EINVAL;
+	}
+	if (!batch || !x || !out || batch->n_rows < 0 || (batch->n_seqs && !batch->seqs)) {
+		srt_attn_why(why, why_len, "%s: layer %d: NULL batch, input or output", a->name,
+			     layer);
+		return SRT_EINVAL;
+	}
+	memset(&f, 0, sizeof(f));
+	f.a = a;
+	f.lw = &a->lw[slot];
+	f.slot = slot;
+	f.b = batch;
+	f.x = x;
+	f.out = out;
+	f.N = batch->n_rows;
+	if (f.N == 0)
+		return 0;
+
+	size_t N = (size_t)f.N, d = (size_t)m->hidden_size, H = (size_t)m->num_attention_heads;
+	size_t hd = (size_t)m->head_dim, ql = (size_t)m->q_lora_rank;
+	size_t gol = (size_t)(m->o_groups * m->o_lora_rank);
+	size_t cw = a->ratio ? (size_t)(f.lw->comp.coff * f.lw->comp.width) : 0;
+	size_t icw = a->ratio == 4 ? (size_t)(2 * m->index_head_dim) : 0;
+	size_t ih = a->ratio == 4 ? (size_t)m->index_n_heads : 0;
+	size_t idim = (size_t)m->index_head_dim;
+	int64_t maxend = 0;
+	for (uint32_t i = 0; i < batch->n_seqs; i++)
+		if (batch->seqs[i].pos + batch->seqs[i].n_tokens > maxend)
+			maxend = batch->seqs[i].pos + batch->seqs[i].n_tokens;
+	f.c4max = a->ratio == 4 ? maxend / 4 + 1 : 1;
+	f.kmax = m->sliding_window + (a->ratio == 128 ? maxend / 128 + 1
+				      : a->ratio == 4 ? m->index_topk : 0);
+	f.tfloats = (size_t)f.kmax * hd + 2 * (size_t)f.kmax /* doubles */ +
+		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
+		    idim + 16;
+	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
+
+	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
+	if (a->ratio == 4 && srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4 > ring)
+		ring = (size_t)(srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4);
+	size_t nfl = N * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih);
+	float *buf = h->alloc(nfl * sizeof(float), 64);
+	float *ringbuf = a->ratio ? h->alloc((ring + 16) * sizeof(float), 64) : NULL;
+	f.tbuf = h->alloc((size_t)h->nthreads * f.tfloats * sizeof(float), 64);
+	f.rpos = h->alloc(N * sizeof(int64_t), 64);
+	f.rseq = h->alloc(N * sizeof(int32_t), 64);
+	if (!buf || (a->ratio && !ringbuf) || !f.tbuf || !f.rpos || !f.rseq) {
+		srt_attn_why(why, why_len, "%s: layer %d: out of memory for the scratch of %zu rows",
+			     a->name, layer, N);
+		rc = SRT_ENOMEM;
+		goto out;
+	}
+	f.xa = buf;
+	f.qr = f.xa + N * d;
+	f.q = f.qr + N * ql;
+	f.kv = f.q + N * H * hd;
+	f.o = f.kv + N * hd;
+	f.og = f.o + N * H * hd;
+	f.cp = f.og + N * gol;
+	f.ip = f.cp + N * 2 * cw;
+	f.iq = f.ip + N * 2 * icw;
+	f.iw = f.iq + N * ih * idim;
+
+	if ((rc = check_batch(&f, layer, why, why_len)))
+		goto out;
+	h->parallel_for(h, f.N, phase_a, &f);
+	if (f.err) {
+		rc = f.err;
+		srt_attn_why(why, why_len, "%s: layer %d: out of memory in a projection", a->name,
+			     layer);
+		goto out;
+	}
+	for (uint32_t i = 0; i < batch->n_seqs; i++) {
+		const struct srt_seq_view *s = &batch->seqs[i];
+		for (int32_t k = 0; k < s->n_tokens; k++)
+			srt_attn_kv_encode(a, f.kv + (size_t)(s->first_row + k) * hd,
+					   entry(a, s, a->pool_win, slot, s->pos + k));
+		if (a->ratio)
+			run_comp(&f, s, 0, ringbuf);
+		if (a->ratio == 4)
+			run_comp(&f, s, 1, ringbuf);
+	}
+	h->parallel_for(h, f.N, phase_c, &f);
+	h->parallel_for(h, f.N, phase_d, &f);
+	if (f.err) {
+		rc = f.err;
+		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
+	}
+out:
+	h->free(buf);
+	h->free(ringbuf);
+	h->free(f.tbuf);
+	h->free(f.rpos);
+	h->free(f.rseq);
+	return rc;
+}

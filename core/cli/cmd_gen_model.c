@@ -133,7 +133,11 @@ static int check_dir(const char *dir, const char *config, int full_hash)
 		return 1;
 	}
 	struct srt_model_config cfg;
-	const char *cfg_src = config ? config : dir;
+	/* DIR/config.json by default. A bare name ("tiny") would be read as an embedded preset
+	 * by srt_model_config_load, so give it as a path. */
+	char dir_path[4096];
+	snprintf(dir_path, sizeof(dir_path), "%s%s", strchr(dir, '/') ? "" : "./", dir);
+	const char *cfg_src = config ? config : dir_path;
 	if ((rc = srt_model_config_load(cfg_src, &cfg, err, sizeof(err)))) {
 		fprintf(stderr, "shadowrt gen-model --check: model config: %s\n", err);
 		srt_ck_close(ck);

@@ -1116,6 +1116,27 @@ START_TEST(gen_model_command_writes_checks_and_refuses_huge_presets)
 }
 END_TEST
 
+/* `--check DIR` validates against DIR/config.json even when DIR is a bare name that is also a
+ * preset's name: a tiny-pro checkpoint in a directory called "tiny" is valid, and the tiny
+ * preset (which it does not match) is not used. */
+START_TEST(gen_model_check_of_bare_dir_named_like_a_preset_reads_its_config_json)
+{
+	char out[4096];
+	char *parent = strdup(tmpdir());
+	ck_assert_int_eq(run_cmd(out, sizeof(out), 5, "gen-model", "tiny-pro",
+				 path_in(parent, "tiny"), "--shard-bytes", "0"),
+			 0);
+	ck_assert_int_eq(chdir(parent), 0);
+	ck_assert_int_eq(run_cmd(out, sizeof(out), 3, "gen-model", "--check", "tiny"), 0);
+	assert_has(out, "model        tiny: valid");
+	/* The preset is still there when asked for. */
+	ck_assert_int_eq(run_cmd(out, sizeof(out), 5, "gen-model", "--check", "tiny", "--config",
+				 "tiny"), 1);
+	assert_has(out, "INVALID");
+	free(parent);
+}
+END_TEST
+
 static Suite *ckpt_suite(void)
 {
 	Suite *s = suite_create("ckpt");
@@ -1159,6 +1180,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, gen_tiny_loads_validates_and_config_json_round_trips);
 	tcase_add_test(tc, gen_values_decode_finite_with_plausible_scales);
 	tcase_add_test(tc, gen_model_command_writes_checks_and_refuses_huge_presets);
+	tcase_add_test(tc, gen_model_check_of_bare_dir_named_like_a_preset_reads_its_config_json);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -134,7 +134,8 @@ static int cmp_ent_name(const void *a, const void *b)
 /* Sort entries by name and build the lookup table; a duplicate name is an error. */
 static int index_entries(struct srt_ckpt *ck, char *err, size_t errlen)
 {
-	qsort(ck->ents, ck->n_ents, sizeof(*ck->ents), cmp_ent_name);
+	if (ck->n_ents > 1) /* ents is NULL when there are none: qsort must not see it */
+		qsort(ck->ents, ck->n_ents, sizeof(*ck->ents), cmp_ent_name);
 	for (size_t i = 1; i < ck->n_ents; i++) {
 		if (!strcmp(ck->ents[i].t.name, ck->ents[i - 1].t.name)) {
 			const char *a = ck->files[ck->ents[i - 1].file].path;
@@ -567,6 +568,11 @@ static int load_index(struct srt_ckpt *ck, const char *index_path, char *err, si
 	if (doc.nodes[0].type != SRT_CJ_OBJ || !wm || wm->type != SRT_CJ_OBJ) {
 		rc = errf(err, errlen, SRT_ECORRUPT, "%s: expected a JSON object with a \"weight_map\" "
 			  "object", index_path);
+		goto out;
+	}
+	if (!wm->count) {
+		rc = errf(err, errlen, SRT_ECORRUPT, "%s: \"weight_map\" is empty: the index lists "
+			  "no tensors", index_path);
 		goto out;
 	}
 	const char *slash = strrchr(index_path, '/');

@@ -484,6 +484,26 @@ START_TEST(index_errors_name_the_index_and_tensor)
 	dir = two_shards("{\"metadata\":{}}");
 	ck_assert_int_eq(open_err(dir, err, sizeof(err)), SRT_ECORRUPT);
 	assert_has(err, "\"weight_map\" object");
+
+	/* An empty weight_map loads no shard: an error, not a checkpoint without tensors. */
+	dir = two_shards("{\"weight_map\":{}}");
+	ck_assert_int_eq(open_err(dir, err, sizeof(err)), SRT_ECORRUPT);
+	assert_has(err, "\"weight_map\" is empty: the index lists no tensors");
+}
+END_TEST
+
+/* A header "{}" is a valid safetensors file with no tensors (the format allows it); it opens
+ * with a count of 0 and finds nothing. (Under UBSan this caught qsort on a NULL array.) */
+START_TEST(file_without_tensors_opens_empty)
+{
+	char err[512];
+	struct srt_ckpt *ck = NULL;
+	char *p = path_in(tmpdir(), "empty.safetensors");
+	write_raw_st(p, "{}      ", 0);
+	ck_assert_msg(srt_ck_open(p, &ck, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq(srt_ck_count(ck), 0);
+	ck_assert_ptr_null(srt_ck_find(ck, "embed.weight"));
+	srt_ck_close(ck);
 }
 END_TEST
 
@@ -1157,6 +1177,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, unknown_dtype_string_is_an_error);
 	tcase_add_test(tc, shape_and_size_mismatch_is_an_error);
 	tcase_add_test(tc, index_errors_name_the_index_and_tensor);
+	tcase_add_test(tc, file_without_tensors_opens_empty);
 	tcase_add_test(tc, unlisted_and_duplicate_tensors_across_shards_are_errors);
 	tcase_add_test(tc, directory_without_checkpoint_is_enoent);
 	tcase_add_test(tc, fingerprint_tracks_sampled_bytes_and_full_hash_every_byte);

@@ -298,6 +298,7 @@ int srt_cmd_generate(int argc, char **argv)
 	for (long i = 0; i < n_gen; i++)
 		printf("%s%d", i ? "," : "", gen[i]);
 	printf("\n");
+	fflush(stdout);
 	if (!quiet) {
 		fprintf(stderr,
 			"model %s (%s), profile %s, %d threads, chunk %d\n"

@@ -1,0 +1,205 @@
+/*
+ * exec_bench: prefill and decode tokens/s of the executor on the `small` preset with 1 and 2
+ * threads, the bytes of weights and KV one decode step reads, and the achieved decode byte
+ * rate as a ratio of this machine's memory read bandwidth measured in the same run.
+ *
+ *   exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] [--threads-max N]
+ *
+ * The small checkpoint is generated once into <build>/models/small (next to bin/).
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "config/runtime_config.h"
+#include "exec/engine.h"
+#include "radix/radix.h"
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --- memory bandwidth: each thread sums its share of a large buffer -------------------- */
+
+struct bw_job {
+	const uint64_t *p;
+	size_t n;
+	uint64_t sum;
+};
+
+static void *bw_read(void *arg)
+{
+	struct bw_job *j = arg;
+	uint64_t a = 0, b = 0, c = 0, d = 0;
+	for (size_t i = 0; i + 4 <= j->n; i += 4) {
+		a += j->p[i];
+		b ^= j->p[i + 1];
+		c += j->p[i + 2];
+		d ^= j->p[i + 3];
+	}
+	j->sum = a + b + c + d;
+	return NULL;
+}
+
+/* best of 5 passes over a 512 MiB buffer, bytes/s */
+static double read_bandwidth(int threads)
+{
+	size_t bytes = (size_t)512 << 20, n = bytes / 8;
+	uint64_t *buf = malloc(bytes);
+	if (!buf)
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		buf[i] = i * 0x9E3779B97F4A7C15ull;
+	double best = 1e30;
+	uint64_t sink = 0;
+	for (int rep = 0; rep < 5; rep++) {
+		pthread_t th[64];
+		struct bw_job jobs[64];
+		double t0 = now_s();
+		for (int t = 0; t < threads; t++) {
+			jobs[t].p = buf + n * (size_t)t / (size_t)threads;
+			jobs[t].n = n / (size_t)threads;
+			pthread_create(&th[t], NULL, bw_read, &jobs[t]);
+		}
+		for (int t = 0; t < threads; t++) {
+			pthread_join(th[t], NULL);
+			sink += jobs[t].sum;
+		}
+		double dt = now_s() - t0;
+		if (dt < best)
+			best = dt;
+	}
+	free(buf);
+	if (sink == 42) /* keep the sums alive */
+		fputc(' ', stderr);
+	return (double)bytes / best;
+}
+
+/* --- the engine -------------------------------------------------------------------------- */
+
+static int32_t *make_prompt(int n, int32_t vocab)
+{
+	int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
+	uint64_t s = 88172645463325252ull;
+	for (int i = 0; t && i < n; i++) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		t[i] = 2 + (int32_t)(s % (uint64_t)(vocab - 2));
+	}
+	return t;
+}
+
+static uint64_t kv_bytes(struct srt_engine *e)
+{
+	struct srt_rdx_cache *c = srt_engine_cache(e);
+	uint64_t b = 0;
+	for (uint32_t p = 0; p < srt_rdx_pool_count(c); p++) {
+		struct srt_rdx_pool_stats st;
+		srt_rdx_pool_stats(c, p, &st);
+		b += st.bytes;
+	}
+	return b;
+}
+
+static int bench(const char *model, int threads, int prompt, int steps, double bw)
+{
+	char err[2048];
+	struct srt_engine_opts o = {.model = model, .threads = threads, .profile = -1, .quiet = 0};
+	struct srt_engine *e;
+	if (srt_engine_open(&o, &e, err, sizeof(err))) {
+		fprintf(stderr, "exec_bench: %s\n", err);
+		return 1;
+	}
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	int32_t *t = make_prompt(prompt + steps, (int32_t)V);
+	float *lg = malloc(sizeof(float) * V);
+	struct srt_seq *s;
+	int rc = 1;
+	if (!t || !lg || srt_engine_seq_start(e, t, (uint64_t)prompt, 0, &s, NULL, err, sizeof(err)))
+		goto out;
+	double t0 = now_s();
+	if (srt_engine_prefill(e, s, lg, 0, err, sizeof(err)))
+		goto fail;
+	double tp = now_s() - t0;
+	uint64_t kv = kv_bytes(e);
+	t0 = now_s();
+	for (int k = 0; k < steps; k++)
+		if (srt_engine_decode(e, &s, 1, &t[prompt + k], lg, err, sizeof(err)))
+			goto fail;
+	double td = now_s() - t0;
+	uint64_t wb = srt_engine_decode_weight_bytes(e);
+	double rate = steps / td, bytes_s = rate * (double)(wb + kv);
+	printf("threads %d (%s profile, chunk %d): prefill %d tokens %.2f s = %.1f tokens/s; "
+	       "decode %d steps %.3f s = %.2f tokens/s\n"
+	       "  per decode step: weights %.1f MiB + KV held by the sequence %.2f MiB (upper "
+	       "bound of what a step reads)\n"
+	       "  decode reads %.2f GB/s = %.1f%% of the measured read bandwidth %.2f GB/s\n",
+	       srt_engine_threads(e), srt_profile_name(srt_engine_profile(e)), srt_engine_chunk(e),
+	       prompt, tp, prompt / tp, steps, td, rate, (double)wb / 1048576.0,
+	       (double)kv / 1048576.0, bytes_s / 1e9, 100.0 * bytes_s / bw, bw / 1e9);
+	rc = 0;
+	srt_engine_seq_free(s);
+	goto out;
+fail:
+	fprintf(stderr, "exec_bench: %s\n", err);
+out:
+	free(t);
+	free(lg);
+	srt_engine_close(e);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	const char *model = NULL;
+	int prompt = 512, steps = 16, tmax = 2;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (!strcmp(argv[i], "--model"))
+			model = argv[i + 1];
+		else if (!strcmp(argv[i], "--prompt"))
+			prompt = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--steps"))
+			steps = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--threads-max"))
+			tmax = atoi(argv[i + 1]);
+		else {
+			fprintf(stderr, "usage: exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] "
+				"[--threads-max N]\n");
+			return 2;
+		}
+	}
+	if (prompt < 1 || steps < 1 || tmax < 1 || tmax > 64) {
+		fprintf(stderr, "exec_bench: --prompt, --steps >= 1, --threads-max in [1, 64]\n");
+		return 2;
+	}
+	char dir[4096], exe[4096], err[2048];
+	if (!model) {
+		/* <build>/bin/exec_bench -> <build>/models/small */
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		exe[n > 0 ? n : 0] = 0;
+		char *slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+		char cache[4200];
+		snprintf(cache, sizeof(cache), "%s/../models", exe);
+		double t0 = now_s();
+		if (srt_engine_model_dir("small", cache, 0, dir, sizeof(dir), err, sizeof(err))) {
+			fprintf(stderr, "exec_bench: %s\n", err);
+			return 1;
+		}
+		fprintf(stderr, "model small in %s (%.1f s)\n", dir, now_s() - t0);
+		model = dir;
+	}
+	for (int t = 1; t <= tmax; t++) {
+		double bw = read_bandwidth(t);
+		if (bench(model, t, prompt, steps, bw))
+			return 1;
+	}
+	return 0;
+}

@@ -1,0 +1,501 @@
+/*
+ * Model-level tests of the executor (check suite `exec`) on the synthetic tiny and tiny-pro
+ * checkpoints (ctest fixtures tiny_model / tiny_pro_model), with the real plugins.
+ *
+ *  - f32 profile: logits of every position of a 640-token prompt against the independent NumPy
+ *    reference's f32 logits (tests/reference, float64 arithmetic): max |diff| within 1e-5 of the
+ *    logit scale, top-1 equal wherever the reference's top-2 margin is clear;
+ *  - reference profile: the distance to the NumPy reference printed next to the reference's own
+ *    noise floor (its logits moved by a 1e-7 relative change of the input), with a loose bound;
+ *  - chunked prefill (chunks 1, 7, 64, 100, 256, one shot) = token-by-token decode, bitwise;
+ *  - a request resuming from a prefix hit = the same request from scratch, bitwise, also when
+ *    window pages of the cached prefix were dropped (the hit then stops earlier);
+ *  - a batch of sequences (prefill and decode) = each sequence alone, bitwise.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <shadowrt/plugin.h>
+
+#include "exec/engine.h"
+#include "radix/radix.h"
+
+#define PROMPT 640
+
+static const char *env_or(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+	return v && *v ? v : dflt;
+}
+
+static void model_dir(const char *preset, char *out, size_t len)
+{
+	snprintf(out, len, "%s/models/%s", env_or("SRT_BUILD_DIR", "."), preset);
+}
+
+static struct srt_engine *open_engine(const char *preset, int profile, int chunk)
+{
+	char dir[4096], err[2048];
+	model_dir(preset, dir, sizeof(dir));
+	setenv("SHADOWRT_PLUGIN_PATH", env_or("SRT_PLUGIN_DIR", "lib/shadowrt/plugins"), 1);
+	struct srt_engine_opts o = {.model = dir, .threads = 2, .profile = profile, .chunk = chunk,
+				    .quiet = 1};
+	struct srt_engine *e = NULL;
+	int rc = srt_engine_open(&o, &e, err, sizeof(err));
+	ck_assert_msg(rc == 0, "engine open on %s: %s (%d)", dir, err, rc);
+	return e;
+}
+
+/* deterministic prompt: ids in [2, vocab) (no bos/eos), xorshift from seed */
+static int32_t *make_prompt(uint64_t n, int32_t vocab, uint64_t seed)
+{
+	int32_t *t = malloc(sizeof(int32_t) * n);
+	ck_assert_ptr_nonnull(t);
+	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+	for (uint64_t i = 0; i < n; i++) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		t[i] = 2 + (int32_t)(s % (uint64_t)(vocab - 2));
+	}
+	return t;
+}
+
+/* all logits of a prompt computed by the engine from scratch */
+static float *engine_logits(struct srt_engine *e, const int32_t *t, uint64_t n)
+{
+	char err[2048];
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	float *lg = malloc(sizeof(float) * V * n);
+	ck_assert_ptr_nonnull(lg);
+	struct srt_seq *s;
+	ck_assert_msg(!srt_engine_seq_start(e, t, n, 0, &s, NULL, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_prefill(e, s, lg, 1, err, sizeof(err)), "prefill: %s", err);
+	srt_engine_seq_free(s);
+	return lg;
+}
+
+/* the NumPy reference's logits (cached in the build tree between tests) */
+static float *ref_logits(const char *preset, const int32_t *t, uint64_t n, int32_t vocab,
+			 const char *profile, const char *eps)
+{
+	char dir[4096], tok[4200], out[4200], cmd[16384];
+	const char *build = env_or("SRT_BUILD_DIR", ".");
+	model_dir(preset, dir, sizeof(dir));
+	snprintf(tok, sizeof(tok), "%s/tests/exec-ref", build);
+	mkdir(tok, 0755);
+	snprintf(out, sizeof(out), "%s/tests/exec-ref/%s-%s-%s-%llu.f32", build, preset, profile,
+		 eps, (unsigned long long)n);
+	FILE *f = fopen(out, "rb");
+	if (!f) {
+		snprintf(tok, sizeof(tok), "%s/tests/exec-ref/%s-%llu.i32", build, preset,
+			 (unsigned long long)n);
+		FILE *w = fopen(tok, "wb");
+		ck_assert_ptr_nonnull(w);
+		ck_assert_uint_eq(fwrite(t, sizeof(int32_t), n, w), n);
+		ck_assert_int_eq(fclose(w), 0);
+		snprintf(cmd, sizeof(cmd), "/usr/bin/python3 '%s/tests/exec/ref_logits.py' '%s' '%s' "
+			 "%s %s '%s'", env_or("SRT_SOURCE_DIR", "."), dir, tok, profile, eps, out);
+		double t0 = (double)clock();
+		int rc = system(cmd);
+		ck_assert_msg(rc == 0, "reference failed (%d): %s", rc, cmd);
+		fprintf(stderr, "[exec] reference %s %s eps %s: %.1f s cpu\n", preset, profile, eps,
+			((double)clock() - t0) / CLOCKS_PER_SEC);
+		f = fopen(out, "rb");
+		ck_assert_msg(f != NULL, "reference wrote no %s", out);
+	}
+	size_t cnt = (size_t)vocab * n;
+	float *lg = malloc(sizeof(float) * cnt);
+	ck_assert_ptr_nonnull(lg);
+	ck_assert_msg(fread(lg, sizeof(float), cnt, f) == cnt, "%s: short file", out);
+	fclose(f);
+	return lg;
+}
+
+struct cmp {
+	double scale;    /* max |ref| */
+	double max_abs;  /* max |a - ref| */
+	double rms;      /* RMS of a - ref */
+	double corr;     /* Pearson correlation over every logit */
+	uint64_t top1_clear, top1_clear_agree, top1_agree;
+};
+
+static int32_t top2(const float *x, int32_t V, float *margin)
+{
+	int32_t b = 0, c = -1;
+	for (int32_t i = 1; i < V; i++)
+		if (x[i] > x[b])
+			b = i;
+	for (int32_t i = 0; i < V; i++)
+		if (i != b && (c < 0 || x[i] > x[c]))
+			c = i;
+	*margin = x[b] - x[c];
+	return b;
+}
+
+static struct cmp compare(const float *a, const float *ref, uint64_t n, int32_t V,
+			  double clear_margin)
+{
+	struct cmp r = {0};
+	double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0, se = 0;
+	size_t cnt = (size_t)n * (size_t)V;
+	for (size_t i = 0; i < cnt; i++) {
+		double x = a[i], y = ref[i], dd = fabs(x - y);
+		r.scale = fmax(r.scale, fabs(y));
+		r.max_abs = fmax(r.max_abs, dd);
+		se += dd * dd;
+		sa += x, sb += y, saa += x * x, sbb += y * y, sab += x * y;
+	}
+	r.rms = sqrt(se / (double)cnt);
+	double N = (double)cnt;
+	r.corr = (sab - sa * sb / N) / sqrt((saa - sa * sa / N) * (sbb - sb * sb / N));
+	for (uint64_t p = 0; p < n; p++) {
+		float m, m2;
+		int32_t tr = top2(ref + p * (size_t)V, V, &m);
+		int32_t ta = top2(a + p * (size_t)V, V, &m2);
+		r.top1_agree += ta == tr;
+		if (m > clear_margin * r.scale) {
+			r.top1_clear++;
+			r.top1_clear_agree += ta == tr;
+		}
+	}
+	return r;
+}
+
+/* --- numerics against the reference ------------------------------------------------------ */
+
+static void f32_vs_reference(const char *preset)
+{
+	struct srt_engine *e = open_engine(preset, SRT_PROFILE_F32, 0);
+	int32_t V = srt_engine_model(e)->vocab_size;
+	int32_t *t = make_prompt(PROMPT, V, 1);
+	float *lg = engine_logits(e, t, PROMPT);
+	float *ref = ref_logits(preset, t, PROMPT, V, "f32", "0");
+	struct cmp c = compare(lg, ref, PROMPT, V, 1e-3);
+	fprintf(stderr,
+		"[exec] %s f32 vs reference, %d positions: scale %.4g, max |diff| %.3g (%.3g of "
+		"scale), rms %.3g, top-1 %llu/%d, clear-margin top-1 %llu/%llu\n",
+		preset, PROMPT, c.scale, c.max_abs, c.max_abs / c.scale, c.rms,
+		(unsigned long long)c.top1_agree, PROMPT, (unsigned long long)c.top1_clear_agree,
+		(unsigned long long)c.top1_clear);
+	/*
+	 * Tolerance: the C plugins compute in float32 (fixed-order sums), the reference in
+	 * float64. fp32 rounding (2^-24 ~ 6e-8 relative) through ~6 layers of GEMMs over K <= 512,
+	 * softmaxes and norms grows to a few 1e-7..1e-6 of the logit scale; 1e-5 leaves a margin
+	 * of ~10 while any real mistake (a wrong rounding, a skipped entry) moves logits by 1e-3
+	 * of the scale or more.
+	 */
+	ck_assert_msg(c.max_abs <= 1e-5 * c.scale, "%s: max |diff| %.3g > 1e-5 x scale %.4g", preset,
+		      c.max_abs, c.scale);
+	ck_assert_msg(c.top1_clear_agree == c.top1_clear, "%s: top-1 differs at %llu positions "
+		      "with a clear margin", preset,
+		      (unsigned long long)(c.top1_clear - c.top1_clear_agree));
+	ck_assert_uint_gt(c.top1_clear, PROMPT / 2);
+	free(t), free(lg), free(ref);
+	srt_engine_close(e);
+}
+
+START_TEST(f32_logits_of_640_tokens_match_the_numpy_reference_tiny)
+{
+	f32_vs_reference("tiny");
+}
+END_TEST
+
+START_TEST(f32_logits_of_640_tokens_match_the_numpy_reference_tiny_pro)
+{
+	f32_vs_reference("tiny-pro");
+}
+END_TEST
+
+START_TEST(reference_profile_distance_is_reported_next_to_the_reference_noise_floor)
+{
+	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 0);
+	int32_t V = srt_engine_model(e)->vocab_size;
+	int32_t *t = make_prompt(PROMPT, V, 1);
+	float *lg = engine_logits(e, t, PROMPT);
+	float *ref = ref_logits("tiny", t, PROMPT, V, "reference", "0");
+	float *pert = ref_logits("tiny", t, PROMPT, V, "reference", "1e-7");
+	struct cmp c = compare(lg, ref, PROMPT, V, 1e-3);
+	struct cmp nf = compare(pert, ref, PROMPT, V, 1e-3);
+	fprintf(stderr,
+		"[exec] tiny reference profile, %d positions (scale %.4g):\n"
+		"[exec]   engine    vs reference: max |diff| %.3g, rms %.3g, corr %.6f, top-1 %llu/%d\n"
+		"[exec]   reference vs reference(1e-7 input change): max |diff| %.3g, rms %.3g, "
+		"corr %.6f, top-1 %llu/%d\n",
+		PROMPT, c.scale, c.max_abs, c.rms, c.corr, (unsigned long long)c.top1_agree, PROMPT,
+		nf.max_abs, nf.rms, nf.corr, (unsigned long long)nf.top1_agree, PROMPT);
+	/* loose sanity bound: the chaotic profile may drift like the noise floor does, but a
+	 * broken pipeline decorrelates completely */
+	ck_assert_msg(c.corr > 0.5, "engine vs reference correlation %.4f", c.corr);
+	ck_assert_msg(c.rms <= 4 * nf.rms + 1e-3 * c.scale,
+		      "engine vs reference rms %.3g far above the noise floor %.3g", c.rms, nf.rms);
+	free(t), free(lg), free(ref), free(pert);
+	srt_engine_close(e);
+}
+END_TEST
+
+/* --- exact invariances ------------------------------------------------------------------- */
+
+static void assert_same(const float *a, const float *b, size_t n, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (memcmp(&a[i], &b[i], sizeof(float))) {
+			ck_abort_msg("%s: first difference at float %zu (row %zu): %.9g vs %.9g", what, i,
+				     i / 512, a[i], b[i]);
+		}
+}
+
+/* token-by-token: prefill of the first token, then one decode step per token */
+static float *decode_logits(struct srt_engine *e, const int32_t *t, uint64_t n)
+{
+	char err[2048];
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	float *lg = malloc(sizeof(float) * V * n);
+	ck_assert_ptr_nonnull(lg);
+	struct srt_seq *s;
+	ck_assert_msg(!srt_engine_seq_start(e, t, 1, 0, &s, NULL, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_prefill(e, s, lg, 0, err, sizeof(err)), "%s", err);
+	for (uint64_t i = 1; i < n; i++)
+		ck_assert_msg(!srt_engine_decode(e, &s, 1, &t[i], lg + i * V, err, sizeof(err)),
+			      "decode %llu: %s", (unsigned long long)i, err);
+	srt_engine_seq_free(s);
+	return lg;
+}
+
+static void chunked_equals_decode(int profile)
+{
+	const uint64_t n = 600;
+	struct srt_engine *e = open_engine("tiny", profile, 0);
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	int32_t *t = make_prompt(n, (int32_t)V, 2);
+	float *dec = decode_logits(e, t, n);
+	static const int chunks[] = {1, 7, 64, 100, 256, 600};
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+		srt_engine_set_chunk(e, chunks[k]);
+		float *lg = engine_logits(e, t, n);
+		char what[64];
+		snprintf(what, sizeof(what), "chunk %d vs token-by-token", chunks[k]);
+		assert_same(lg, dec, V * n, what);
+		free(lg);
+	}
+	free(t), free(dec);
+	srt_engine_close(e);
+}
+
+START_TEST(chunked_prefill_equals_token_by_token_decode_bitwise_reference_profile)
+{
+	chunked_equals_decode(SRT_PROFILE_REFERENCE);
+}
+END_TEST
+
+START_TEST(chunked_prefill_equals_token_by_token_decode_bitwise_f32_profile)
+{
+	chunked_equals_decode(SRT_PROFILE_F32);
+}
+END_TEST
+
+/* run prompt b with the cache (after a was finished into it); compare to b from scratch */
+static uint64_t resume_vs_scratch(struct srt_engine *e, struct srt_engine *fresh, const int32_t *b,
+				  uint64_t nb)
+{
+	char err[2048];
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	struct srt_seq *s;
+	uint64_t hit = 0;
+	ck_assert_msg(!srt_engine_seq_start(e, b, nb, 1, &s, &hit, err, sizeof(err)), "%s", err);
+	float *lg = malloc(sizeof(float) * V * nb);
+	ck_assert_ptr_nonnull(lg);
+	ck_assert_msg(!srt_engine_prefill(e, s, lg, 1, err, sizeof(err)), "%s", err);
+	/* and three decode steps after it */
+	float *dl = malloc(sizeof(float) * V * 3);
+	for (int k = 0; k < 3; k++)
+		ck_assert_msg(!srt_engine_decode(e, &s, 1, &b[k], dl + (size_t)k * V, err,
+						 sizeof(err)), "%s", err);
+	float *full = engine_logits(fresh, b, nb);
+	struct srt_seq *f;
+	ck_assert(!srt_engine_seq_start(fresh, b, nb, 0, &f, NULL, err, sizeof(err)));
+	ck_assert(!srt_engine_prefill(fresh, f, NULL, 0, err, sizeof(err)));
+	float *fl = malloc(sizeof(float) * V * 3);
+	for (int k = 0; k < 3; k++)
+		ck_assert(!srt_engine_decode(fresh, &f, 1, &b[k], fl + (size_t)k * V, err,
+					     sizeof(err)));
+	char what[96];
+	snprintf(what, sizeof(what), "resumed at %llu vs from scratch", (unsigned long long)hit);
+	assert_same(lg, full + hit * V, V * (nb - hit), what);
+	assert_same(dl, fl, V * 3, "decode after the resume vs from scratch");
+	srt_engine_seq_free(s);
+	srt_engine_seq_free(f);
+	free(lg), free(dl), free(full), free(fl);
+	return hit;
+}
+
+static void finish_prompt(struct srt_engine *e, const int32_t *a, uint64_t na)
+{
+	char err[2048];
+	struct srt_seq *s;
+	ck_assert(!srt_engine_seq_start(e, a, na, 1, &s, NULL, err, sizeof(err)));
+	ck_assert_msg(!srt_engine_prefill(e, s, NULL, 0, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_seq_finish(s, NULL, err, sizeof(err)), "%s", err);
+	srt_engine_seq_free(s);
+}
+
+START_TEST(resume_from_a_prefix_hit_equals_the_request_from_scratch_bitwise)
+{
+	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 100);
+	struct srt_engine *fresh = open_engine("tiny", SRT_PROFILE_REFERENCE, 100);
+	int32_t V = srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(1100, V, 3);
+	int32_t *b = make_prompt(1200, V, 4);
+	memcpy(b, a, sizeof(int32_t) * 900); /* b shares 900 tokens with a: hit 768 */
+	finish_prompt(e, a, 1100);
+	uint64_t hit = resume_vs_scratch(e, fresh, b, 1200);
+	ck_assert_uint_eq(hit, 768);
+	free(a), free(b);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+}
+END_TEST
+
+START_TEST(resume_after_window_pages_were_dropped_stops_earlier_and_is_still_exact)
+{
+	char err[512];
+	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 256);
+	struct srt_engine *fresh = open_engine("tiny", SRT_PROFILE_REFERENCE, 256);
+	int32_t V = srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(1100, V, 5);
+	int32_t *c = make_prompt(700, V, 6);
+	int32_t *b = make_prompt(1200, V, 7);
+	memcpy(c, a, sizeof(int32_t) * 520); /* c splits a's path at 512: an internal node */
+	memcpy(b, a, sizeof(int32_t) * 1060);
+	finish_prompt(e, a, 1100);
+	finish_prompt(e, c, 700);
+	struct srt_rdx_cache *cache = srt_engine_cache(e);
+	/* drop window pages (every TAIL pool) down to one page each: the cache tombstones pages
+	 * interior to nodes first, so a hit at 1024 loses its window page */
+	uint64_t dropped = 0;
+	for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
+		struct srt_rdx_pool_stats st;
+		srt_rdx_pool_stats(cache, p, &st);
+		if (st.retention != SRT_RETAIN_TAIL || st.pages < 2)
+			continue;
+		uint64_t freed = 0;
+		srt_rdx_evict(cache, p, st.bytes - st.page_bytes * (st.pages / 2), &freed);
+		dropped += freed;
+	}
+	ck_assert_msg(!srt_rdx_cache_check(cache, err, sizeof(err)), "%s", err);
+	ck_assert_uint_gt(dropped, 0);
+	uint64_t hit = resume_vs_scratch(e, fresh, b, 1200);
+	fprintf(stderr, "[exec] after dropping %llu window bytes the hit is %llu (was 1024 "
+		"possible)\n", (unsigned long long)dropped, (unsigned long long)hit);
+	ck_assert_uint_lt(hit, 1024);
+	free(a), free(b), free(c);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+}
+END_TEST
+
+START_TEST(a_batch_of_sequences_equals_each_sequence_alone_bitwise)
+{
+	char err[2048];
+	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 0);
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	enum { NS = 4, STEPS = 4 };
+	static const int32_t len[NS] = {300, 517, 40, 260};
+	int32_t *p[NS];
+	struct srt_seq *s[NS];
+	size_t rows = 0;
+	for (int i = 0; i < NS; i++) {
+		p[i] = make_prompt((uint64_t)len[i] + STEPS, (int32_t)V, 10 + (uint64_t)i);
+		rows += (size_t)len[i];
+		ck_assert(!srt_engine_seq_start(e, p[i], (uint64_t)len[i], 0, &s[i], NULL, err,
+						sizeof(err)));
+	}
+	/* batched: one forward for all prompts, then STEPS batched decode steps */
+	float *bl = malloc(sizeof(float) * V * rows), *bd = malloc(sizeof(float) * V * NS * STEPS);
+	const int32_t *toks[NS];
+	for (int i = 0; i < NS; i++)
+		toks[i] = p[i];
+	ck_assert_msg(!srt_engine_forward(e, s, NS, toks, len, bl, 1, err, sizeof(err)), "%s", err);
+	for (int k = 0; k < STEPS; k++) {
+		int32_t tk[NS];
+		for (int i = 0; i < NS; i++)
+			tk[i] = p[i][len[i] + k];
+		ck_assert_msg(!srt_engine_decode(e, s, NS, tk, bd + (size_t)k * NS * V, err,
+						 sizeof(err)), "%s", err);
+	}
+	for (int i = 0; i < NS; i++)
+		srt_engine_seq_free(s[i]);
+	/* alone */
+	size_t off = 0;
+	for (int i = 0; i < NS; i++) {
+		struct srt_seq *a;
+		float *al = malloc(sizeof(float) * V * (size_t)len[i]);
+		float *ad = malloc(sizeof(float) * V);
+		ck_assert(!srt_engine_seq_start(e, p[i], (uint64_t)len[i], 0, &a, NULL, err,
+						sizeof(err)));
+		ck_assert(!srt_engine_prefill(e, a, al, 1, err, sizeof(err)));
+		assert_same(bl + off * V, al, V * (size_t)len[i], "batched prefill vs alone");
+		for (int k = 0; k < STEPS; k++) {
+			ck_assert(!srt_engine_decode(e, &a, 1, &p[i][len[i] + k], ad, err, sizeof(err)));
+			assert_same(bd + ((size_t)k * NS + (size_t)i) * V, ad, V,
+				    "batched decode vs alone");
+		}
+		off += (size_t)len[i];
+		srt_engine_seq_free(a);
+		free(al), free(ad), free(p[i]);
+	}
+	free(bl), free(bd);
+	srt_engine_close(e);
+}
+END_TEST
+
+START_TEST(bad_tokens_and_missing_models_are_refused_with_a_message)
+{
+	char err[2048];
+	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 0);
+	int32_t bad[2] = {5, 512};
+	struct srt_seq *s = NULL;
+	ck_assert_int_eq(srt_engine_seq_start(e, bad, 2, 1, &s, NULL, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_ptr_null(s);
+	ck_assert_msg(strstr(err, "512") && strstr(err, "vocabulary"), "message: %s", err);
+	ck_assert_int_eq(srt_engine_seq_start(e, bad, 0, 1, &s, NULL, err, sizeof(err)), SRT_EINVAL);
+	srt_engine_close(e);
+	struct srt_engine_opts o = {.model = "/nonexistent/model", .threads = 1, .profile = -1};
+	ck_assert_int_ne(srt_engine_open(&o, &e, err, sizeof(err)), 0);
+	ck_assert_msg(strstr(err, "/nonexistent/model") != NULL, "message: %s", err);
+}
+END_TEST
+
+static Suite *exec_suite(void)
+{
+	Suite *s = suite_create("exec");
+	TCase *num = tcase_create("numerics");
+	tcase_set_timeout(num, 120);
+	tcase_add_test(num, f32_logits_of_640_tokens_match_the_numpy_reference_tiny);
+	tcase_add_test(num, f32_logits_of_640_tokens_match_the_numpy_reference_tiny_pro);
+	tcase_add_test(num, reference_profile_distance_is_reported_next_to_the_reference_noise_floor);
+	suite_add_tcase(s, num);
+	TCase *inv = tcase_create("invariance");
+	tcase_set_timeout(inv, 120);
+	tcase_add_test(inv, chunked_prefill_equals_token_by_token_decode_bitwise_reference_profile);
+	tcase_add_test(inv, chunked_prefill_equals_token_by_token_decode_bitwise_f32_profile);
+	tcase_add_test(inv, resume_from_a_prefix_hit_equals_the_request_from_scratch_bitwise);
+	tcase_add_test(inv, resume_after_window_pages_were_dropped_stops_earlier_and_is_still_exact);
+	tcase_add_test(inv, a_batch_of_sequences_equals_each_sequence_alone_bitwise);
+	tcase_add_test(inv, bad_tokens_and_missing_models_are_refused_with_a_message);
+	suite_add_tcase(s, inv);
+	return s;
+}
+
+int main(void)
+{
+	SRunner *sr = srunner_create(exec_suite());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

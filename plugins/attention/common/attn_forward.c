@@ -374,6 +374,14 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 	for (int64_t t = pos; t < end; t++) {
 		const float *pr = proj + (size_t)(s->first_row + (t - pos)) * 2 * cw;
 		size_t slot = (size_t)(t % (int64_t)R);
+		/* non-overlapping: a new block starts from a clean ring, so the saved state has
+		 * the same bits whatever the chunking (stale rows are never read, but pages are
+		 * cached and compared as bytes) */
+		if (c->ratio != 4 && t % c->ratio == 0 && t != pos)
+			for (size_t i = 0; i < R * cw; i++) {
+				rk[i] = 0.0f;
+				rs[i] = -INFINITY;
+			}
 		memcpy(rk + slot * cw, pr, cw * sizeof(float));
 		memcpy(rs + slot * cw, pr + cw, cw * sizeof(float));
 		if (t % c->ratio == c->ratio - 1) {

@@ -7,7 +7,10 @@
 
 #include "commands.h"
 #include "radix/geometry.h"
+#include "config/runtime_config.h"
 #include "radix/radix.h"
+#include "tier/manager.h"
+#include "tier/stack.h"
 #include "trace/replay.h"
 #include "trace/trace.h"
 
@@ -35,6 +38,21 @@ static void replay_usage(FILE *out)
 		"  --kv-dtype T       KV entry layout: bf16 (default), fp8, f32\n"
 		"  --index-dtype T    indexer key layout: bf16, fp8, fp4, f32 (default: as kv)\n"
 		"  --plugin-dir DIR   search DIR for plugins first\n"
+		"\n"
+		"tiers (L2 host memory, L3 file/sqlite/redis; off unless one of these is given):\n"
+		"  --config INI       runtime config: [tier.l1] budget (unless --budget), [tier.l2],\n"
+		"                     [tier.l3] plugin/budget/options, [cache] write_policy, prefetch,\n"
+		"                     tenant_salt; the flags below override it\n"
+		"  --l2 B|none        host L2 of B bytes\n"
+		"  --l3 NAME|none     L3 store plugin: file, sqlite, redis\n"
+		"  --l3-path P        L3 location (file: directory, sqlite: database file)\n"
+		"  --l3-budget B      L3 bytes (default unbounded)\n"
+		"  --l3-opt K=V       another L3 plugin option (host=, port=, ...); repeatable\n"
+		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
+		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
+		"  --payload-bytes N  bytes stored per page (default 64): pages carry no KV in a replay;\n"
+		"                     each stores N bytes derived from its key, checked on every load,\n"
+		"                     while budgets and bytes moved count the real page size\n"
 		"  -q, --quiet        no progress on stderr\n");
 }
 
@@ -90,6 +108,44 @@ static void fmt_bytes(char *buf, size_t len, uint64_t b)
 		snprintf(buf, len, "%" PRIu64 " B", b);
 }
 
+static void print_tiers(struct srt_tmgr *tm, const struct srt_replay_result *res)
+{
+	struct srt_tmgr_stats ts;
+	srt_tmgr_stats(tm, &ts);
+	static const char *names[3] = {"L1", "L2", "L3"};
+	for (int i = 0; i < 3; i++)
+		printf("hit %s          %" PRIu64 " tokens (%.2f%% of input)\n", names[i],
+		       ts.hit_tokens[i],
+		       res->input_tokens ? 100.0 * ts.hit_tokens[i] / res->input_tokens : 0.0);
+	char a[32], b[32], cc[32], d[32], e[32];
+	fmt_bytes(a, sizeof(a), ts.bytes_l1_to_l2);
+	fmt_bytes(b, sizeof(b), ts.bytes_l2_to_l3);
+	fmt_bytes(cc, sizeof(cc), ts.bytes_l1_to_l3);
+	printf("moved down      L1->L2 %s (%" PRIu64 " pages), L2->L3 %s (%" PRIu64
+	       " pages), L1->L3 %s (%" PRIu64 " pages)\n",
+	       a, ts.pages_l1_to_l2, b, ts.pages_l2_to_l3, cc, ts.pages_l1_to_l3);
+	fmt_bytes(a, sizeof(a), ts.bytes_l2_to_l1);
+	fmt_bytes(b, sizeof(b), ts.bytes_l3_to_l1);
+	printf("moved up        L2->L1 %s (%" PRIu64 " pages), L3->L1 %s (%" PRIu64
+	       " pages, %" PRIu64 " payloads verified)\n",
+	       a, ts.pages_l2_to_l1, b, ts.pages_l3_to_l1, ts.pages_verified);
+	fmt_bytes(a, sizeof(a), ts.l2_peak);
+	fmt_bytes(b, sizeof(b), ts.l2_budget);
+	fmt_bytes(cc, sizeof(cc), ts.l3_peak);
+	fmt_bytes(d, sizeof(d), ts.l3_budget);
+	fmt_bytes(e, sizeof(e), ts.l3_bytes);
+	printf("tier bytes      L2 peak %s of %s (%" PRIu64 " evicted), L3 peak %s of %s, now %s in"
+	       " %" PRIu64 " objects (%" PRIu64 " evicted)\n",
+	       a, b, ts.l2_evicted, cc, d, e, ts.l3_objects, ts.l3_evicted);
+	printf("tier faults     %" PRIu64 " loads failed, %" PRIu64 " L3 objects rejected, %" PRIu64
+	       " L3 outages (%" PRIu64 " ops skipped), %" PRIu64 " TAIL pages not kept\n",
+	       ts.loads_failed, ts.l3_rejected, ts.l3_outages, ts.l3_skipped,
+	       ts.skipped_tail_pages);
+	char why[256];
+	if (srt_tmgr_check(tm, why, sizeof(why)))
+		printf("tier check      FAILED: %s\n", why);
+}
+
 int srt_cmd_replay(int argc, char **argv)
 {
 	if (srt_cli_wants_help(argc, argv)) {
@@ -101,6 +157,11 @@ int srt_cmd_replay(int argc, char **argv)
 	uint64_t budget = SRT_RDX_UNBOUNDED, page = 256, limit = 0, chunk = 8192;
 	double share = 0.1;
 	int quiet = 0;
+	const char *config = NULL;
+	int budget_given = 0, tiers_on = 0;
+	uint64_t payload = 64;
+	int n_l3opt = 0;
+	struct srt_tier_overrides ov = {.write_policy = -1, .prefetch = -1};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -126,7 +187,48 @@ int srt_cmd_replay(int argc, char **argv)
 		if (!strcmp(a, "--model"))
 			model = v;
 		else if (!strcmp(a, "--budget"))
-			bad = parse_bytes(v, &budget);
+			bad = parse_bytes(v, &budget), budget_given = 1;
+		else if (!strcmp(a, "--config"))
+			config = v, tiers_on = 1;
+		else if (!strcmp(a, "--l2")) {
+			tiers_on = 1;
+			if (!strcmp(v, "none"))
+				ov.l2_plugin = "none";
+			else
+				bad = srt_parse_size(v, &ov.l2_budget) || !ov.l2_budget,
+				ov.l2_plugin = "host";
+		} else if (!strcmp(a, "--l3"))
+			ov.l3_plugin = v, tiers_on = 1;
+		else if (!strcmp(a, "--l3-budget"))
+			bad = srt_parse_size(v, &ov.l3_budget) || !ov.l3_budget;
+		else if (!strcmp(a, "--l3-path") || !strcmp(a, "--l3-opt")) {
+			const char *k = "path", *val = v;
+			char *eq = strchr(v, '=');
+			if (a[5] == 'o') {
+				bad = !eq || eq == v;
+				if (!bad) {
+					*eq = 0;
+					k = v;
+					val = eq + 1;
+				}
+			}
+			if (n_l3opt >= SRT_TIER_STACK_MAX_OPTS - 1)
+				bad = 1;
+			if (!bad) {
+				ov.l3_opts[n_l3opt][0] = k;
+				ov.l3_opts[n_l3opt++][1] = val;
+			}
+		} else if (!strcmp(a, "--write-policy")) {
+			ov.write_policy = !strcmp(v, "write_through")	      ? SRT_TMGR_WRITE_THROUGH
+					  : !strcmp(v, "write_through_after_2") ? SRT_TMGR_WRITE_AFTER_HITS
+					  : !strcmp(v, "write_back")	      ? SRT_TMGR_WRITE_BACK
+										      : -1;
+			bad = ov.write_policy < 0;
+		} else if (!strcmp(a, "--prefetch")) {
+			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+			bad = ov.prefetch < 0;
+		} else if (!strcmp(a, "--payload-bytes"))
+			bad = parse_u64(v, &payload) || !payload || payload > (64u << 20);
 		else if (!strcmp(a, "--page-size"))
 			bad = parse_u64(v, &page) || !page || page > (1u << 20);
 		else if (!strcmp(a, "--limit"))
@@ -163,6 +265,9 @@ int srt_cmd_replay(int argc, char **argv)
 	struct srt_trace *t = NULL;
 	struct srt_rdx_geometry *g = NULL;
 	struct srt_rdx_cache *c = NULL;
+	struct srt_runtime_config rc = {0};
+	struct srt_tier_stack *ts = NULL;
+	struct srt_tmgr *tm = NULL;
 	const char *dirs[1] = {plugin_dir};
 	struct srt_rdx_geometry_opts go = {.page_tokens = (uint32_t)page, .kv_dtype = kv,
 					   .index_dtype = ix, .dirs = plugin_dir ? dirs : NULL,
@@ -174,6 +279,33 @@ int srt_cmd_replay(int argc, char **argv)
 	if (srt_trace_load(trace_path, (size_t)limit, &t, err, sizeof(err))) {
 		fprintf(stderr, "replay: %s\n", err);
 		goto out;
+	}
+	if (tiers_on) {
+		/* without --config the tiers come from the flags alone: no default L2/L3 */
+		const char *base = "[tier.l2]\nplugin = none\n[tier.l3]\nplugin = none\n";
+		int st = config ? srt_runtime_config_load(config, &rc, err, sizeof(err))
+				: srt_runtime_config_load_text(base, "<replay flags>", &rc, err,
+							       sizeof(err));
+		if (st) {
+			fprintf(stderr, "replay: %s\n", err);
+			goto out;
+		}
+		if (config && !budget_given && rc.tiers[SRT_TIER_L1].enabled &&
+		    rc.tiers[SRT_TIER_L1].budget)
+			budget = rc.tiers[SRT_TIER_L1].budget;
+		char ident[256];
+		snprintf(ident, sizeof(ident), "%s kv=%s index=%s replay-synthetic", g->model.name,
+			 kv ? kv : "bf16", ix ? ix : (kv ? kv : "bf16"));
+		struct srt_tier_stack_opts so = {.rc = &rc, .over = &ov,
+						 .dirs = plugin_dir ? dirs : NULL,
+						 .ndirs = plugin_dir ? 1 : 0, .pools = g->pools,
+						 .n_pools = g->n_pools, .page_tokens = (uint32_t)page,
+						 .model_ident = ident, .payload_bytes = (uint32_t)payload};
+		if (srt_tier_stack_open(&so, &ts, err, sizeof(err))) {
+			fprintf(stderr, "replay: %s\n", err);
+			goto out;
+		}
+		tm = srt_tier_stack_manager(ts);
 	}
 	/* budget split: N pages for ALL pools, share * N for TAIL pools */
 	uint64_t budgets[SRT_RDX_MAX_POOLS];
@@ -200,17 +332,28 @@ int srt_cmd_replay(int argc, char **argv)
 		budgets[i] = (uint64_t)pages * (uint64_t)pb;
 	}
 	struct srt_rdx_config cfg = {.page_tokens = (uint32_t)page, .budgets = budgets,
-				     .alloc = &srt_rdx_null_allocator};
+				     .alloc = &srt_rdx_null_allocator,
+				     .hooks = tm ? srt_tmgr_hooks(tm) : NULL};
 	if (srt_rdx_cache_create(&cfg, g->pools, g->n_pools, &c, err, sizeof(err))) {
 		fprintf(stderr, "replay: model '%s': %s\n", model, err);
 		goto out;
 	}
+	if (tm)
+		srt_tmgr_attach(tm, c);
 	char bb[32];
 	fmt_bytes(bb, sizeof(bb), budget);
 	printf("replay %s: %zu requests, model %s, page %" PRIu64 " tokens, budget %s, kv %s\n",
 	       trace_path, t->n, g->model.name, page, bb, kv ? kv : "bf16");
 	fflush(stdout);
-	struct srt_replay_opts ro = {.chunk_tokens = chunk, .progress = quiet ? NULL : stderr};
+	if (tm)
+		printf("tiers           L1 %s; %s; %s; %s, prefetch %s, %" PRIu64
+		       " B synthetic payload per page (checked on load)\n",
+		       bb, srt_tier_stack_describe(ts, SRT_TIER_L2),
+		       srt_tier_stack_describe(ts, SRT_TIER_L3),
+		       srt_write_policy_name(ov.write_policy >= 0 ? ov.write_policy : rc.write_policy),
+		       (ov.prefetch >= 0 ? ov.prefetch : rc.prefetch) ? "on" : "off", payload);
+	struct srt_replay_opts ro = {.chunk_tokens = chunk, .progress = quiet ? NULL : stderr,
+				     .tiers = tm};
 	struct srt_replay_result res;
 	if (srt_trace_replay(c, t, &ro, &res, err, sizeof(err))) {
 		fprintf(stderr, "replay: %s\n", err);
@@ -229,6 +372,8 @@ int srt_cmd_replay(int argc, char **argv)
 	printf("hit / ceiling   %.4f\n", res.ceiling_tokens ? (double)res.hit_tokens / res.ceiling_tokens : 0);
 	printf("wall time       %.2f s (%.0f requests/s)\n", res.wall_s,
 	       res.wall_s > 0 ? res.requests / res.wall_s : 0);
+	if (tm)
+		print_tiers(tm, &res);
 	struct srt_rdx_stats st;
 	srt_rdx_stats(c, &st);
 	printf("tree            %" PRIu64 " nodes, %" PRIu64 " pages, %.2f MiB metadata\n", st.nodes,
@@ -252,6 +397,8 @@ int srt_cmd_replay(int argc, char **argv)
 	status = 0;
 out:
 	srt_rdx_cache_destroy(c);
+	srt_tier_stack_close(ts);
+	srt_runtime_config_free(&rc);
 	srt_rdx_geometry_free(g);
 	srt_trace_free(t);
 	return status;

@@ -291,6 +291,9 @@ struct srt_tmgr_req {
 	int pending;         /* loaded pages not yet verified / committed */
 	struct srt_tmgr_req *qnext;
 	int finished;
+	int counted; /* hit added to the stats */
+	int branch_done;
+	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
 };
 
 struct srt_tmgr {
@@ -809,7 +812,22 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 }
 
 /* Record the tree pages [recorded, tree) in the L1 index; apply the write policy. */
-static int req_record(struct srt_tmgr_req *r)
+/* Is page j in the TAIL window (K pages) before one of the resume points pts[0..n)? */
+static int in_window(uint64_t j, const uint64_t *pts, int n, uint32_t K)
+{
+	for (int i = 0; i < n; i++)
+		if (pts[i] && j < pts[i] && j + K >= pts[i])
+			return 1;
+	return 0;
+}
+
+/*
+ * Record the tree pages [recorded, tree) in the L1 index and apply the write policy. TAIL-pool
+ * pages are kept (flag resume) only in the windows before resume points: this commit point,
+ * and `extra` (the request's hit and the point where it left the tree: branch points, where
+ * the next requests sharing this prefix resume).
+ */
+static int req_record(struct srt_tmgr_req *r, uint64_t extra0, uint64_t extra1)
 {
 	struct srt_tmgr *m = r->m;
 	uint64_t tree = srt_rdx_req_tree_tokens(r->r) / m->P;
@@ -825,14 +843,15 @@ static int req_record(struct srt_tmgr_req *r)
 			continue;
 		const struct pinfo *pi = &m->pools[p];
 		/* new tree pages, and for TAIL pools the window before this commit point */
+		uint64_t pts[3] = {tree, extra0 <= tree ? extra0 : 0, extra1 <= tree ? extra1 : 0};
 		uint64_t from = r->recorded;
-		if (pi->retention == SRT_RETAIN_TAIL)
-			from = tree > pi->tail_pages ? tree - pi->tail_pages : 0;
-		if (from > r->recorded)
-			from = r->recorded;
+		for (int i = 0; i < 3 && pi->retention == SRT_RETAIN_TAIL; i++)
+			if (pts[i] && pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]) < from)
+				from = pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]);
 		for (uint64_t j = from; j < tree; j++) {
 			void *a = buf[j];
-			if (!a)
+			int win = pi->retention == SRT_RETAIN_TAIL && in_window(j, pts, 3, pi->tail_pages);
+			if (!a || (j < r->recorded && !win))
 				continue;
 			struct l1ent *e = l1_find(&m->l1, p, a);
 			if (e && memcmp(e->key.b, r->keys[p][j].b, SRT_KEY_BYTES)) {
@@ -855,7 +874,7 @@ static int req_record(struct srt_tmgr_req *r)
 					return SRT_ENOMEM;
 				}
 			}
-			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages >= tree)
+			if (win)
 				e->resume = 1;
 			int eligible = pi->retention == SRT_RETAIN_ALL || e->resume;
 			if (eligible && !e->written && m->cfg.write_policy == SRT_TMGR_WRITE_THROUGH &&
@@ -1094,6 +1113,7 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 	}
 done:
 	r->hit = *hit;
+	r->hit_pages = (hit->l1_tokens + hit->l2_tokens + hit->l3_tokens) / P;
 	*out = r;
 	return 0;
 fail:
@@ -1123,6 +1143,10 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 {
 	struct srt_tmgr *m = r->m;
 	if (!r->pending) {
+		if (!r->counted) {
+			m->st.hit_tokens[0] += r->hit.l1_tokens;
+			r->counted = 1;
+		}
 		if (hit)
 			*hit = r->hit;
 		return 0;
@@ -1154,13 +1178,15 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 		rc = srt_rdx_req_start(m->c, r->tokens, r->n, &r->r, &h1, err, errlen);
 		memset(&r->hit, 0, sizeof(r->hit));
 		r->hit.l1_tokens = rc ? 0 : h1;
+		r->hit_pages = r->hit.l1_tokens / m->P;
 		r->recorded = h1 / m->P;
 	} else {
 		rc = srt_rdx_req_commit(r->r, NULL, err, errlen);
 		if (!rc)
-			rc = req_record(r);
+			rc = req_record(r, 0, 0);
 	}
 	if (!rc) {
+		r->counted = 1;
 		m->st.hit_tokens[0] += r->hit.l1_tokens;
 		m->st.hit_tokens[1] += r->hit.l2_tokens;
 		m->st.hit_tokens[2] += r->hit.l3_tokens;
@@ -1179,8 +1205,16 @@ int srt_tmgr_req_commit(struct srt_tmgr_req *r, uint64_t *cached_tokens, char *e
 			size_t errlen)
 {
 	assert(!r->pending);
-	int rc = srt_rdx_req_commit(r->r, cached_tokens, err, errlen);
-	if (!rc && (rc = req_record(r)))
+	uint64_t cached = 0;
+	int rc = srt_rdx_req_commit(r->r, &cached, err, errlen);
+	if (cached_tokens)
+		*cached_tokens = cached;
+	uint64_t branch = 0;
+	if (!rc && !r->branch_done) {
+		branch = cached / r->m->P; /* where this request left the tree */
+		r->branch_done = 1;
+	}
+	if (!rc && (rc = req_record(r, branch, r->hit_pages)))
 		snprintf(err, errlen, "tier manager: out of memory");
 	return rc;
 }

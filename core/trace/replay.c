@@ -6,6 +6,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tier/manager.h"
+
 static uint64_t mix(uint64_t x)
 {
 	x += 0x9e3779b97f4a7c15ull;
@@ -101,6 +103,7 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 	uint64_t chunk = o && o->chunk_tokens ? o->chunk_tokens : 8192;
 	size_t n = o && o->limit && o->limit < t->n ? o->limit : t->n;
 	FILE *prog = o ? o->progress : NULL;
+	struct srt_tmgr *tm = o ? o->tiers : NULL;
 	int tty = prog && isatty(fileno(prog));
 	uint64_t maxin = 0;
 	for (size_t i = 0; i < n; i++)
@@ -119,9 +122,23 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 		const struct srt_trace_req *q = &t->reqs[i];
 		srt_trace_input_tokens(q, tok);
 		struct srt_rdx_req *r;
+		struct srt_tmgr_req *tr = NULL;
 		uint64_t hit;
-		if ((rc = srt_rdx_req_start(c, tok, q->input_length, &r, &hit, why, sizeof(why))))
+		if (tm) {
+			struct srt_tmgr_hit th;
+			rc = srt_tmgr_req_start(tm, tok, q->input_length, &tr, &th, why, sizeof(why));
+			if (!rc)
+				rc = srt_tmgr_req_wait(tr, &th, why, sizeof(why));
+			if (rc) {
+				srt_tmgr_req_free(tr);
+				break;
+			}
+			r = srt_tmgr_req_rdx(tr);
+			hit = th.l1_tokens + th.l2_tokens + th.l3_tokens;
+		} else if ((rc = srt_rdx_req_start(c, tok, q->input_length, &r, &hit, why,
+						   sizeof(why)))) {
 			break;
+		}
 		res->requests++;
 		res->input_tokens += q->input_length;
 		res->hit_tokens += hit;
@@ -130,7 +147,8 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 			uint64_t k = q->input_length - pos < chunk ? q->input_length - pos : chunk;
 			step = srt_rdx_req_extend(r, tok + pos, k, why, sizeof(why));
 			if (!step)
-				step = srt_rdx_req_commit(r, NULL, why, sizeof(why));
+				step = tr ? srt_tmgr_req_commit(tr, NULL, why, sizeof(why))
+					  : srt_rdx_req_commit(r, NULL, why, sizeof(why));
 			if (!step)
 				step = srt_rdx_req_release_window(r, NULL, why, sizeof(why));
 		}
@@ -142,7 +160,8 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 				step = srt_rdx_req_release_window(r, NULL, why, sizeof(why));
 		}
 		if (!step) {
-			step = srt_rdx_req_finish(r, NULL, why, sizeof(why));
+			step = tr ? srt_tmgr_req_finish(tr, NULL, why, sizeof(why))
+				  : srt_rdx_req_finish(r, NULL, why, sizeof(why));
 			res->output_tokens += q->output_length;
 		}
 		if (step == SRT_ENOMEM) {
@@ -150,7 +169,10 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 			srt_rdx_req_abort(r, NULL, 0);
 			step = 0;
 		}
-		srt_rdx_req_free(r);
+		if (tr)
+			srt_tmgr_req_free(tr);
+		else
+			srt_rdx_req_free(r);
 		rc = step;
 		double tn = now_s();
 		if (prog && ((tty && tn - last > 0.2) || (!tty && (i + 1) * 10 >= next_pct * n))) {

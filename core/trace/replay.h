@@ -21,10 +21,16 @@
 #include "radix/radix.h"
 #include "trace/trace.h"
 
+struct srt_tmgr;
+
 struct srt_replay_opts {
 	uint64_t chunk_tokens; /* prefill chunk (0 = 8192) */
 	size_t limit;          /* requests to run (0 = all in the trace) */
 	FILE *progress;        /* progress lines (NULL = none) */
+	/* Tier manager attached to the cache (NULL = L1 only): requests start, commit and finish
+	 * through it, so evicted pages move down the tiers and come back on a hit; the hit
+	 * counted is L1 + L2 + L3 (per tier in srt_tmgr_stats). */
+	struct srt_tmgr *tiers;
 };
 
 struct srt_replay_result {

@@ -157,16 +157,26 @@ static int parse_line(struct lp *p, struct srt_trace_req *r, struct ids *ids, si
 		p->s++;
 		uint64_t v;
 		int rc = 0;
+		int *have = !strcmp(key, "timestamp")	   ? &have_ts
+			    : !strcmp(key, "input_length")  ? &have_in
+			    : !strcmp(key, "output_length") ? &have_out
+			    : !strcmp(key, "hash_ids")	   ? &have_h
+							   : NULL;
+		if (have && *have)
+			return fail(p, key, "given twice");
 		if (!strcmp(key, "timestamp")) {
 			rc = num(p, key, &v);
+			if (!rc && v > INT64_MAX)
+				return fail(p, key, "larger than 2^63 - 1 ms");
 			r->timestamp_ms = (int64_t)v;
 			have_ts = 1;
-		} else if (!strcmp(key, "input_length")) {
-			rc = num(p, key, &r->input_length);
-			have_in = 1;
-		} else if (!strcmp(key, "output_length")) {
-			rc = num(p, key, &r->output_length);
-			have_out = 1;
+		} else if (!strcmp(key, "input_length") || !strcmp(key, "output_length")) {
+			uint64_t *len = key[0] == 'i' ? &r->input_length : &r->output_length;
+			rc = num(p, key, len);
+			if (!rc && *len > SRT_TRACE_MAX_TOKENS)
+				return fail(p, key, "more than " SRT_TRACE_MAX_TOKENS_STR
+					    " tokens (longer than any model's context)");
+			*have = 1;
 		} else if (!strcmp(key, "hash_ids")) {
 			ws(p);
 			if (*p->s != '[')
@@ -197,6 +207,10 @@ static int parse_line(struct lp *p, struct srt_trace_req *r, struct ids *ids, si
 		else if (*p->s != '}')
 			return fail(p, key, "expected ',' or '}' after the value");
 	}
+	p->s++;
+	ws(p);
+	if (*p->s)
+		return fail(p, NULL, "unexpected text after the JSON object");
 	if (!have_ts || !have_in || !have_out || !have_h)
 		return fail(p, !have_ts ? "timestamp" : !have_in ? "input_length"
 					: !have_out ? "output_length" : "hash_ids",
@@ -232,6 +246,10 @@ int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char 
 	while (!rc && (!limit || t->n < limit) && (got = getline(&line, &lcap, f)) >= 0) {
 		lineno++;
 		struct lp p = {line, path, lineno, err, errlen};
+		if (memchr(line, 0, (size_t)got)) {
+			rc = fail(&p, NULL, "contains a NUL byte: not a JSON-lines text file");
+			break;
+		}
 		ws(&p);
 		if (!*p.s)
 			continue; /* blank line */

@@ -17,6 +17,9 @@
 
 #define SRT_TRACE_BLOCK 512u
 #define SRT_TRACE_VOCAB 129280u /* token ids are drawn in [0, vocab) */
+/* input_length and output_length above this are refused (16 x the longest context, 1M). */
+#define SRT_TRACE_MAX_TOKENS (1ull << 24)
+#define SRT_TRACE_MAX_TOKENS_STR "16777216"
 
 struct srt_trace_req {
 	int64_t timestamp_ms;
@@ -35,7 +38,8 @@ struct srt_trace {
 /*
  * Read up to `limit` requests (0 = all) from path. Returns 0 and *out (free with
  * srt_trace_free), SRT_EIO (cannot open/read) or SRT_EINVAL with "path:line: key 'k': what is
- * wrong" (missing key, not a non-negative integer, hash_ids count not ceil(input/512)).
+ * wrong" (missing or repeated key, not a non-negative integer, a length over
+ * SRT_TRACE_MAX_TOKENS, hash_ids count not ceil(input/512), text after the object, NUL bytes).
  */
 int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char *err,
 		   size_t errlen);

@@ -212,8 +212,9 @@ static int rc_prescan(struct rc_parse *p, const char *text)
 			while (sep < e && *sep != '=' && *sep != ':')
 				sep++;
 			if (sep == e) {
+				int shown = (int)(e - b < 40 ? e - b : 40); /* this line only */
 				snprintf(p->err, p->errlen, "%s:%d: expected 'key = value' or "
-					 "'[section]', got '%.40s'", p->origin, line, b);
+					 "'[section]', got '%.*s'", p->origin, line, shown, b);
 				return SRT_EINVAL;
 			}
 			if (!section[0]) {
@@ -810,7 +811,7 @@ int srt_runtime_config_load(const char *path, struct srt_runtime_config *out, ch
 	}
 	size_t n = fread(buf, 1, RC_MAX_FILE + 1, f);
 	if (ferror(f)) {
-		snprintf(err, errlen, "%s: read error", path);
+		snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
 		rc = SRT_EIO;
 	} else if (n > RC_MAX_FILE) {
 		snprintf(err, errlen, "%s: larger than %u bytes: not a runtime config", path,

@@ -497,6 +497,9 @@ START_TEST(runtime_config_errors_name_file_line_and_key)
 	expect_rc_error("[cache]\n  page_size = 128\n", ":2: indented line", NULL);
 	expect_rc_error("page_size = 128\n", ":1: key outside any section", NULL);
 	expect_rc_error("[cache]\npage_size\n", ":2: expected 'key = value'", NULL);
+	/* The message quotes the bad line alone, not the rest of the file. */
+	expect_rc_error("[cache]\ngarbage line\n[x\n", ":2: expected 'key = value' or '[section]', "
+			"got 'garbage line'", NULL);
 }
 END_TEST
 

@@ -2,10 +2,12 @@
 #include "ops/gemm.h"
 
 #include <assert.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ops/fp.h"
+#include "ops/gemm_isa.h"
 #include "ops/quant.h"
 #include "shadowrt/plugin.h"
 
@@ -108,10 +110,87 @@ static void check_args(const struct srt_weight *w, size_t ldx, size_t ldy, size_
 	(void)w, (void)ldx, (void)ldy, (void)n0, (void)n1;
 }
 
+/* ==== kernel selection ======================================================================== */
+
+/* Kernel set in use; -1 until the first call resolves it (cpuid, then SRT_GEMM_ISA). Nothing
+ * ISA-specific runs before __builtin_cpu_supports said yes, and there are no constructors. */
+static _Atomic int isa_now = -1;
+
+enum srt_gemm_isa srt_gemm_isa_best(void)
+{
+#if defined(SRT_OPS_X86)
+	__builtin_cpu_init();
+	const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+	if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
+		return SRT_GEMM_ISA_AVX512;
+	if (avx2)
+		return SRT_GEMM_ISA_AVX2;
+#endif
+	return SRT_GEMM_ISA_GENERIC;
+}
+
+const char *srt_gemm_isa_name(enum srt_gemm_isa isa)
+{
+	switch (isa) {
+	case SRT_GEMM_ISA_GENERIC:
+		return "generic";
+	case SRT_GEMM_ISA_AVX2:
+		return "avx2";
+	case SRT_GEMM_ISA_AVX512:
+		return "avx512";
+	}
+	return "?";
+}
+
+enum srt_gemm_isa srt_gemm_isa_current(void)
+{
+	int isa = atomic_load_explicit(&isa_now, memory_order_relaxed);
+	if (isa >= 0)
+		return (enum srt_gemm_isa)isa;
+	isa = (int)srt_gemm_isa_best();
+	const char *env = getenv("SRT_GEMM_ISA");
+	if (env) {
+		for (int i = SRT_GEMM_ISA_GENERIC; i <= SRT_GEMM_ISA_AVX512; i++)
+			if (strcmp(env, srt_gemm_isa_name((enum srt_gemm_isa)i)) == 0 && i < isa)
+				isa = i; /* only ever lower than what the CPU has */
+	}
+	/* racing first calls all compute the same value */
+	atomic_store_explicit(&isa_now, isa, memory_order_relaxed);
+	return (enum srt_gemm_isa)isa;
+}
+
+int srt_gemm_set_isa(enum srt_gemm_isa isa)
+{
+	if ((int)isa < SRT_GEMM_ISA_GENERIC || isa > srt_gemm_isa_best())
+		return SRT_ENOTSUP;
+	atomic_store_explicit(&isa_now, (int)isa, memory_order_relaxed);
+	return 0;
+}
+
+/* Runs the selected SIMD kernel; false when the portable code must run instead. */
+static bool run_isa(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	switch (srt_gemm_isa_current()) {
+#if defined(SRT_OPS_X86)
+	case SRT_GEMM_ISA_AVX512:
+		return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
+	case SRT_GEMM_ISA_AVX2:
+		return srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n0, n1);
+#endif
+	default:
+		return false;
+	}
+}
+
+/* ==== portable kernels (the definition of every result's bits) ================================ */
+
 void srt_gemm_exact(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
 		    float *y, size_t ldy, size_t n0, size_t n1)
 {
 	check_args(w, ldx, ldy, n0, n1);
+	if (run_isa(w, x, NULL, m, ldx, y, ldy, n0, n1))
+		return;
 	const size_t K = w->cols;
 	float wb[NT][KB];
 	for (size_t n = n0; n < n1; n += NT) {
@@ -148,8 +227,10 @@ void srt_gemm_ref(const struct srt_weight *w, const float *xq, const float *xs, 
 		  size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
 	check_args(w, ldx, ldy, n0, n1);
+	assert(w->cols % KB == 0);
+	if (run_isa(w, xq, xs, m, ldx, y, ldy, n0, n1))
+		return;
 	const size_t K = w->cols;
-	assert(K % KB == 0);
 	const size_t nb = K / KB;
 	if (w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) {
 		/* not quantized by the reference: exact product of the dequantized activations */

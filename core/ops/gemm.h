@@ -76,6 +76,31 @@ void srt_gemm_ref(const struct srt_weight *w, const float *xq, const float *xs, 
 int srt_gemm(const struct srt_weight *w, const float *x, size_t m, size_t ldx, float *y,
 	     size_t ldy, size_t n0, size_t n1, enum srt_gemm_mode mode);
 
+/* Kernel sets. Every set computes the same bits as GENERIC (portable C, the definition of
+ * the summation order above) for every type, mode, M and column range; the SIMD sets only
+ * change speed. The best set this CPU supports is chosen on first use (cpuid), unless the
+ * environment variable SRT_GEMM_ISA=generic|avx2|avx512 asks for a lower one. */
+enum srt_gemm_isa {
+	SRT_GEMM_ISA_GENERIC = 0,
+	SRT_GEMM_ISA_AVX2 = 1,   /* x86-64 AVX2 + F16C */
+	SRT_GEMM_ISA_AVX512 = 2, /* x86-64 AVX-512F/BW + AVX2 + F16C */
+};
+
+/* The best kernel set this CPU and this build support. Thread-safe. */
+enum srt_gemm_isa srt_gemm_isa_best(void);
+
+/* The kernel set srt_gemm* use now. Thread-safe. */
+enum srt_gemm_isa srt_gemm_isa_current(void);
+
+/* Use `isa` from now on (for tests and benchmarks; process-wide). Returns 0, or SRT_ENOTSUP
+ * (-95) if this CPU or build lacks it (the current set stays). Safe to call while other
+ * threads multiply: each call of srt_gemm* uses one set throughout, and all sets give the
+ * same bits. */
+int srt_gemm_set_isa(enum srt_gemm_isa isa);
+
+/* "generic", "avx2", "avx512". */
+const char *srt_gemm_isa_name(enum srt_gemm_isa isa);
+
 /* Bytes of the data and scales arrays of a weight of this type and shape. */
 size_t srt_weight_data_bytes(enum srt_wtype type, size_t rows, size_t cols);
 size_t srt_weight_scale_bytes(enum srt_wtype type, size_t rows, size_t cols);

@@ -19,6 +19,7 @@
 #include "ops/norm.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
+#include "shadowrt/plugin.h"
 
 #define N_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -724,6 +725,115 @@ START_TEST(gemm_reference_on_prepared_activations_equals_convenience_call)
 }
 END_TEST
 
+/* Random raw weights: every code of the format (E4M3 without its two NaN codes, all E2M1,
+ * bf16 of N(0,1)-ish floats), UE8M0 scales 2^-20 .. 2^20, so subnormal codes, -0 and every
+ * nibble go through each decoder. */
+static void make_raw_weight(struct wtest *t, enum srt_wtype type, size_t N, size_t K)
+{
+	size_t db = srt_weight_data_bytes(type, N, K), sb = srt_weight_scale_bytes(type, N, K);
+	t->deq = NULL;
+	t->data = malloc(db);
+	t->scales = malloc(sb + 1);
+	uint8_t *d = t->data;
+	for (size_t i = 0; i < db; i++) {
+		rng_state ^= rng_state << 13;
+		rng_state ^= rng_state >> 7;
+		rng_state ^= rng_state << 17;
+		d[i] = (uint8_t)(rng_state >> 32);
+		if (type == SRT_WT_FP8 && (d[i] & 0x7F) == 0x7F)
+			d[i] ^= 1;
+	}
+	if (type == SRT_WT_F32)
+		for (size_t i = 0; i < N * K; i++)
+			((float *)t->data)[i] = frand();
+	if (type == SRT_WT_BF16)
+		for (size_t i = 0; i < N * K; i++)
+			((uint16_t *)t->data)[i] = (uint16_t)(f2u(frand()) >> 16);
+	for (size_t i = 0; i < sb; i++)
+		t->scales[i] = (uint8_t)(107 + (d[i % db] * 7 + i) % 41);
+	t->w = (struct srt_weight){type, N, K, t->data, (type >= SRT_WT_FP8) ? t->scales : NULL};
+}
+
+/* Every kernel set the CPU has (generic, AVX2, AVX-512) gives the generic set's bits: both
+ * modes, every type, M = 1, 2, 3, 5, 8, 17, output ranges that start and end off the tile
+ * grid, K with a partial last block (exact mode) and K % 8 != 0 (f32/bf16). */
+START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
+{
+	static const size_t Ms[] = {1, 2, 3, 5, 8, 17};
+	struct shape {
+		enum srt_wtype type;
+		size_t K;
+		int modes; /* bit 0 exact, bit 1 reference */
+	};
+	static const struct shape shapes[] = {
+		{SRT_WT_F32, 384, 3},  {SRT_WT_F32, 200, 1},  {SRT_WT_F32, 100, 1},
+		{SRT_WT_BF16, 384, 3}, {SRT_WT_BF16, 136, 1}, {SRT_WT_BF16, 36, 1},
+		{SRT_WT_FP8, 384, 3},  {SRT_WT_FP4, 384, 3},  {SRT_WT_FP4, 160, 1},
+	};
+	enum { N = 45, MMAX = 17, KMAX = 384 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	ck_assert_int_eq(srt_gemm_set_isa(SRT_GEMM_ISA_GENERIC), 0);
+	ck_assert_int_eq(srt_gemm_isa_current(), SRT_GEMM_ISA_GENERIC);
+	float *x = malloc(sizeof(float) * MMAX * KMAX), *xq = malloc(sizeof(float) * MMAX * KMAX);
+	float xs[MMAX * KMAX / 128];
+	float *y0 = malloc(sizeof(float) * MMAX * N), *y1 = malloc(sizeof(float) * MMAX * N);
+	for (size_t i = 0; i < MMAX * KMAX; i++)
+		x[i] = i % 97 == 0 ? -0.0f : i % 89 == 0 ? 0.0f : frand() * (float)(1 + i % 5);
+	for (size_t si = 0; si < N_OF(shapes); si++) {
+		const struct shape *sh = &shapes[si];
+		struct wtest t;
+		make_raw_weight(&t, sh->type, N, sh->K);
+		if (sh->K % 128 == 0)
+			for (size_t m = 0; m < MMAX; m++)
+				srt_gemm_quant_row(x + m * sh->K, sh->K, xq + m * sh->K, xs + m * (sh->K / 128));
+		for (int mode = 0; mode < 2; mode++) {
+			if (!(sh->modes & (1 << mode)))
+				continue;
+			for (size_t mi = 0; mi < N_OF(Ms); mi++) {
+				const size_t M = Ms[mi], n0 = mi % 3, n1 = N - (mi % 2);
+				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+					memset(y, 0x7F, sizeof(float) * MMAX * N);
+					ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+					if (mode == 0)
+						srt_gemm_exact(&t.w, x, M, sh->K, y, N, n0, n1);
+					else
+						srt_gemm_ref(&t.w, xq, xs, M, sh->K, y, N, n0, n1);
+					if (isa == SRT_GEMM_ISA_GENERIC)
+						continue;
+					for (size_t i = 0; i < M * N; i++)
+						ck_assert_msg(f2u(y0[i]) == f2u(y1[i]),
+							      "%s type %d K %zu mode %d M %zu: y[%zu][%zu] %a vs generic %a",
+							      srt_gemm_isa_name((enum srt_gemm_isa)isa), sh->type,
+							      sh->K, mode, M, i / N, i % N, y1[i], y0[i]);
+				}
+			}
+		}
+		free_weight(&t);
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(xq);
+	free(y0);
+	free(y1);
+}
+END_TEST
+
+START_TEST(gemm_isa_selection_refuses_sets_the_cpu_lacks)
+{
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	ck_assert_int_eq(srt_gemm_set_isa(SRT_GEMM_ISA_GENERIC), 0);
+	if (best < SRT_GEMM_ISA_AVX512) {
+		ck_assert_int_eq(srt_gemm_set_isa(SRT_GEMM_ISA_AVX512), SRT_ENOTSUP);
+		ck_assert_int_eq(srt_gemm_isa_current(), SRT_GEMM_ISA_GENERIC);
+	}
+	ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)7), SRT_ENOTSUP);
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	ck_assert_int_eq(srt_gemm_isa_current(), best);
+	ck_assert_str_eq(srt_gemm_isa_name(SRT_GEMM_ISA_AVX2), "avx2");
+}
+END_TEST
+
 static Suite *ops_suite(void)
 {
 	Suite *s = suite_create("ops");
@@ -766,6 +876,8 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_reference_matches_blockwise_fp8_activation_formula_in_double);
 	tcase_add_test(tc, gemm_results_are_bitwise_identical_for_chunked_and_one_shot_runs);
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
+	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
+	tcase_add_test(tc, gemm_isa_selection_refuses_sets_the_cpu_lacks);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,26 @@
+/*
+ * core/ops/gemm_isa.h — internal: the ISA-specific GEMM kernels behind gemm.c's dispatch.
+ *
+ * Each kernel computes srt_gemm_exact (xs == NULL) or srt_gemm_ref (xs != NULL) with the
+ * arguments already checked by gemm.c, and produces the same bits as the portable code. It
+ * returns false, touching nothing, for a shape it does not handle (the caller then runs the
+ * portable code). Kernels are compiled with ISA flags (gemm_avx2.c, gemm_avx512.c) and may
+ * only be called after gemm.c has checked the CPU supports them. Reentrant.
+ */
+#ifndef SRT_OPS_GEMM_ISA_H
+#define SRT_OPS_GEMM_ISA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "ops/gemm.h"
+
+typedef bool (*srt_gemmk_fn)(const struct srt_weight *w, const float *x, const float *xs,
+			     size_t m, size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+
+bool srt_gemmk_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+
+#endif /* SRT_OPS_GEMM_ISA_H */

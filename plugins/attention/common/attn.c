@@ -105,8 +105,9 @@ static void pool(struct srt_attn *a, const char *suffix, uint32_t ratio, uint32_
 uint64_t srt_attn_ring_bytes(const struct srt_attn *a, int ratio, int width)
 {
 	(void)a;
-	int coff = ratio == 4 ? 2 : 1, ring = ratio == 4 ? 8 : ratio;
-	return (uint64_t)ring * 2u * (uint64_t)(coff * width) * 4u;
+	if (ratio == 4) /* 8 rows of (kv, score), 2 * width each */
+		return 8u * 2u * (uint64_t)(2 * width) * 4u;
+	return 3u * (uint64_t)width * 4u; /* online (max, sum, weighted kv) per channel */
 }
 
 static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char *why,
@@ -134,9 +135,10 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 			     m->qk_rope_head_dim);
 		return SRT_EINVAL;
 	}
-	if (a->ratio && (a->P == 0 || a->P % (uint32_t)a->ratio)) {
-		srt_attn_why(why, why_len, "%s: page_tokens %u is not a multiple of the compress "
-			     "ratio %d", a->name, a->P, a->ratio);
+	/* a declaration-only instance reports any page size; the cache refuses bad ones */
+	if (args->weights && (a->P == 0 || (a->ratio && a->P % (uint32_t)a->ratio))) {
+		srt_attn_why(why, why_len, "%s: page_tokens %u is not a positive multiple of the "
+			     "compress ratio %d", a->name, a->P, a->ratio);
 		return SRT_EINVAL;
 	}
 	a->kv_bytes = kv_entry_bytes(a->kv_store, m->head_dim, m->qk_rope_head_dim);
@@ -305,7 +307,7 @@ static int load_comp(struct loader *ld, const char *sub, int ratio, int width,
 	c->ratio = ratio;
 	c->coff = ratio == 4 ? 2 : 1;
 	c->width = width;
-	c->ring = ratio == 4 ? 8 : ratio;
+	c->ring = ratio == 4 ? 8 : 1;
 	snprintf(n, sizeof(n), "%swkv.weight", sub);
 	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wkv)))
 		return rc;

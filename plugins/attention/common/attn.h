@@ -15,14 +15,18 @@
  *   csa.c4_state      ratio P,   TAIL 1                compressor rings, see below
  *   hca.c128_kv       ratio 128, ALL
  *   hca.c128_state    ratio P,   TAIL 1
- * Carry state entry of a page: the state after the last token written into that page. It is a
- * ring of raw compressor rows, slot = position mod R, each row the token's projections
- * (kv [cw] floats, then score + ape [cw] floats) with cw = 2w, R = 8 for ratio 4 (the current
- * block and the previous one, whose first halves the overlapping window reads) and cw = w,
- * R = 128 for ratio 128. Layout: kv rows [R][cw] then score rows [R][cw] (fp32). csa appends
- * the indexer compressor's ring (R = 8, cw = 2 wi) after the main one. A block is pooled when
- * its last token arrives, from the ring, by exactly the same code whatever the chunking: one-shot
- * prefill, any chunking and token-by-token decode give the same bits.
+ * Carry state entry of a page: the state after the last token written into that page.
+ *  - ratio 4 (main and indexer compressor, overlapping windows of 8): a ring of the raw rows of
+ *    the last 8 tokens, slot = position mod 8, each row the token's projections (kv [2w]
+ *    floats, score + ape [2w] floats): kv rows [8][2w] then score rows [8][2w]. csa appends the
+ *    indexer compressor's ring (2 wi wide) after the main one. A block is pooled from the ring
+ *    when its last token arrives, by the reference's own order (max, exp, sequential sums).
+ *  - ratio 128: the online form of the per-channel softmax pooling of the block being filled:
+ *    running max [w], sum [w], weighted kv [w] (fp32), reset at every block start and updated
+ *    token by token (rescaling by exp(old max - new max) when the max grows); the entry is
+ *    kv / sum. With P a multiple of 128 the state at a page end is always the empty one.
+ * Both are updated one token at a time in position order by the same code for prefill, chunked
+ * prefill and decode, so every chunking gives the same bits (in the outputs and the pages).
  *
  * Entry layouts (option kv_dtype; "auto" = fp8 in the reference profile, f32 in f32):
  *   bf16: w bf16 values;  f32: w floats;
@@ -50,7 +54,7 @@ enum srt_attn_store { SRT_ATTN_ST_BF16 = 0, SRT_ATTN_ST_FP8 = 1, SRT_ATTN_ST_FP4
 
 /* One compressor's weights (fp32 copies). */
 struct srt_attn_comp {
-	int ratio, coff, width, ring; /* coff 2 with overlap (ratio 4), else 1 */
+	int ratio, coff, width, ring; /* coff 2 with overlap (ratio 4), else 1; ring 8 or 1 */
 	float *wkv, *wgate;           /* [coff*width][dim] */
 	float *ape;                   /* [ratio][coff*width] */
 	float *norm;                  /* [width] */

@@ -302,46 +302,64 @@ static void phase_a(void *ctx, int64_t b, int64_t e, int tid)
 
 /* ---- phase B: KV writes and the compressors ------------------------------------------------ */
 
-/* Pool the block ending at token t from the ring into out[width] (before the norm). */
+/* Pool the CSA block ending at token t from the ring of 8 rows into out[width] (before the
+ * norm): per channel a softmax over the previous block's first halves and the current block's
+ * second halves, in the reference's order (max, exp, sequential sum, weights, sequential sum). */
 static void pool_block(const struct srt_attn_comp *c, const float *rk, const float *rs,
 		       int64_t t, float *out, int ref)
 {
 	size_t w = (size_t)c->width, cw = (size_t)(c->coff * c->width);
-	int nr = c->coff * c->ratio;
 	for (size_t ch = 0; ch < w; ch++) {
-		float kvv[256], sc[256];
-		for (int r = 0; r < nr; r++) {
-			int64_t tok = t - nr + 1 + r;
-			size_t slot = (size_t)(((tok % c->ring) + c->ring) % c->ring);
-			/* overlap: the previous block reads the first half, the current one the second */
-			size_t chn = c->coff == 2 ? (r < c->ratio ? ch : w + ch) : ch;
+		float kvv[8], sc[8];
+		for (int r = 0; r < 8; r++) {
+			int64_t tok = t - 7 + r;
+			size_t slot = (size_t)(((tok % 8) + 8) % 8);
+			size_t chn = r < 4 ? ch : w + ch;
 			kvv[r] = rk[slot * cw + chn];
 			sc[r] = rs[slot * cw + chn];
 		}
 		if (ref) {
-			float mx = -INFINITY, sum = 0, acc = 0, ev[256];
-			for (int r = 0; r < nr; r++)
+			float mx = -INFINITY, sum = 0, acc = 0, ev[8];
+			for (int r = 0; r < 8; r++)
 				mx = sc[r] > mx ? sc[r] : mx;
-			for (int r = 0; r < nr; r++) {
+			for (int r = 0; r < 8; r++) {
 				ev[r] = expf(sc[r] - mx);
 				sum += ev[r];
 			}
-			for (int r = 0; r < nr; r++) {
+			for (int r = 0; r < 8; r++) {
 				float p = kvv[r] * (ev[r] / sum);
 				acc = r ? acc + p : p;
 			}
 			out[ch] = acc;
 		} else {
-			double mx = -INFINITY, sum = 0, acc = 0, ev[256];
-			for (int r = 0; r < nr; r++)
+			double mx = -INFINITY, sum = 0, acc = 0, ev[8];
+			for (int r = 0; r < 8; r++)
 				mx = sc[r] > mx ? sc[r] : mx;
-			for (int r = 0; r < nr; r++) {
+			for (int r = 0; r < 8; r++) {
 				ev[r] = exp((double)sc[r] - mx);
 				sum += ev[r];
 			}
-			for (int r = 0; r < nr; r++)
+			for (int r = 0; r < 8; r++)
 				acc += kvv[r] * (ev[r] / sum);
 			out[ch] = (float)acc;
+		}
+	}
+}
+
+/* Online pooling (ratio 128): add one token's row (kv, score) to the running state. */
+static void online_add(float *mx, float *sum, float *acc, const float *kv, const float *sc,
+		       size_t w)
+{
+	for (size_t c = 0; c < w; c++) {
+		if (sc[c] > mx[c]) {
+			float r = expf(mx[c] - sc[c]); /* 0 for the empty state (max -inf) */
+			sum[c] = sum[c] * r + 1.0f;
+			acc[c] = acc[c] * r + kv[c];
+			mx[c] = sc[c];
+		} else {
+			float e = expf(sc[c] - mx[c]);
+			sum[c] += e;
+			acc[c] += e * kv[c];
 		}
 	}
 }
@@ -358,35 +376,41 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 	size_t w = (size_t)c->width, cw = (size_t)(c->coff * c->width), R = (size_t)c->ring;
 	size_t rd = (size_t)m->qk_rope_head_dim;
 	size_t off = index ? (size_t)srt_attn_ring_bytes(a, 4, m->head_dim) : 0;
-	size_t ring_bytes = R * cw * 2 * sizeof(float);
+	size_t ring_bytes = (size_t)srt_attn_ring_bytes(a, c->ratio, c->width);
 	float *rk = ring, *rs = ring + R * cw, v[1024];
 	const float *proj = index ? f->ip : f->cp;
 	int64_t pos = s->pos, end = pos + s->n_tokens;
 
 	if (pos == 0 || (c->ratio != 4 && pos % c->ratio == 0)) {
-		for (size_t i = 0; i < R * cw; i++) {
-			rk[i] = 0.0f;
-			rs[i] = -INFINITY;
-		}
+		/* sequence start: kv = 0, score = -inf (ring); the empty state (online) */
+		for (size_t i = 0; i < ring_bytes / sizeof(float); i++)
+			ring[i] = c->ratio == 4 ? (i < R * cw ? 0.0f : -INFINITY)
+						: (i < w ? -INFINITY : 0.0f);
 	} else {
 		memcpy(ring, entry(a, s, a->pool_state, f->slot, (pos - 1) / a->P) + off, ring_bytes);
 	}
 	for (int64_t t = pos; t < end; t++) {
 		const float *pr = proj + (size_t)(s->first_row + (t - pos)) * 2 * cw;
-		size_t slot = (size_t)(t % (int64_t)R);
-		/* non-overlapping: a new block starts from a clean ring, so the saved state has
-		 * the same bits whatever the chunking (stale rows are never read, but pages are
-		 * cached and compared as bytes) */
-		if (c->ratio != 4 && t % c->ratio == 0 && t != pos)
-			for (size_t i = 0; i < R * cw; i++) {
-				rk[i] = 0.0f;
-				rs[i] = -INFINITY;
-			}
-		memcpy(rk + slot * cw, pr, cw * sizeof(float));
-		memcpy(rs + slot * cw, pr + cw, cw * sizeof(float));
+		if (c->ratio == 4) {
+			size_t slot = (size_t)(t % 8);
+			memcpy(rk + slot * cw, pr, cw * sizeof(float));
+			memcpy(rs + slot * cw, pr + cw, cw * sizeof(float));
+		} else {
+			if (t % c->ratio == 0) /* a new block: the empty state */
+				for (size_t i = 0; i < w; i++) {
+					ring[i] = -INFINITY;
+					ring[w + i] = 0.0f;
+					ring[2 * w + i] = 0.0f;
+				}
+			online_add(ring, ring + w, ring + 2 * w, pr, pr + cw, w);
+		}
 		if (t % c->ratio == c->ratio - 1) {
 			int64_t j = t / c->ratio;
-			pool_block(c, rk, rs, t, v, a->ref);
+			if (c->ratio == 4)
+				pool_block(c, rk, rs, t, v, a->ref);
+			else
+				for (size_t i = 0; i < w; i++)
+					v[i] = ring[2 * w + i] / ring[w + i];
 			if (a->ref)
 				srt_round_bf16_n(v, w);
 			rmsnorm_w(v, c->norm, w, m->rms_norm_eps, a->ref);

@@ -1,5 +1,6 @@
 /* DeepSeek-V4 checkpoint tensor list and validation: see dsv4_tensors.h. */
 #include "ckpt/dsv4_tensors.h"
+#include "ckpt/ck_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -8,19 +9,6 @@
 
 #define WBLOCK 128 /* FP8 weight block */
 #define FP4_BLOCK 32
-
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 const char *srt_ck_role_name(uint32_t role)
 {
@@ -302,15 +290,6 @@ int srt_ck_dsv4_specs(const struct srt_model_config *cfg, struct srt_ck_spec **o
 }
 
 /* ---- validation ------------------------------------------------------------------------------ */
-
-static void fmt_shape(char *buf, size_t len, uint32_t ndim, const int64_t *shape)
-{
-	size_t o = (size_t)snprintf(buf, len, "[");
-	for (uint32_t d = 0; d < ndim && o < len; d++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
-}
 
 static void default_warn(void *user, const char *msg)
 {

@@ -1,5 +1,6 @@
 /* safetensors reader (memory-mapped, single or sharded) and atomic writer: see safetensors.h. */
 #include "ckpt/safetensors.h"
+#include "ckpt/ck_util.h"
 
 #include <assert.h>
 #include <dirent.h>
@@ -17,19 +18,6 @@
 #include "tier/sha256.h"
 
 /* ---- messages ------------------------------------------------------------------------------ */
-
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* ---- dtypes -------------------------------------------------------------------------------- */
 
@@ -75,16 +63,6 @@ int srt_ck_tensor_bytes(uint32_t dtype, uint32_t ndim, const int64_t *shape, uin
 	}
 	*out = n;
 	return 0;
-}
-
-static void fmt_shape(char *buf, size_t len, uint32_t ndim, const int64_t *shape)
-{
-	size_t o = 0;
-	o += (size_t)snprintf(buf + o, len - o, "[");
-	for (uint32_t d = 0; d < ndim && o < len; d++)
-		o += (size_t)snprintf(buf + o, len - o, "%s%lld", d ? ", " : "", (long long)shape[d]);
-	if (o < len)
-		snprintf(buf + o, len - o, "]");
 }
 
 /* ---- the open checkpoint ------------------------------------------------------------------- */

@@ -1,5 +1,6 @@
 /* safetensors writer: single file or shards + index, atomic per file. See safetensors.h. */
 #include "ckpt/safetensors.h"
+#include "ckpt/ck_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,19 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* A growable string for headers and the index. */
 struct sbuf {

@@ -1,5 +1,6 @@
 /* Deterministic synthetic DeepSeek-V4 checkpoints: see synth.h. */
 #include "ckpt/synth.h"
+#include "ckpt/ck_util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,19 +14,6 @@
 #include "ckpt/dsv4_tensors.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
-
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static int errf(char *err, size_t errlen, int code, const char *fmt, ...)
-{
-	if (err && errlen) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(err, errlen, fmt, ap);
-		va_end(ap);
-	}
-	return code;
-}
 
 /* ---- counter-based random numbers ---------------------------------------------------------- */
 

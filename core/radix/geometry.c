@@ -1,5 +1,6 @@
 /* Pool geometry from the real attention plugins (geometry.h). */
 #include "radix/geometry.h"
+#include "radix/rx_util.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,17 +22,6 @@ struct geo_priv {
 	int n_inst;
 	const char *kv_dtype, *index_dtype;
 };
-
-static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-	if (!err || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
 
 static const char *geo_option(void *ctx, const char *key)
 {

@@ -31,7 +31,7 @@ struct srt_rdx_geometry {
 
 struct srt_rdx_geometry_opts {
 	uint32_t page_tokens;        /* P handed to the plugins (0 = 256) */
-	const char *kv_dtype;        /* plugin option kv_dtype (NULL = plugin default, bf16) */
+	const char *kv_dtype;        /* plugin option kv_dtype (NULL = the plugin's default) */
 	const char *index_dtype;     /* plugin option index_dtype (NULL = plugin default) */
 	const char *const *dirs;     /* extra plugin directories searched first (may be NULL) */
 	size_t ndirs;

@@ -1,5 +1,6 @@
 /* ShadowRadix: tree, shadow maps, per-pool LRU eviction and the request lifecycle. */
 #include "radix/radix.h"
+#include "radix/rx_util.h"
 
 #include <assert.h>
 #include <stdarg.h>
@@ -71,17 +72,6 @@ struct srt_rdx_cache {
 	int64_t ext_locks; /* locks taken through srt_rdx_lock */
 	uint64_t null_next;
 };
-
-static void seterr(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void seterr(char *err, size_t len, const char *fmt, ...)
-{
-	if (!err || !len)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-}
 
 /* --- allocators --------------------------------------------------------------------------- */
 

@@ -23,7 +23,10 @@ static const char *plugin_dir;
 static struct srt_rdx_geometry *load_geometry(const char *model, uint32_t P)
 {
 	const char *dirs[1] = {plugin_dir};
-	struct srt_rdx_geometry_opts o = {.page_tokens = P, .dirs = plugin_dir ? dirs : NULL,
+	/* bf16 entries, named here: the plugins' default ("auto") follows the numerics profile. */
+	struct srt_rdx_geometry_opts o = {.page_tokens = P, .kv_dtype = "bf16",
+					  .index_dtype = "bf16",
+					  .dirs = plugin_dir ? dirs : NULL,
 					  .ndirs = plugin_dir ? 1 : 0};
 	struct srt_rdx_geometry *g = NULL;
 	int rc = srt_rdx_geometry_load(model, &o, &g, err, sizeof(err));

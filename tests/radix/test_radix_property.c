@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "radix/radix.h"
 #include "test_util.h"
@@ -463,8 +464,13 @@ static uint64_t base_seed(void)
 {
 	const char *s = getenv("SRT_PROPERTY_SEED");
 	uint64_t seed = 20261129;
-	if (s && !strcmp(s, "random"))
-		seed = (uint64_t)time(NULL) ^ (uint64_t)clock();
+	if (s && !strcmp(s, "random")) {
+		/* Nanoseconds and the (forked) process id: two runs in the same second differ. */
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = ((uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec) ^
+		       ((uint64_t)getpid() << 32);
+	}
 	else if (s && *s)
 		seed = strtoull(s, NULL, 0);
 	return seed;
@@ -472,9 +478,12 @@ static uint64_t base_seed(void)
 
 START_TEST(random_operations_agree_with_the_brute_force_model)
 {
-	uint64_t seed = base_seed() + (uint64_t)_i * 7919;
+	/* One call: with "random" each call gives another seed, and the printed one must be the
+	 * one that reproduces this run. */
+	uint64_t base = base_seed();
+	uint64_t seed = base + (uint64_t)_i * 7919;
 	printf("radix property: seed %" PRIu64 " (SRT_PROPERTY_SEED=%" PRIu64 ", config %d)\n",
-	       seed, base_seed(), _i);
+	       seed, base, _i);
 	fflush(stdout);
 	run_config(seed, 5000);
 	printf("radix property: config %d: %" PRIu64 " hit tokens, %" PRIu64 " tombstoned, %" PRIu64

@@ -47,7 +47,7 @@ static struct srt_rdx_geometry *geom(const char *model, const char *kv, const ch
 static int bench_prefix(void)
 {
 	char err[1024];
-	struct srt_rdx_geometry *g = geom("deepseek-v4-flash", NULL, NULL, err, sizeof(err));
+	struct srt_rdx_geometry *g = geom("deepseek-v4-flash", "bf16", "bf16", err, sizeof(err));
 	if (!g)
 		return die("geometry", err);
 	struct srt_rdx_config cfg = {.page_tokens = 256, .alloc = &srt_rdx_null_allocator};
@@ -115,7 +115,7 @@ static int bench_replay(const char *path)
 	if (srt_trace_load(path, 0, &t, err, sizeof(err)))
 		return die("trace", err);
 	double t_load = now_s() - t0;
-	struct srt_rdx_geometry *g = geom("deepseek-v4-flash", NULL, NULL, err, sizeof(err));
+	struct srt_rdx_geometry *g = geom("deepseek-v4-flash", "bf16", "bf16", err, sizeof(err));
 	if (!g)
 		return die("geometry", err);
 	printf("3. replay of %s: %zu requests, %" PRIu64 " input tokens (load %.2f s)\n", path,
@@ -157,7 +157,7 @@ static int bench_kv(void)
 	} models[] = {{"deepseek-v4-pro", 9.62}, {"deepseek-v4-flash", 6.72}};
 	printf("4. KV bytes at 1,048,576 tokens from the plugins' pool declarations\n");
 	for (int i = 0; i < 2; i++) {
-		struct srt_rdx_geometry *g = geom(models[i].model, NULL, NULL, err, sizeof(err));
+		struct srt_rdx_geometry *g = geom(models[i].model, "bf16", "bf16", err, sizeof(err));
 		if (!g)
 			return die(models[i].model, err);
 		uint64_t all, tail;

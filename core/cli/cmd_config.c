@@ -124,7 +124,12 @@ int srt_cmd_config(int argc, char **argv)
 				printf("%s\n", *p);
 			return 0;
 		}
-		if ((!strcmp(argv[i], "--model") || !strcmp(argv[i], "--config")) && i + 1 < argc) {
+		if (!strcmp(argv[i], "--model") || !strcmp(argv[i], "--config")) {
+			if (i + 1 == argc) {
+				fprintf(stderr, "shadowrt config: %s needs a value (see --help)\n",
+					argv[i]);
+				return 2;
+			}
 			*(argv[i][2] == 'm' ? &model : &config) = argv[i + 1];
 			i++;
 			continue;

@@ -34,4 +34,8 @@ grep -q "m.yaml" "$TMP/err" || fail "model error lacks the file: $(cat "$TMP/err
 
 "$BIN" config --bogus > /dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown option must exit 2"
+
+"$BIN" config --model > /dev/null 2> "$TMP/err"
+[ $? -eq 2 ] || fail "--model without a value must exit 2"
+grep -q -- "--model needs a value" "$TMP/err" || fail "unexpected message: $(cat "$TMP/err")"
 echo "ok"

@@ -3,11 +3,24 @@
  * -mavx512f -mavx512bw -mavx2 -mf16c, never -mfma). Called only after gemm.c saw all of them
  * in cpuid.
  *
- * Same driver as gemm_avx2.c (gemm_kern.h: 8-lane accumulation, because the summation order
- * is 8 lanes), with 16-wide decoders:
- *  - E4M3: 16 codes placed as IEEE halves and converted by one vcvtph2ps (see gemm_avx2.c).
- *  - E2M1: 16 nibbles spread to 16 lanes, each looked up in a 16-entry float table (sign
- *    included) by one vpermps.
+ * The summation order (gemm.h) has 8 lanes, so one 16-float register holds the 8 lanes of
+ * TWO output features ("a pair"): lanes 0-7 row a, lanes 8-15 row b, multiplied by the same 8
+ * activations repeated twice. Each lane still sees its products in k order, product then
+ * add, and the two halves are combined as gemm.c's dot_blk does, so the bits are those of
+ * the portable code while every instruction does 16 weights.
+ *
+ * A tile is NP pairs (8 output features). Per 128 K block its weights are decoded once into
+ * a small buffer (pair layout) and reused by every row of x: decode-shaped M streams the
+ * weight bytes once, prefill-shaped M reuses them from L1.
+ *
+ * Decoders, 16 weights (8 of each row):
+ *  - E4M3: the code's bits placed as an IEEE half (bias 15 instead of 7, sign on bit 15),
+ *    converted by vcvtph2ps, times 2^8: exact for every code (E4M3 subnormals are half
+ *    subnormals, which the conversion makes normal floats), NaN codes give ±480 like
+ *    gemm.c's fp8_fast. The scale multiplication of EXACT mode, (v·2^8)·s, is done as
+ *    v·(2^8·s) when 2^8·s is finite: the same real product rounded once, so the same bits.
+ *  - E2M1: nibbles spread to 16 lanes, looked up (sign included) in a 16-float table by vpermps.
+ *  - bf16: zero-extend, shift to the high half. f32: two loads.
  */
 #include <immintrin.h>
 #include <stdbool.h>
@@ -15,63 +28,290 @@
 #include <string.h>
 
 #include "ops/fp.h"
-#include "ops/gemm.h"
+#include "ops/gemm_isa.h"
 
-static inline __m512 fp8x16(const uint8_t *p)
+#define KB 128        /* K block */
+#define NP 4          /* row pairs per tile */
+#define NV (KB / 8)   /* 16-float pair vectors per block */
+
+static inline __m512 pair_f32(const float *a, const float *b)
 {
-	__m128i b = _mm_loadu_si128((const __m128i *)(const void *)p);
-	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(b), 7),
-				     _mm256_set1_epi16((short)0xBF80));
-	return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a))),
+						   _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
 }
 
-static inline __m512 fp4x16(const uint8_t *p)
+static inline __m512 pair_bf16(const uint16_t *a, const uint16_t *b)
 {
-	const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
-	const __m128i lo = _mm_and_si128(b, _mm_set1_epi8(0x0F));
-	const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), _mm_set1_epi8(0x0F));
+	__m256i v = _mm256_inserti128_si256(
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+		_mm_loadu_si128((const __m128i *)(const void *)b), 1);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+/* E4M3 codes as halves converted to float: the code value times 2^-8. */
+static inline __m512 pair_fp8_half(const uint8_t *a, const uint8_t *b)
+{
+	__m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
+				       _mm_loadl_epi64((const __m128i *)(const void *)b));
+	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(v), 7),
+				     _mm256_set1_epi16((short)0xBF80));
+	return _mm512_cvtph_ps(h);
+}
+
+static inline __m512 pair_fp4(const uint8_t *a, const uint8_t *b)
+{
+	int32_t ua, ub;
+	memcpy(&ua, a, 4);
+	memcpy(&ub, b, 4);
+	const __m128i v = _mm_unpacklo_epi32(_mm_cvtsi32_si128(ua), _mm_cvtsi32_si128(ub));
+	const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
+	const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
 	const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
 	const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
 					  -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
 	return _mm512_permutexvar_ps(idx, tab);
 }
 
-static inline void dec_bf16(const uint16_t *src, size_t len, float *out)
+/* [sa x8, sb x8] */
+static inline __m512 pair_set(float sa, float sb)
 {
-	size_t k = 0;
-	for (; k + 16 <= len; k += 16) {
-		__m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(src + k)));
-		_mm512_store_ps(out + k, _mm512_castsi512_ps(_mm512_slli_epi32(v, 16)));
-	}
-	for (; k < len; k += 8) {
-		__m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(src + k)));
-		_mm256_store_ps(out + k, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+	return _mm512_mask_blend_ps((__mmask16)0xFF00, _mm512_set1_ps(sa), _mm512_set1_ps(sb));
+}
+
+/* The weights of one block of a tile, ready to be turned into pair vectors. */
+struct blk {
+	const void *ra[NP], *rb[NP]; /* rows a and b of each pair at the block's first k */
+	__m512 f[NP][KB / 32];       /* per pair (and per 32 for FP4): the multiplier(s) */
+	__m512 f2[NP];               /* FP8 second multiplier when `two` */
+	bool mul;                    /* multiply the code values by f */
+	bool two;                    /* FP8: 2^8·s not finite: (v·2^8)·s in two steps */
+};
+
+/* Pair vector v (k = 8v .. 8v+7 of the block) of pair p: exactly the floats of gemm.c's
+ * decode_row. `type` is a compile-time constant at every call. */
+static inline __attribute__((always_inline)) __m512 pair_w(const struct blk *bk, int type, int p,
+							    size_t v)
+{
+	__m512 x;
+	switch (type) {
+	case SRT_WT_F32:
+		return pair_f32((const float *)bk->ra[p] + v * 8, (const float *)bk->rb[p] + v * 8);
+	case SRT_WT_BF16:
+		return pair_bf16((const uint16_t *)bk->ra[p] + v * 8,
+				 (const uint16_t *)bk->rb[p] + v * 8);
+	case SRT_WT_FP8:
+		x = pair_fp8_half((const uint8_t *)bk->ra[p] + v * 8, (const uint8_t *)bk->rb[p] + v * 8);
+		x = _mm512_mul_ps(x, bk->f[p][0]);
+		if (bk->two)
+			x = _mm512_mul_ps(x, bk->f2[p]);
+		return x;
+	default:
+		x = pair_fp4((const uint8_t *)bk->ra[p] + v * 4, (const uint8_t *)bk->rb[p] + v * 4);
+		if (bk->mul)
+			x = _mm512_mul_ps(x, bk->f[p][v / 4]);
+		return x;
 	}
 }
 
-static inline void dec_fp8(const uint8_t *src, size_t len, bool scaled, float s, float *out)
+/* Set up block [k0, k0+len) of pairs (ra[p], rb[p]); `scaled` in EXACT mode. */
+static inline __attribute__((always_inline)) void
+blk_init(struct blk *bk, const struct srt_weight *w, int type, int np, const size_t *rowa,
+	 const size_t *rowb, size_t k0, size_t len, bool scaled)
 {
-	const __m512 vs = _mm512_set1_ps(s);
-	for (size_t k = 0; k < len; k += 16) {
-		__m512 v = fp8x16(src + k);
-		if (scaled)
-			v = _mm512_mul_ps(v, vs);
-		_mm512_store_ps(out + k, v);
+	const size_t K = w->cols;
+	const size_t esz = type == SRT_WT_F32 ? 4 : type == SRT_WT_BF16 ? 2 : 1;
+	bk->mul = false;
+	bk->two = false;
+	for (int p = 0; p < np; p++) {
+		if (type == SRT_WT_FP4) {
+			bk->ra[p] = (const uint8_t *)w->data + (rowa[p] * K + k0) / 2;
+			bk->rb[p] = (const uint8_t *)w->data + (rowb[p] * K + k0) / 2;
+		} else {
+			bk->ra[p] = (const uint8_t *)w->data + (rowa[p] * K + k0) * esz;
+			bk->rb[p] = (const uint8_t *)w->data + (rowb[p] * K + k0) * esz;
+		}
 	}
-}
-
-static inline void dec_fp4(const uint8_t *src, size_t len, const uint8_t *sc, float *out)
-{
-	for (size_t k0 = 0; k0 < len; k0 += 32) {
-		const __m512 vs = _mm512_set1_ps(sc ? srt_e8m0_to_f32(sc[k0 / 32]) : 1.0f);
-		for (size_t k = k0; k < k0 + 32; k += 16) {
-			__m512 v = fp4x16(src + k / 2);
-			if (sc)
-				v = _mm512_mul_ps(v, vs);
-			_mm512_store_ps(out + k, v);
+	if (type == SRT_WT_FP8) {
+		const size_t nb = (K + KB - 1) / KB;
+		for (int p = 0; p < np; p++) {
+			const uint8_t ea = w->scales[(rowa[p] / KB) * nb + k0 / KB];
+			const uint8_t eb = w->scales[(rowb[p] / KB) * nb + k0 / KB];
+			bk->f[p][0] = _mm512_set1_ps(256.0f);
+			bk->f2[p] = _mm512_set1_ps(1.0f);
+			if (scaled && ea <= 246 && eb <= 246) {
+				/* 2^8·s finite: one multiplication, same rounding (file header) */
+				bk->f[p][0] = pair_set(256.0f * srt_e8m0_to_f32(ea),
+						       256.0f * srt_e8m0_to_f32(eb));
+			} else if (scaled) {
+				bk->f2[p] = pair_set(srt_e8m0_to_f32(ea), srt_e8m0_to_f32(eb));
+				bk->two = true;
+			}
+		}
+	} else if (type == SRT_WT_FP4 && scaled) {
+		bk->mul = true;
+		for (int p = 0; p < np; p++) {
+			const uint8_t *sa = w->scales + rowa[p] * (K / 32) + k0 / 32;
+			const uint8_t *sb = w->scales + rowb[p] * (K / 32) + k0 / 32;
+			for (size_t s = 0; s < len / 32; s++)
+				bk->f[p][s] = pair_set(srt_e8m0_to_f32(sa[s]), srt_e8m0_to_f32(sb[s]));
 		}
 	}
 }
 
-#define GEMMK_NAME srt_gemmk_avx512
-#include "ops/gemm_kern.h"
+/* ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)) of 8 lanes, as dot_blk combines them. */
+static inline float comb8(__m256 acc)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+	__m128 h = _mm_hadd_ps(s, s); /* [s0+s1, s2+s3, ...] */
+	return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+
+/* out[2p], out[2p+1] = the 8-lane dots of pair p over vectors [v0, v0+nv) of the block,
+ * weights decoded on the fly (fused, M = 1: every weight byte is read once and never stored)
+ * or read from wbuf (decoded once for all rows of x). np and type are compile-time
+ * constants at every call (independent add chains, no type switch in the loop). */
+static inline __attribute__((always_inline)) void
+pair_dots(const __m512 *xv, const struct blk *bk, const float *wbuf, int type, int np,
+	  size_t v0, size_t nv, float *out)
+{
+	__m512 acc[NP];
+	for (int p = 0; p < np; p++)
+		acc[p] = _mm512_setzero_ps();
+	for (size_t v = v0; v < v0 + nv; v++)
+		for (int p = 0; p < np; p++) {
+			const __m512 wv = wbuf ? _mm512_load_ps(wbuf + ((size_t)p * NV + v) * 16)
+					       : pair_w(bk, type, p, v);
+			acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v], wv));
+		}
+	for (int p = 0; p < np; p++) {
+		out[2 * p] = comb8(_mm512_castps512_ps256(acc[p]));
+		out[2 * p + 1] = comb8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
+	}
+}
+
+/* One tile: output features [n, n + nt), nt <= 2·np; an odd last row is paired with itself
+ * and its second result dropped. */
+static inline __attribute__((always_inline)) void
+tile(const struct srt_weight *w, int type, const float *x, const float *xs, size_t m,
+     size_t ldx, float *y, size_t ldy, size_t n, int nt, int np)
+{
+	_Alignas(64) float wbuf[NP * NV * 16];
+	__m512 xv[NV];
+	struct blk bk;
+	size_t rowa[NP], rowb[NP];
+	const size_t K = w->cols;
+	const bool ref = xs != NULL;
+	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
+	const bool fused = m == 1;
+	const size_t nb = (K + KB - 1) / KB;
+	for (int p = 0; p < np; p++) {
+		rowa[p] = n + 2 * (size_t)p;
+		rowb[p] = 2 * p + 1 < nt ? rowa[p] + 1 : rowa[p];
+	}
+	for (size_t i = 0; i < m; i++)
+		for (int t = 0; t < nt; t++)
+			y[i * ldy + n + t] = 0.0f;
+	for (size_t b = 0; b < nb; b++) {
+		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB;
+		float sb[2 * NP][KB / 32];
+		blk_init(&bk, w, type, np, rowa, rowb, k0, len, !ref);
+		const float *wb = NULL;
+		if (!fused) {
+			for (size_t v = 0; v < len / 8; v++)
+				for (int p = 0; p < np; p++)
+					_mm512_store_ps(wbuf + ((size_t)p * NV + v) * 16, pair_w(&bk, type, p, v));
+			wb = wbuf;
+		}
+		if (ref && quant) {
+			for (int t = 0; t < nt; t++) {
+				if (type == SRT_WT_FP8) {
+					sb[t][0] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+				} else {
+					const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
+					for (int s = 0; s < KB / 32; s++)
+						sb[t][s] = srt_e8m0_to_f32(sc[s]);
+				}
+			}
+		}
+		for (size_t i = 0; i < m; i++) {
+			const float *xr = x + i * ldx + k0;
+			float *yr = y + i * ldy + n;
+			float d[2 * NP];
+			/* the activations of the block, each 8 repeated for both rows of a pair; the
+			 * reference's f32/bf16 case dequantizes them first (xq · xs, as gemm.c) */
+			const bool scale_x = ref && !quant;
+			const __m256 vs = _mm256_set1_ps(scale_x ? xs[i * nb + b] : 1.0f);
+			for (size_t v = 0; v < len / 8; v++) {
+				__m256 x8 = _mm256_loadu_ps(xr + v * 8);
+				if (scale_x)
+					x8 = _mm256_mul_ps(x8, vs);
+				const __m512 x16 = _mm512_castps256_ps512(x8);
+				xv[v] = _mm512_shuffle_f32x4(x16, x16, 0x44);
+			}
+			if (!ref || !quant) {
+				pair_dots(xv, &bk, wb, type, np, 0, len / 8, d);
+				for (int t = 0; t < nt; t++)
+					yr[t] += d[t];
+			} else if (type == SRT_WT_FP8) {
+				const float sa = xs[i * nb + b];
+				pair_dots(xv, &bk, wb, type, np, 0, NV, d);
+				for (int t = 0; t < nt; t++)
+					yr[t] += d[t] * (sa * sb[t][0]);
+			} else {
+				const float sa = xs[i * nb + b];
+				for (size_t s = 0; s < KB / 32; s++) {
+					pair_dots(xv, &bk, wb, type, np, s * 4, 4, d);
+					for (int t = 0; t < nt; t++)
+						yr[t] += d[t] * sa * sb[t][s];
+				}
+			}
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void
+run(const struct srt_weight *w, int type, const float *x, const float *xs, size_t m,
+    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	size_t n = n0;
+	for (; n + 2 * NP <= n1; n += 2 * NP)
+		tile(w, type, x, xs, m, ldx, y, ldy, n, 2 * NP, NP);
+	const int rest = (int)(n1 - n);
+	switch ((rest + 1) / 2) {
+	case 1:
+		tile(w, type, x, xs, m, ldx, y, ldy, n, rest, 1);
+		break;
+	case 2:
+		tile(w, type, x, xs, m, ldx, y, ldy, n, rest, 2);
+		break;
+	case 3:
+		tile(w, type, x, xs, m, ldx, y, ldy, n, rest, 3);
+		break;
+	default:
+		break;
+	}
+}
+
+bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	switch (w->type) {
+	case SRT_WT_F32:
+		if (w->cols % 8 != 0)
+			return false; /* lane tails: the portable code handles them */
+		run(w, SRT_WT_F32, x, xs, m, ldx, y, ldy, n0, n1);
+		return true;
+	case SRT_WT_BF16:
+		if (w->cols % 8 != 0)
+			return false;
+		run(w, SRT_WT_BF16, x, xs, m, ldx, y, ldy, n0, n1);
+		return true;
+	case SRT_WT_FP8:
+		run(w, SRT_WT_FP8, x, xs, m, ldx, y, ldy, n0, n1);
+		return true;
+	case SRT_WT_FP4:
+		run(w, SRT_WT_FP4, x, xs, m, ldx, y, ldy, n0, n1);
+		return true;
+	}
+	return false;
+}

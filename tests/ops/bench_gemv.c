@@ -1,12 +1,19 @@
 /*
- * bench_gemv — decode-shaped GEMV throughput of srt_ops against this machine's memory
- * bandwidth, measured in the same run. Not a test: prints figures.
+ * bench_gemv — GEMV/GEMM throughput of srt_ops against this machine's memory bandwidth,
+ * measured in the same run. Not a test: prints figures.
  *
- *   build-x/bin/srt_bench_gemv [N K reps]     (default 4096 4096 20)
+ *   build-x/bin/srt_bench_gemv [N K reps [big_MiB]]     (default 4096 4096 20 1024)
  *
- * For each weight type it reports GB/s of weight bytes streamed (data + scales) and the ratio
- * to a memcpy of a buffer of the same size (read + write counted as 2x bytes).
+ * Bandwidth baselines, each timed `reps` times (best and median printed):
+ *  - read: a float sum-reduction over a buffer, by 1 thread and by 2 threads (each half),
+ *    at the size of each weight matrix (same cache level as the GEMV) and at big_MiB (DRAM);
+ *  - memcpy of a buffer the size of the FP8 weights (read + write counted, 2x bytes).
+ * Then for each kernel set this CPU has (generic, avx2, avx512) and each weight type, M = 1:
+ * weight bytes streamed per second (data + scales; best and median of reps) and its ratio to
+ * the 1-thread read bandwidth at that size, to the 2-thread one and to memcpy; and GFLOP/s of
+ * prefill-shaped M = 8 and 32 (weights reused across rows).
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +23,8 @@
 #include "ops/gemm.h"
 #include "ops/quant.h"
 
+#define MAXREPS 1000
+
 static double now(void)
 {
 	struct timespec ts;
@@ -23,44 +32,131 @@ static double now(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* best (min) and median of n times */
+static void stats(double *t, int n, double *best, double *med)
+{
+	qsort(t, (size_t)n, sizeof *t, cmp_d);
+	*best = t[0];
+	*med = n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+struct rd {
+	const float *p;
+	size_t n;
+	float sum;
+};
+
+/* 16 independent partial sums: the compiler vectorizes this into a load-bound loop */
+static void *read_sum(void *arg)
+{
+	struct rd *r = arg;
+	float acc[16] = {0};
+	for (size_t i = 0; i + 16 <= r->n; i += 16)
+		for (int j = 0; j < 16; j++)
+			acc[j] += r->p[i + j];
+	float s = 0;
+	for (int j = 0; j < 16; j++)
+		s += acc[j];
+	r->sum = s;
+	return NULL;
+}
+
+/* Read bandwidth (GB/s, best and median) of `bytes` with 1 or 2 threads. */
+static void read_bw(const float *buf, size_t bytes, int threads, int reps, double *best,
+		    double *med, float *sink)
+{
+	double t[MAXREPS];
+	size_t n = bytes / sizeof(float) / 16 * 16;
+	for (int r = 0; r < reps; r++) {
+		struct rd a[2] = {{buf, n / 2 / 16 * 16, 0}, {buf + n / 2 / 16 * 16, n - n / 2 / 16 * 16, 0}};
+		pthread_t th;
+		double t0 = now();
+		if (threads == 2) {
+			if (pthread_create(&th, NULL, read_sum, &a[1]) != 0) {
+				threads = 1;
+			} else {
+				read_sum(&a[0]);
+				pthread_join(th, NULL);
+			}
+		}
+		if (threads == 1) {
+			a[0].n = n;
+			read_sum(&a[0]);
+			a[1].sum = 0;
+		}
+		t[r] = now() - t0;
+		*sink += a[0].sum + a[1].sum;
+	}
+	double b, m;
+	stats(t, reps, &b, &m);
+	*best = (double)n * sizeof(float) / b / 1e9;
+	*med = (double)n * sizeof(float) / m / 1e9;
+}
+
 int main(int argc, char **argv)
 {
 	size_t N = argc > 1 ? strtoul(argv[1], NULL, 10) : 4096;
 	size_t K = argc > 2 ? strtoul(argv[2], NULL, 10) : 4096;
 	int reps = argc > 3 ? atoi(argv[3]) : 20;
-	if (N == 0 || K == 0 || K % 128 || reps <= 0) {
-		fprintf(stderr, "usage: %s [N K reps]  (K a multiple of 128)\n", argv[0]);
+	size_t big = (argc > 4 ? strtoul(argv[4], NULL, 10) : 1024) << 20;
+	if (N == 0 || K == 0 || K % 128 || reps <= 0 || reps > MAXREPS || big == 0) {
+		fprintf(stderr, "usage: %s [N K reps [big_MiB]]  (K a multiple of 128, reps <= %d)\n",
+			argv[0], MAXREPS);
 		return 2;
 	}
-	float *src = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * K);
-	float *y = malloc(sizeof(float) * N);
-	if (!src || !x || !y)
+	const size_t MMAX = 32;
+	size_t rbytes = big > N * K * 4 ? big : N * K * 4;
+	float *src = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * K * MMAX);
+	float *y = malloc(sizeof(float) * N * MMAX), *rbuf = malloc(rbytes);
+	char *a = malloc(N * K), *b = malloc(N * K);
+	if (!src || !x || !y || !rbuf || !a || !b) {
+		fprintf(stderr, "out of memory\n");
 		return 1;
+	}
 	for (size_t i = 0; i < N * K; i++)
 		src[i] = (float)((i * 2654435761u) % 1000) / 1000.0f - 0.5f;
-	for (size_t k = 0; k < K; k++)
+	for (size_t k = 0; k < K * MMAX; k++)
 		x[k] = (float)(k % 17) - 8.0f;
+	for (size_t i = 0; i < rbytes / sizeof(float); i++)
+		rbuf[i] = (float)(i & 7);
+	float sink = 0;
+	double t[MAXREPS], bb, bm;
 
-	/* memory bandwidth baseline: memcpy of the FP8 weight size, best of reps */
-	size_t mb = N * K;
-	char *a = malloc(mb), *b = malloc(mb);
-	memset(a, 1, mb);
-	memset(b, 2, mb);
-	double best = 1e9;
+	printf("srt_bench_gemv N=%zu K=%zu reps=%d; figures are best / median of the reps\n", N, K,
+	       reps);
+	double rd1, rd1m, rd2, rd2m;
+	read_bw(rbuf, big, 1, reps < 5 ? reps : 5, &rd1, &rd1m, &sink);
+	read_bw(rbuf, big, 2, reps < 5 ? reps : 5, &rd2, &rd2m, &sink);
+	printf("read bandwidth, %zu MiB buffer: 1 thread %.2f / %.2f GB/s, 2 threads %.2f / %.2f GB/s\n",
+	       big >> 20, rd1, rd1m, rd2, rd2m);
+	memset(a, 1, N * K);
+	memset(b, 2, N * K);
 	for (int r = 0; r < reps; r++) {
 		double t0 = now();
-		memcpy(b, a, mb);
-		double t = now() - t0;
-		best = t < best ? t : best;
+		memcpy(b, a, N * K);
+		t[r] = now() - t0;
 	}
-	double bw = 2.0 * (double)mb / best / 1e9;
-	printf("memcpy bandwidth: %.2f GB/s (read+write, %zu MiB)\n", bw, mb >> 20);
+	stats(t, reps, &bb, &bm);
+	const double cpy = 2.0 * (double)(N * K) / bb / 1e9;
+	printf("memcpy bandwidth, %zu MiB: %.2f / %.2f GB/s (read+write)\n", (N * K) >> 20, cpy,
+	       2.0 * (double)(N * K) / bm / 1e9);
 
 	static const char *names[] = {"f32", "bf16", "fp8", "fp4"};
+	const enum srt_gemm_isa best_isa = srt_gemm_isa_best();
 	for (int type = 0; type < 4; type++) {
 		size_t db = srt_weight_data_bytes(type, N, K), sb = srt_weight_scale_bytes(type, N, K);
 		void *data = malloc(db);
 		uint8_t *scales = malloc(sb + 1);
+		if (!data || !scales) {
+			fprintf(stderr, "out of memory\n");
+			return 1;
+		}
 		if (type == SRT_WT_F32)
 			memcpy(data, src, db);
 		else if (type == SRT_WT_BF16)
@@ -70,21 +166,42 @@ int main(int argc, char **argv)
 		else
 			srt_quant_weight_fp4(src, N, K, data, scales);
 		struct srt_weight w = {type, N, K, data, type >= SRT_WT_FP8 ? scales : NULL};
-		for (int mode = 0; mode < 2; mode++) {
-			if (mode == 1 && type < SRT_WT_FP8)
-				continue;
-			double bt = 1e9;
-			for (int r = 0; r < reps; r++) {
-				double t0 = now();
-				srt_gemm(&w, x, 1, K, y, N, 0, N, mode);
-				double t = now() - t0;
-				bt = t < bt ? t : bt;
+		double r1, r1m, r2, r2m;
+		read_bw(rbuf, db + sb, 1, reps, &r1, &r1m, &sink);
+		read_bw(rbuf, db + sb, 2, reps, &r2, &r2m, &sink);
+		printf("\n%s weights, %.1f MiB: read bandwidth at this size 1T %.2f GB/s, 2T %.2f GB/s (best)\n",
+		       names[type], (double)(db + sb) / 1048576.0, r1, r2);
+		for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best_isa; isa++) {
+			srt_gemm_set_isa((enum srt_gemm_isa)isa);
+			for (int mode = 0; mode < 2; mode++) {
+				if (mode == 1 && type < SRT_WT_FP8)
+					continue;
+				for (int r = 0; r < reps; r++) {
+					double t0 = now();
+					srt_gemm(&w, x, 1, K, y, N, 0, N, mode);
+					t[r] = now() - t0;
+				}
+				stats(t, reps, &bb, &bm);
+				double gbs = (double)(db + sb) / bb / 1e9, gbm = (double)(db + sb) / bm / 1e9;
+				double gf[2];
+				const size_t ms[2] = {8, MMAX};
+				for (int mi = 0; mi < 2; mi++) {
+					int rr = reps < 3 ? reps : 3;
+					for (int r = 0; r < rr; r++) {
+						double t0 = now();
+						srt_gemm(&w, x, ms[mi], K, y, N, 0, N, mode);
+						t[r] = now() - t0;
+					}
+					stats(t, rr, &bb, &bm);
+					gf[mi] = 2.0 * (double)N * (double)K * (double)ms[mi] / bb / 1e9;
+				}
+				printf("  %-7s %-9s M=1: %6.2f / %6.2f GB/s = %.2fx read-1T %.2fx read-2T %.2fx memcpy"
+				       " | M=8 %6.1f, M=32 %6.1f GFLOP/s\n",
+				       srt_gemm_isa_name((enum srt_gemm_isa)isa), mode ? "reference" : "exact",
+				       gbs, gbm, gbs / r1, gbs / r2, gbs / cpy, gf[0], gf[1]);
 			}
-			double gbs = (double)(db + sb) / bt / 1e9;
-			printf("%-4s %-9s N=%zu K=%zu: %8.3f ms  %6.2f GB/s weights  %.2fx memcpy  %.2f GFLOP/s\n",
-			       names[type], mode ? "reference" : "exact", N, K, bt * 1e3, gbs, gbs / bw,
-			       2.0 * (double)N * (double)K / bt / 1e9);
 		}
+		srt_gemm_set_isa(best_isa);
 		free(data);
 		free(scales);
 	}
@@ -93,5 +210,6 @@ int main(int argc, char **argv)
 	free(src);
 	free(x);
 	free(y);
-	return 0;
+	free(rbuf);
+	return sink == 12345.0f; /* keeps the reductions alive */
 }

@@ -99,6 +99,11 @@ static int mkdir_p(const char *path)
 		*s = '/';
 	}
 	int rc = mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+	struct stat st;
+	if (!rc && stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) { /* EEXIST for a plain file */
+		errno = ENOTDIR;
+		rc = -1;
+	}
 	free(p);
 	return rc;
 }

@@ -1132,6 +1132,14 @@ START_TEST(gen_model_command_writes_checks_and_refuses_huge_presets)
 	ck_assert_int_eq(run_cmd(out, sizeof(out), 5, "gen-model", "tiny", dir, "--seed", "x"), 2);
 	assert_has(out, "--seed 'x'");
 	ck_assert_int_eq(run_cmd(out, sizeof(out), 2, "gen-model", "tiny"), 2);
+	/* OUT_DIR that is a plain file: said up front, not through a temporary file's name. */
+	char *file = strdup(path_in(tmpdir(), "plain"));
+	write_file(file, "x", 1);
+	ck_assert_int_eq(run_cmd(out, sizeof(out), 3, "gen-model", "tiny", file), 1);
+	char want[600];
+	snprintf(want, sizeof(want), "cannot create %s: Not a directory", file);
+	assert_has(out, want);
+	free(file);
 	free(dir);
 }
 END_TEST

@@ -13,6 +13,9 @@
  *   C. attend  per row, in parallel: indexer top-k (csa), gather window + compressed keys from
  *              the pages, attention with the sink per head, de-rotation, grouped wo_a;
  *   D. wo_b    per row range, in parallel.
+ * Phase 0 covers the whole call; A-D run on blocks of ATTN_ROWS rows in row order (a sequence
+ * cut by a block boundary continues in the next block as a chunked prefill would), which
+ * bounds the scratch memory of a long prefill.
  * Every row's result depends only on its own inputs and on the page contents for positions
  * before it, and every reduction runs in a fixed order (ascending positions / entries, double
  * or sequential float sums, srt_gemm's fixed blocking): results are bitwise independent of
@@ -52,8 +55,11 @@ struct fwd {
 	size_t tfloats;
 	float *tbuf;
 	int64_t kmax, c4max;
+	int64_t row0; /* first batch row of the block being computed */
 	int err;
 };
+
+#define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
 
 struct ipair {
 	double s;
@@ -502,7 +508,7 @@ static void phase_c(void *ctx, int64_t b, int64_t e, int tid)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, sel[i]),
 						   keys + (size_t)nk++ * hd);
 			if (a->dbg_sel) {
-				int32_t *ds = a->dbg_sel + r * m->index_topk;
+				int32_t *ds = a->dbg_sel + (f->row0 + r) * m->index_topk;
 				for (int64_t i = 0; i < m->index_topk; i++)
 					ds[i] = i < ns ? sel[i] : -1;
 			}
@@ -645,12 +651,60 @@ static int check_batch(struct fwd *f, int32_t layer, char *why, size_t why_len)
 	return 0;
 }
 
+/* Per-row positions and sequences of a (sub-)batch whose rows are [0, f->N). */
+static void map_rows(struct fwd *f)
+{
+	for (int64_t r = 0; r < f->N; r++)
+		f->rpos[r] = -1;
+	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
+		const struct srt_seq_view *s = &f->b->seqs[i];
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			f->rpos[s->first_row + k] = s->pos + k;
+			f->rseq[s->first_row + k] = (int32_t)i;
+		}
+	}
+}
+
+/* Phases A-D on the sub-batch in f (rows [0, f->N), pages already checked). */
+static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, size_t why_len)
+{
+	struct srt_attn *a = f->a;
+	const struct srt_host *h = a->host;
+	size_t hd = (size_t)a->m->head_dim;
+	map_rows(f);
+	h->parallel_for(h, f->N, phase_a, f);
+	if (f->err) {
+		srt_attn_why(why, why_len, "%s: layer %d: out of memory in a projection", a->name,
+			     layer);
+		return f->err;
+	}
+	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
+		const struct srt_seq_view *s = &f->b->seqs[i];
+		for (int32_t k = 0; k < s->n_tokens; k++)
+			srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd,
+					   entry(a, s, a->pool_win, f->slot, s->pos + k));
+		if (a->ratio)
+			run_comp(f, s, 0, ringbuf);
+		if (a->ratio == 4)
+			run_comp(f, s, 1, ringbuf);
+	}
+	h->parallel_for(h, f->N, phase_c, f);
+	h->parallel_for(h, f->N, phase_d, f);
+	if (f->err) {
+		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
+		return f->err;
+	}
+	return 0;
+}
+
 int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *batch,
 		     const float *x, float *out, char *why, size_t why_len)
 {
 	const struct srt_host *h = a->host;
 	const struct srt_model_config *m = a->m;
 	struct fwd f;
+	struct srt_batch sub;
+	struct srt_seq_view *views = NULL;
 	int rc = 0;
 	uint32_t slot = a->n_layers;
 	for (uint32_t i = 0; i < a->n_layers; i++)
@@ -672,18 +726,15 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			     layer);
 		return SRT_EINVAL;
 	}
+	if (batch->n_rows == 0)
+		return 0;
 	memset(&f, 0, sizeof(f));
 	f.a = a;
 	f.lw = &a->lw[slot];
 	f.slot = slot;
-	f.b = batch;
-	f.x = x;
-	f.out = out;
-	f.N = batch->n_rows;
-	if (f.N == 0)
-		return 0;
 
-	size_t N = (size_t)f.N, d = (size_t)m->hidden_size, H = (size_t)m->num_attention_heads;
+	size_t N = (size_t)batch->n_rows, B = N < ATTN_ROWS ? N : ATTN_ROWS;
+	size_t d = (size_t)m->hidden_size, H = (size_t)m->num_attention_heads;
 	size_t hd = (size_t)m->head_dim, ql = (size_t)m->q_lora_rank;
 	size_t gol = (size_t)(m->o_groups * m->o_lora_rank);
 	size_t cw = a->ratio ? (size_t)(f.lw->comp.coff * f.lw->comp.width) : 0;
@@ -705,53 +756,68 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
 	if (a->ratio == 4 && srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4 > ring)
 		ring = (size_t)(srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4);
-	size_t nfl = N * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih);
+	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih);
 	float *buf = h->alloc(nfl * sizeof(float), 64);
 	float *ringbuf = a->ratio ? h->alloc((ring + 16) * sizeof(float), 64) : NULL;
 	f.tbuf = h->alloc((size_t)h->nthreads * f.tfloats * sizeof(float), 64);
 	f.rpos = h->alloc(N * sizeof(int64_t), 64);
 	f.rseq = h->alloc(N * sizeof(int32_t), 64);
-	if (!buf || (a->ratio && !ringbuf) || !f.tbuf || !f.rpos || !f.rseq) {
+	views = h->alloc((batch->n_seqs + 1) * sizeof(*views), 64);
+	if (!buf || (a->ratio && !ringbuf) || !f.tbuf || !f.rpos || !f.rseq || !views) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory for the scratch of %zu rows",
-			     a->name, layer, N);
+			     a->name, layer, B);
 		rc = SRT_ENOMEM;
 		goto out;
 	}
 	f.xa = buf;
-	f.qr = f.xa + N * d;
-	f.q = f.qr + N * ql;
-	f.kv = f.q + N * H * hd;
-	f.o = f.kv + N * hd;
-	f.og = f.o + N * H * hd;
-	f.cp = f.og + N * gol;
-	f.ip = f.cp + N * 2 * cw;
-	f.iq = f.ip + N * 2 * icw;
-	f.iw = f.iq + N * ih * idim;
+	f.qr = f.xa + B * d;
+	f.q = f.qr + B * ql;
+	f.kv = f.q + B * H * hd;
+	f.o = f.kv + B * hd;
+	f.og = f.o + B * H * hd;
+	f.cp = f.og + B * gol;
+	f.ip = f.cp + B * 2 * cw;
+	f.iq = f.ip + B * 2 * icw;
+	f.iw = f.iq + B * ih * idim;
 
+	/* every page of the whole call first: a failed call writes nothing */
+	f.b = batch;
+	f.N = (int64_t)N;
 	if ((rc = check_batch(&f, layer, why, why_len)))
 		goto out;
-	h->parallel_for(h, f.N, phase_a, &f);
-	if (f.err) {
-		rc = f.err;
-		srt_attn_why(why, why_len, "%s: layer %d: out of memory in a projection", a->name,
-			     layer);
-		goto out;
-	}
-	for (uint32_t i = 0; i < batch->n_seqs; i++) {
-		const struct srt_seq_view *s = &batch->seqs[i];
-		for (int32_t k = 0; k < s->n_tokens; k++)
-			srt_attn_kv_encode(a, f.kv + (size_t)(s->first_row + k) * hd,
-					   entry(a, s, a->pool_win, slot, s->pos + k));
-		if (a->ratio)
-			run_comp(&f, s, 0, ringbuf);
-		if (a->ratio == 4)
-			run_comp(&f, s, 1, ringbuf);
-	}
-	h->parallel_for(h, f.N, phase_c, &f);
-	h->parallel_for(h, f.N, phase_d, &f);
-	if (f.err) {
-		rc = f.err;
-		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
+	/*
+	 * Blocks of ATTN_ROWS rows, in row order: a sequence cut by a block boundary continues in
+	 * the next block exactly as a chunked prefill would (same bits, see the file comment).
+	 */
+	for (size_t r0 = 0; r0 < N; r0 += B) {
+		size_t r1 = r0 + B < N ? r0 + B : N;
+		uint32_t nv = 0;
+		for (uint32_t i = 0; i < batch->n_seqs; i++) {
+			const struct srt_seq_view *s = &batch->seqs[i];
+			int64_t lo = s->first_row > (int64_t)r0 ? s->first_row : (int64_t)r0;
+			int64_t hi = s->first_row + s->n_tokens < (int64_t)r1
+					     ? s->first_row + s->n_tokens : (int64_t)r1;
+			if (lo >= hi)
+				continue;
+			views[nv] = *s;
+			views[nv].pos = s->pos + (lo - s->first_row);
+			views[nv].n_tokens = (int32_t)(hi - lo);
+			views[nv].first_row = (int32_t)(lo - (int64_t)r0);
+			if (s->token_ids)
+				views[nv].token_ids = s->token_ids + (lo - s->first_row);
+			nv++;
+		}
+		sub = *batch;
+		sub.n_seqs = nv;
+		sub.seqs = views;
+		sub.n_rows = (int32_t)(r1 - r0);
+		f.b = &sub;
+		f.x = x + r0 * d;
+		f.out = out + r0 * d;
+		f.N = (int64_t)(r1 - r0);
+		f.row0 = (int64_t)r0;
+		if ((rc = run_block(&f, ringbuf, layer, why, why_len)))
+			goto out;
 	}
 out:
 	h->free(buf);
@@ -759,5 +825,6 @@ out:
 	h->free(f.tbuf);
 	h->free(f.rpos);
 	h->free(f.rseq);
+	h->free(views);
 	return rc;
 }

@@ -19,7 +19,8 @@
  *    subnormals, which the conversion makes normal floats), NaN codes give ±480 like
  *    gemm.c's fp8_fast. The scale multiplication of EXACT mode, (v·2^8)·s, is done as
  *    v·(2^8·s) when 2^8·s is finite: the same real product rounded once, so the same bits.
- *  - E2M1: nibbles spread to 16 lanes, looked up (sign included) in a 16-float table by vpermps.
+ *  - E2M1: each row's 4 bytes broadcast to its 8 lanes, shifted right by 4·lane, looked up
+ *    (sign included) in a 16-float table by vpermps, which reads only the low 4 index bits.
  *  - bf16: zero-extend, shift to the high half. f32: two loads.
  */
 #include <immintrin.h>
@@ -58,15 +59,17 @@ static inline __m512 pair_fp8_half(const uint8_t *a, const uint8_t *b)
 	return _mm512_cvtph_ps(h);
 }
 
+/* 8 nibbles of row a in lanes 0-7, of row b in lanes 8-15: each lane holds its row's 4 bytes
+ * (broadcast loads) shifted right by 4·lane; vpermps reads only the low 4 bits of each
+ * index, which are that lane's nibble, and looks the value (sign included) up. */
 static inline __m512 pair_fp4(const uint8_t *a, const uint8_t *b)
 {
 	int32_t ua, ub;
 	memcpy(&ua, a, 4);
 	memcpy(&ub, b, 4);
-	const __m128i v = _mm_unpacklo_epi32(_mm_cvtsi32_si128(ua), _mm_cvtsi32_si128(ub));
-	const __m128i lo = _mm_and_si128(v, _mm_set1_epi8(0x0F));
-	const __m128i hi = _mm_and_si128(_mm_srli_epi16(v, 4), _mm_set1_epi8(0x0F));
-	const __m512i idx = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi));
+	const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32(ua), (__mmask16)0xFF00, ub);
+	const __m512i idx = _mm512_srlv_epi32(
+		v, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
 	const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
 					  -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
 	return _mm512_permutexvar_ps(idx, tab);
@@ -81,16 +84,18 @@ static inline __m512 pair_set(float sa, float sb)
 /* The weights of one block of a tile, ready to be turned into pair vectors. */
 struct blk {
 	const void *ra[NP], *rb[NP]; /* rows a and b of each pair at the block's first k */
-	__m512 f[NP][KB / 32];       /* per pair (and per 32 for FP4): the multiplier(s) */
+	__m512 f[NP][KB / 32];       /* per pair (and per 32 for FP4): the weight multiplier */
 	__m512 f2[NP];               /* FP8 second multiplier when `two` */
-	bool mul;                    /* multiply the code values by f */
 	bool two;                    /* FP8: 2^8·s not finite: (v·2^8)·s in two steps */
+	uint8_t e8;                  /* FP8: the tile's one scale code, 0 when rows differ */
 };
 
-/* Pair vector v (k = 8v .. 8v+7 of the block) of pair p: exactly the floats of gemm.c's
- * decode_row. `type` is a compile-time constant at every call. */
-static inline __attribute__((always_inline)) __m512 pair_w(const struct blk *bk, int type, int p,
-							    size_t v)
+/* Pair vector v (k = 8v .. 8v+7 of the block) of pair p. With `wmul` (and `two`), exactly
+ * the floats of gemm.c's decode_row; without, FP8 gives the code value · 2^-8 and FP4 the
+ * unscaled code value, for callers that moved the multiplier onto the activations.
+ * type, wmul and two are compile-time constants at every call. */
+static inline __attribute__((always_inline)) __m512
+pair_w(const struct blk *bk, int type, int p, size_t v, bool wmul, bool two)
 {
 	__m512 x;
 	switch (type) {
@@ -101,27 +106,28 @@ static inline __attribute__((always_inline)) __m512 pair_w(const struct blk *bk,
 				 (const uint16_t *)bk->rb[p] + v * 8);
 	case SRT_WT_FP8:
 		x = pair_fp8_half((const uint8_t *)bk->ra[p] + v * 8, (const uint8_t *)bk->rb[p] + v * 8);
-		x = _mm512_mul_ps(x, bk->f[p][0]);
-		if (bk->two)
+		if (wmul)
+			x = _mm512_mul_ps(x, bk->f[p][0]);
+		if (wmul && two)
 			x = _mm512_mul_ps(x, bk->f2[p]);
 		return x;
 	default:
 		x = pair_fp4((const uint8_t *)bk->ra[p] + v * 4, (const uint8_t *)bk->rb[p] + v * 4);
-		if (bk->mul)
+		if (wmul)
 			x = _mm512_mul_ps(x, bk->f[p][v / 4]);
 		return x;
 	}
 }
 
-/* Set up block [k0, k0+len) of pairs (ra[p], rb[p]); `scaled` in EXACT mode. */
+/* Set up block [k0, k0+len) of pairs (rowa[p], rowb[p]); `scaled` in EXACT mode. */
 static inline __attribute__((always_inline)) void
 blk_init(struct blk *bk, const struct srt_weight *w, int type, int np, const size_t *rowa,
 	 const size_t *rowb, size_t k0, size_t len, bool scaled)
 {
 	const size_t K = w->cols;
 	const size_t esz = type == SRT_WT_F32 ? 4 : type == SRT_WT_BF16 ? 2 : 1;
-	bk->mul = false;
 	bk->two = false;
+	bk->e8 = 0;
 	for (int p = 0; p < np; p++) {
 		if (type == SRT_WT_FP4) {
 			bk->ra[p] = (const uint8_t *)w->data + (rowa[p] * K + k0) / 2;
@@ -133,9 +139,12 @@ blk_init(struct blk *bk, const struct srt_weight *w, int type, int np, const siz
 	}
 	if (type == SRT_WT_FP8) {
 		const size_t nb = (K + KB - 1) / KB;
+		bk->e8 = w->scales[(rowa[0] / KB) * nb + k0 / KB];
 		for (int p = 0; p < np; p++) {
 			const uint8_t ea = w->scales[(rowa[p] / KB) * nb + k0 / KB];
 			const uint8_t eb = w->scales[(rowb[p] / KB) * nb + k0 / KB];
+			if (ea != bk->e8 || eb != bk->e8)
+				bk->e8 = 0;
 			bk->f[p][0] = _mm512_set1_ps(256.0f);
 			bk->f2[p] = _mm512_set1_ps(1.0f);
 			if (scaled && ea <= 246 && eb <= 246) {
@@ -148,7 +157,6 @@ blk_init(struct blk *bk, const struct srt_weight *w, int type, int np, const siz
 			}
 		}
 	} else if (type == SRT_WT_FP4 && scaled) {
-		bk->mul = true;
 		for (int p = 0; p < np; p++) {
 			const uint8_t *sa = w->scales + rowa[p] * (K / 32) + k0 / 32;
 			const uint8_t *sb = w->scales + rowb[p] * (K / 32) + k0 / 32;
@@ -167,12 +175,12 @@ static inline float comb8(__m256 acc)
 }
 
 /* out[2p], out[2p+1] = the 8-lane dots of pair p over vectors [v0, v0+nv) of the block,
- * weights decoded on the fly (fused, M = 1: every weight byte is read once and never stored)
- * or read from wbuf (decoded once for all rows of x). np and type are compile-time
- * constants at every call (independent add chains, no type switch in the loop). */
+ * weights decoded on the fly (wbuf NULL: fused, every weight byte read once and never
+ * stored) or read from wbuf (decoded once for all rows of x). type, np and wmul are
+ * compile-time constants at every call (independent add chains, no switch in the loop). */
 static inline __attribute__((always_inline)) void
 pair_dots(const __m512 *xv, const struct blk *bk, const float *wbuf, int type, int np,
-	  size_t v0, size_t nv, float *out)
+	  bool wmul, size_t v0, size_t nv, float *out)
 {
 	__m512 acc[NP];
 	for (int p = 0; p < np; p++)
@@ -180,7 +188,7 @@ pair_dots(const __m512 *xv, const struct blk *bk, const float *wbuf, int type, i
 	for (size_t v = v0; v < v0 + nv; v++)
 		for (int p = 0; p < np; p++) {
 			const __m512 wv = wbuf ? _mm512_load_ps(wbuf + ((size_t)p * NV + v) * 16)
-					       : pair_w(bk, type, p, v);
+					       : pair_w(bk, type, p, v, wmul, false);
 			acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v], wv));
 		}
 	for (int p = 0; p < np; p++) {
@@ -189,10 +197,33 @@ pair_dots(const __m512 *xv, const struct blk *bk, const float *wbuf, int type, i
 	}
 }
 
+/* xv[v] = the 8 activations of vector v repeated for both rows of a pair, times f (a power
+ * of two) when `mul`. With `check`, returns false unless every product is exact (x·f·(1/f)
+ * gives x back: no overflow, no bits lost below the normal range), so that a weight's
+ * multiplier f can move from the weights onto the activations without changing a bit. */
+static inline __attribute__((always_inline)) bool
+x_pairs(const float *xr, size_t nv, bool mul, float f, bool check, __m512 *xv)
+{
+	const __m256 vf = _mm256_set1_ps(f), vr = _mm256_set1_ps(1.0f / f);
+	__m256 bad = _mm256_setzero_ps();
+	for (size_t v = 0; v < nv; v++) {
+		__m256 x8 = _mm256_loadu_ps(xr + v * 8);
+		if (mul) {
+			const __m256 p = _mm256_mul_ps(x8, vf);
+			if (check)
+				bad = _mm256_or_ps(bad, _mm256_cmp_ps(_mm256_mul_ps(p, vr), x8, _CMP_NEQ_UQ));
+			x8 = p;
+		}
+		const __m512 x16 = _mm512_castps256_ps512(x8);
+		xv[v] = _mm512_shuffle_f32x4(x16, x16, 0x44);
+	}
+	return _mm256_movemask_ps(bad) == 0;
+}
+
 /* One tile: output features [n, n + nt), nt <= 2·np; an odd last row is paired with itself
- * and its second result dropped. */
+ * and its second result dropped. ref (REFERENCE mode), type and np are compile-time. */
 static inline __attribute__((always_inline)) void
-tile(const struct srt_weight *w, int type, const float *x, const float *xs, size_t m,
+tile(const struct srt_weight *w, int type, bool ref, const float *x, const float *xs, size_t m,
      size_t ldx, float *y, size_t ldy, size_t n, int nt, int np)
 {
 	_Alignas(64) float wbuf[NP * NV * 16];
@@ -200,9 +231,7 @@ tile(const struct srt_weight *w, int type, const float *x, const float *xs, size
 	struct blk bk;
 	size_t rowa[NP], rowb[NP];
 	const size_t K = w->cols;
-	const bool ref = xs != NULL;
 	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
-	const bool fused = m == 1;
 	const size_t nb = (K + KB - 1) / KB;
 	for (int p = 0; p < np; p++) {
 		rowa[p] = n + 2 * (size_t)p;
@@ -212,15 +241,16 @@ tile(const struct srt_weight *w, int type, const float *x, const float *xs, size
 		for (int t = 0; t < nt; t++)
 			y[i * ldy + n + t] = 0.0f;
 	for (size_t b = 0; b < nb; b++) {
-		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB;
+		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
 		float sb[2 * NP][KB / 32];
 		blk_init(&bk, w, type, np, rowa, rowb, k0, len, !ref);
-		const float *wb = NULL;
+		/* M = 1: fused, unless an FP8 scale needs two multiplications (then buffered) */
+		const bool fused = m == 1 && !bk.two;
 		if (!fused) {
-			for (size_t v = 0; v < len / 8; v++)
+			for (size_t v = 0; v < nv; v++)
 				for (int p = 0; p < np; p++)
-					_mm512_store_ps(wbuf + ((size_t)p * NV + v) * 16, pair_w(&bk, type, p, v));
-			wb = wbuf;
+					_mm512_store_ps(wbuf + ((size_t)p * NV + v) * 16,
+							pair_w(&bk, type, p, v, !(type == SRT_WT_FP4 && ref), bk.two));
 		}
 		if (ref && quant) {
 			for (int t = 0; t < nt; t++) {
@@ -237,30 +267,54 @@ tile(const struct srt_weight *w, int type, const float *x, const float *xs, size
 			const float *xr = x + i * ldx + k0;
 			float *yr = y + i * ldy + n;
 			float d[2 * NP];
-			/* the activations of the block, each 8 repeated for both rows of a pair; the
-			 * reference's f32/bf16 case dequantizes them first (xq · xs, as gemm.c) */
-			const bool scale_x = ref && !quant;
-			const __m256 vs = _mm256_set1_ps(scale_x ? xs[i * nb + b] : 1.0f);
-			for (size_t v = 0; v < len / 8; v++) {
-				__m256 x8 = _mm256_loadu_ps(xr + v * 8);
-				if (scale_x)
-					x8 = _mm256_mul_ps(x8, vs);
-				const __m512 x16 = _mm512_castps256_ps512(x8);
-				xv[v] = _mm512_shuffle_f32x4(x16, x16, 0x44);
+			if (!fused || type == SRT_WT_F32 || type == SRT_WT_BF16 ||
+			    (type == SRT_WT_FP4 && ref)) {
+				/* the reference's f32/bf16 case dequantizes the activations first
+				 * (xq · xs, as gemm.c) */
+				const bool scale_x = ref && !quant;
+				x_pairs(xr, nv, scale_x, scale_x ? xs[i * nb + b] : 1.0f, false, xv);
+				if (fused)
+					pair_dots(xv, &bk, NULL, type, np, false, 0, nv, d);
+			} else if (type == SRT_WT_FP4) {
+				/* fused FP4 EXACT: the per-32 scales stay on the weights */
+				x_pairs(xr, nv, false, 1.0f, false, xv);
+				pair_dots(xv, &bk, NULL, type, np, true, 0, nv, d);
+			} else if (ref) {
+				/* fused FP8 REFERENCE: x·(v·2^8) == (x·2^8)·v when x·2^8 is exact */
+				if (x_pairs(xr, nv, true, 256.0f, true, xv)) {
+					pair_dots(xv, &bk, NULL, type, np, false, 0, nv, d);
+				} else {
+					x_pairs(xr, nv, false, 1.0f, false, xv);
+					pair_dots(xv, &bk, NULL, type, np, true, 0, nv, d);
+				}
+			} else {
+				/* fused FP8 EXACT: x·(v·2^8·s) == (x·2^8·s)·v when the tile has one
+				 * scale, v·2^8·s is exact for every code (10 <= e <= 246) and so is
+				 * x·2^8·s */
+				const bool fold = bk.e8 >= 10 && bk.e8 <= 246 &&
+						  x_pairs(xr, nv, true, 256.0f * srt_e8m0_to_f32(bk.e8), true, xv);
+				if (fold) {
+					pair_dots(xv, &bk, NULL, type, np, false, 0, nv, d);
+				} else {
+					x_pairs(xr, nv, false, 1.0f, false, xv);
+					pair_dots(xv, &bk, NULL, type, np, true, 0, nv, d);
+				}
 			}
 			if (!ref || !quant) {
-				pair_dots(xv, &bk, wb, type, np, 0, len / 8, d);
+				if (!fused)
+					pair_dots(xv, &bk, wbuf, type, np, true, 0, nv, d);
 				for (int t = 0; t < nt; t++)
 					yr[t] += d[t];
 			} else if (type == SRT_WT_FP8) {
 				const float sa = xs[i * nb + b];
-				pair_dots(xv, &bk, wb, type, np, 0, NV, d);
+				if (!fused)
+					pair_dots(xv, &bk, wbuf, type, np, true, 0, NV, d);
 				for (int t = 0; t < nt; t++)
 					yr[t] += d[t] * (sa * sb[t][0]);
 			} else {
 				const float sa = xs[i * nb + b];
 				for (size_t s = 0; s < KB / 32; s++) {
-					pair_dots(xv, &bk, wb, type, np, s * 4, 4, d);
+					pair_dots(xv, &bk, fused ? NULL : wbuf, type, np, false, s * 4, 4, d);
 					for (int t = 0; t < nt; t++)
 						yr[t] += d[t] * sa * sb[t][s];
 				}
@@ -270,22 +324,22 @@ tile(const struct srt_weight *w, int type, const float *x, const float *xs, size
 }
 
 static inline __attribute__((always_inline)) void
-run(const struct srt_weight *w, int type, const float *x, const float *xs, size_t m,
+run(const struct srt_weight *w, int type, bool ref, const float *x, const float *xs, size_t m,
     size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
 	size_t n = n0;
 	for (; n + 2 * NP <= n1; n += 2 * NP)
-		tile(w, type, x, xs, m, ldx, y, ldy, n, 2 * NP, NP);
+		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, 2 * NP, NP);
 	const int rest = (int)(n1 - n);
 	switch ((rest + 1) / 2) {
 	case 1:
-		tile(w, type, x, xs, m, ldx, y, ldy, n, rest, 1);
+		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, rest, 1);
 		break;
 	case 2:
-		tile(w, type, x, xs, m, ldx, y, ldy, n, rest, 2);
+		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, rest, 2);
 		break;
 	case 3:
-		tile(w, type, x, xs, m, ldx, y, ldy, n, rest, 3);
+		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, rest, 3);
 		break;
 	default:
 		break;
@@ -299,18 +353,30 @@ bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *x
 	case SRT_WT_F32:
 		if (w->cols % 8 != 0)
 			return false; /* lane tails: the portable code handles them */
-		run(w, SRT_WT_F32, x, xs, m, ldx, y, ldy, n0, n1);
+		if (xs)
+			run(w, SRT_WT_F32, true, x, xs, m, ldx, y, ldy, n0, n1);
+		else
+			run(w, SRT_WT_F32, false, x, xs, m, ldx, y, ldy, n0, n1);
 		return true;
 	case SRT_WT_BF16:
 		if (w->cols % 8 != 0)
 			return false;
-		run(w, SRT_WT_BF16, x, xs, m, ldx, y, ldy, n0, n1);
+		if (xs)
+			run(w, SRT_WT_BF16, true, x, xs, m, ldx, y, ldy, n0, n1);
+		else
+			run(w, SRT_WT_BF16, false, x, xs, m, ldx, y, ldy, n0, n1);
 		return true;
 	case SRT_WT_FP8:
-		run(w, SRT_WT_FP8, x, xs, m, ldx, y, ldy, n0, n1);
+		if (xs)
+			run(w, SRT_WT_FP8, true, x, xs, m, ldx, y, ldy, n0, n1);
+		else
+			run(w, SRT_WT_FP8, false, x, xs, m, ldx, y, ldy, n0, n1);
 		return true;
 	case SRT_WT_FP4:
-		run(w, SRT_WT_FP4, x, xs, m, ldx, y, ldy, n0, n1);
+		if (xs)
+			run(w, SRT_WT_FP4, true, x, xs, m, ldx, y, ldy, n0, n1);
+		else
+			run(w, SRT_WT_FP4, false, x, xs, m, ldx, y, ldy, n0, n1);
 		return true;
 	}
 	return false;

@@ -158,7 +158,7 @@ out:
 int main(int argc, char **argv)
 {
 	const char *model = NULL;
-	int prompt = 512, steps = 16, tmax = 2;
+	int prompt = 256, steps = 8, tmax = 2;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--model"))
 			model = argv[i + 1];

@@ -657,6 +657,14 @@ int srt_engine_forward(struct srt_engine *e, struct srt_seq *const *seqs, uint32
 		}
 		if ((rc = check_tokens(e, toks[i], (uint64_t)ntoks[i], err, errlen)))
 			return rc;
+		uint64_t end = srt_rdx_req_len(seqs[i]->req) + (uint64_t)ntoks[i];
+		if (e->model.max_position_embeddings > 0 &&
+		    end > (uint64_t)e->model.max_position_embeddings) {
+			seterr(err, errlen, "sequence %llu: %llu tokens exceed max_position_embeddings "
+			       "%lld", (unsigned long long)seqs[i]->id, (unsigned long long)end,
+			       (long long)e->model.max_position_embeddings);
+			return SRT_EINVAL;
+		}
 		rows += ntoks[i];
 	}
 	int64_t *pos = calloc(n, sizeof(int64_t));

@@ -523,8 +523,11 @@ START_TEST(test_resume_from_copied_prefix_pages_continues_bitwise)
 }
 END_TEST
 
-/* auto = fp8 KV / fp4 indexer keys in the reference profile: same bits as f32 storage. */
-START_TEST(test_fp8_kv_and_fp4_index_storage_lossless_in_reference_profile)
+/*
+ * auto = fp8 KV / fp4 indexer keys in the reference profile: same bits as f32 storage; so is
+ * bf16 storage (the fake-quantized values are E4M3 x 2^k / E2M1 x 2^k, the rope dims bf16).
+ */
+START_TEST(test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile)
 {
 	int layer = 1 + _i;
 	int64_t d = F.cfg.hidden_size;
@@ -547,6 +550,13 @@ START_TEST(test_fp8_kv_and_fp4_index_storage_lossless_in_reference_profile)
 		      plugin_of(layer));
 	seq_free(&sa);
 	seq_free(&sb);
+	srt_instance_destroy(a);
+	a = inst(layer, SRT_PROFILE_REFERENCE, "bf16", "bf16");
+	seq_init(&sa, a, 3);
+	run_chunks(a, layer, &sa, 0, T, 77, x, y);
+	ck_assert_msg(!memcmp(y, y0, T * d * 4), "%s: bf16 storage changed the outputs",
+		      plugin_of(layer));
+	seq_free(&sa);
 	srt_instance_destroy(a);
 	srt_instance_destroy(b);
 	free(x);
@@ -603,7 +613,7 @@ static Suite *attention_suite(void)
 	tcase_add_loop_test(tc, test_chunked_prefill_equals_one_shot_and_decode_bitwise, 0, 6);
 	tcase_add_loop_test(tc, test_batch_of_three_equals_each_sequence_alone_bitwise, 0, 3);
 	tcase_add_loop_test(tc, test_resume_from_copied_prefix_pages_continues_bitwise, 0, 3);
-	tcase_add_loop_test(tc, test_fp8_kv_and_fp4_index_storage_lossless_in_reference_profile, 0,
+	tcase_add_loop_test(tc, test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile, 0,
 			    2);
 	tcase_add_test(tc, test_errors_name_the_missing_page_layer_and_weights);
 	suite_add_tcase(s, tc);

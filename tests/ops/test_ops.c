@@ -726,9 +726,9 @@ START_TEST(gemm_reference_on_prepared_activations_equals_convenience_call)
 END_TEST
 
 /* Random raw weights: every code of the format (E4M3 without its two NaN codes, all E2M1,
- * bf16 of N(0,1)-ish floats), UE8M0 scales 2^-20 .. 2^20, so subnormal codes, -0 and every
- * nibble go through each decoder. */
-static void make_raw_weight(struct wtest *t, enum srt_wtype type, size_t N, size_t K)
+ * bf16 of N(0,1)-ish floats), UE8M0 scales 2^-20 .. 2^20 (or, when `wide`, any of 2^-127 ..
+ * 2^127), so subnormal codes, -0 and every nibble go through each decoder. */
+static void make_raw_weight(struct wtest *t, enum srt_wtype type, size_t N, size_t K, bool wide)
 {
 	size_t db = srt_weight_data_bytes(type, N, K), sb = srt_weight_scale_bytes(type, N, K);
 	t->deq = NULL;
@@ -750,7 +750,8 @@ static void make_raw_weight(struct wtest *t, enum srt_wtype type, size_t N, size
 		for (size_t i = 0; i < N * K; i++)
 			((uint16_t *)t->data)[i] = (uint16_t)(f2u(frand()) >> 16);
 	for (size_t i = 0; i < sb; i++)
-		t->scales[i] = (uint8_t)(107 + (d[i % db] * 7 + i) % 41);
+		t->scales[i] = wide ? (uint8_t)((d[(i * 13) % db] + i) % 255)
+				    : (uint8_t)(107 + (d[i % db] * 7 + i) % 41);
 	t->w = (struct srt_weight){type, N, K, t->data, (type >= SRT_WT_FP8) ? t->scales : NULL};
 }
 
@@ -764,11 +765,13 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 		enum srt_wtype type;
 		size_t K;
 		int modes; /* bit 0 exact, bit 1 reference */
+		bool wide; /* extreme scales and activations: the kernels' exactness fallbacks */
 	};
 	static const struct shape shapes[] = {
-		{SRT_WT_F32, 384, 3},  {SRT_WT_F32, 200, 1},  {SRT_WT_F32, 100, 1},
-		{SRT_WT_BF16, 384, 3}, {SRT_WT_BF16, 136, 1}, {SRT_WT_BF16, 36, 1},
-		{SRT_WT_FP8, 384, 3},  {SRT_WT_FP4, 384, 3},  {SRT_WT_FP4, 160, 1},
+		{SRT_WT_F32, 384, 3, 0},  {SRT_WT_F32, 200, 1, 0},  {SRT_WT_F32, 100, 1, 0},
+		{SRT_WT_BF16, 384, 3, 0}, {SRT_WT_BF16, 136, 1, 0}, {SRT_WT_BF16, 36, 1, 0},
+		{SRT_WT_FP8, 384, 3, 0},  {SRT_WT_FP4, 384, 3, 0},  {SRT_WT_FP4, 160, 1, 0},
+		{SRT_WT_FP8, 384, 3, 1},  {SRT_WT_FP4, 384, 3, 1},
 	};
 	enum { N = 45, MMAX = 17, KMAX = 384 };
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
@@ -777,15 +780,32 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 	float *x = malloc(sizeof(float) * MMAX * KMAX), *xq = malloc(sizeof(float) * MMAX * KMAX);
 	float xs[MMAX * KMAX / 128];
 	float *y0 = malloc(sizeof(float) * MMAX * N), *y1 = malloc(sizeof(float) * MMAX * N);
-	for (size_t i = 0; i < MMAX * KMAX; i++)
-		x[i] = i % 97 == 0 ? -0.0f : i % 89 == 0 ? 0.0f : frand() * (float)(1 + i % 5);
 	for (size_t si = 0; si < N_OF(shapes); si++) {
 		const struct shape *sh = &shapes[si];
+		/* wide: per 128 block, activations of 2^-140 .. 2^125 (subnormal .. overflowing) */
+		for (size_t i = 0; i < MMAX * KMAX; i++)
+			x[i] = i % 97 == 0 ? -0.0f : i % 89 == 0 ? 0.0f : frand() * (float)(1 + i % 5);
+		if (sh->wide)
+			for (size_t i = 0; i < MMAX * KMAX; i++)
+				x[i] *= ldexpf(1.0f, (int)((i / 128) * 37 % 266) - 140);
+		if (sh->wide)
+			for (size_t m = 0; m < MMAX; m++) {
+				x[m * sh->K + 130] = 0x1.8p125f; /* x·2^8 overflows */
+				x[m * sh->K + 7] = 0x1.234p-140f;
+			}
 		struct wtest t;
-		make_raw_weight(&t, sh->type, N, sh->K);
+		make_raw_weight(&t, sh->type, N, sh->K, sh->wide);
 		if (sh->K % 128 == 0)
 			for (size_t m = 0; m < MMAX; m++)
 				srt_gemm_quant_row(x + m * sh->K, sh->K, xq + m * sh->K, xs + m * (sh->K / 128));
+		if (sh->wide) {
+			/* any floats as "quantized" activations, FP8 scales at both ends */
+			memcpy(xq, x, sizeof(float) * MMAX * KMAX);
+			if (sh->type == SRT_WT_FP8) {
+				t.scales[0] = 250;
+				t.scales[1] = 3;
+			}
+		}
 		for (int mode = 0; mode < 2; mode++) {
 			if (!(sh->modes & (1 << mode)))
 				continue;
@@ -802,7 +822,7 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 					if (isa == SRT_GEMM_ISA_GENERIC)
 						continue;
 					for (size_t i = 0; i < M * N; i++)
-						ck_assert_msg(f2u(y0[i]) == f2u(y1[i]),
+						ck_assert_msg(same_float(y0[i], y1[i]),
 							      "%s type %d K %zu mode %d M %zu: y[%zu][%zu] %a vs generic %a",
 							      srt_gemm_isa_name((enum srt_gemm_isa)isa), sh->type,
 							      sh->K, mode, M, i / N, i % N, y1[i], y0[i]);

@@ -116,9 +116,13 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 	const struct srt_model_config *m = a->m;
 	int rc = parse_store(a->name, "kv_dtype", option(args, "kv_dtype"), a->ref, 0,
 			     &a->kv_store, why, why_len);
-	if (!rc && a->ratio == 4)
-		rc = parse_store(a->name, "index_dtype", option(args, "index_dtype"), a->ref, 1,
-				 &a->ix_store, why, why_len);
+	if (!rc && a->ratio == 4) {
+		/* index_dtype absent: as an explicit kv_dtype (bf16 / fp8 / f32), else auto */
+		const char *ix = option(args, "index_dtype"), *kv = option(args, "kv_dtype");
+		if (!ix && kv && strcmp(kv, "auto"))
+			ix = kv;
+		rc = parse_store(a->name, "index_dtype", ix, a->ref, 1, &a->ix_store, why, why_len);
+	}
 	if (rc)
 		return rc;
 	if (m->head_dim <= m->qk_rope_head_dim || (m->head_dim - m->qk_rope_head_dim) % 64 ||
@@ -137,8 +141,9 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 	}
 	/* a declaration-only instance reports any page size; the cache refuses bad ones */
 	if (args->weights && (a->P == 0 || (a->ratio && a->P % (uint32_t)a->ratio))) {
-		srt_attn_why(why, why_len, "%s: page_tokens %u is not a positive multiple of the "
-			     "compress ratio %d", a->name, a->P, a->ratio);
+		srt_attn_why(why, why_len, "%s: page_tokens %u: must be positive%s", a->name, a->P,
+			     a->ratio == 4 ? " and a multiple of 4"
+			     : a->ratio == 128 ? " and a multiple of 128" : "");
 		return SRT_EINVAL;
 	}
 	a->kv_bytes = kv_entry_bytes(a->kv_store, m->head_dim, m->qk_rope_head_dim);

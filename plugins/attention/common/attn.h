@@ -33,7 +33,8 @@
  *   fp8:  (w - rope) E4M3 codes, rope dims as bf16, one UE8M0 scale per 64 nope dims, padded
  *         to a multiple of 8 bytes (584 B at w = 512). Lossless in the reference profile (the
  *         fake-quantized nope dims are E4M3 x 2^k, the rope dims bf16).
- * Indexer keys (option index_dtype; "auto" = fp4 in reference, f32 in f32):
+ * Indexer keys (option index_dtype; "auto" = fp4 in reference, f32 in f32; when absent it
+ * follows an explicit kv_dtype of bf16 / fp8 / f32, else auto):
  *   fp4: wi/2 packed E2M1 + wi/32 UE8M0 (lossless after the reference's FP4 fake-quant);
  *   fp8: wi E4M3 + one fp32 power-of-two scale; bf16: 2 wi bytes; f32: 4 wi bytes.
  *

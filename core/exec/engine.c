@@ -25,6 +25,8 @@
 #include "plugin/host.h"
 #include "plugin/registry.h"
 #include "radix/radix.h"
+#include "tier/manager.h"
+#include "tier/stack.h"
 
 #define MAX_ATTN 8
 
@@ -55,6 +57,9 @@ struct srt_engine {
 	const struct srt_moe_vtable *moe_vt;
 	const struct srt_residual_vtable *res_vt;
 	struct srt_rdx_cache *cache;
+	struct srt_tier_stack *tiers; /* NULL: L1 only */
+	struct srt_tmgr *tmgr;
+	int use_tiers;
 	uint32_t n_pools;
 	uint32_t P;
 	int profile, chunk, threads;
@@ -66,7 +71,9 @@ struct srt_engine {
 
 struct srt_seq {
 	struct srt_engine *e;
-	struct srt_rdx_req *req;
+	struct srt_rdx_req *req;    /* the radix request (owned by treq when tiers are on) */
+	struct srt_tmgr_req *treq; /* NULL: L1 only */
+	struct srt_tmgr_hit thit;
 	uint64_t id, hit;
 	int32_t *prompt;
 	uint64_t n_prompt, done; /* prompt tokens computed (from 0, hit included) */
@@ -350,10 +357,27 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 	}
 	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets, .mem = SRT_MEM_HOST};
 	char why[1024];
+	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
+		/* the KV bytes depend on the weights, the numerics profile and the pool layouts
+		 * (the manager adds the pools and the page size) */
+		char ident[512];
+		snprintf(ident, sizeof(ident), "%s weights=%s profile=%s", e->model.name,
+			 srt_ck_fingerprint(e->ck), srt_profile_name(e->profile));
+		struct srt_tier_stack_opts so = {
+			.rc = &e->rc, .dirs = e->rc.plugin_dirs, .ndirs = (size_t)e->rc.n_plugin_dirs,
+			.pools = pools, .n_pools = np, .page_tokens = e->P, .model_ident = ident,
+		};
+		if ((rc = srt_tier_stack_open(&so, &e->tiers, err, errlen)))
+			return rc;
+		e->tmgr = srt_tier_stack_manager(e->tiers);
+		cc.hooks = srt_tmgr_hooks(e->tmgr);
+	}
 	if ((rc = srt_rdx_cache_create(&cc, pools, np, &e->cache, why, sizeof(why)))) {
 		seterr(err, errlen, "ShadowRadix cache: %s", why);
 		return rc;
 	}
+	if (e->tmgr)
+		srt_tmgr_attach(e->tmgr, e->cache);
 	e->n_pools = np;
 	return 0;
 }
@@ -382,6 +406,7 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 	e->chunk = opts->chunk > 0 ? opts->chunk : (e->rc.prefill_chunk > 0 ? e->rc.prefill_chunk
 									   : 256);
 	e->P = e->rc.page_size ? e->rc.page_size : SRT_RDX_DEFAULT_PAGE;
+	e->use_tiers = opts->tiers;
 	if ((rc = srt_engine_model_dir(opts->model ? opts->model : e->rc.model, opts->model_cache,
 				       opts->quiet, e->path, sizeof(e->path), err, errlen)))
 		goto fail;
@@ -438,6 +463,7 @@ void srt_engine_close(struct srt_engine *e)
 	while (e->live)
 		srt_engine_seq_free(e->live);
 	srt_rdx_cache_destroy(e->cache);
+	srt_tier_stack_close(e->tiers);
 	for (int i = 0; i < e->n_attn; i++) {
 		srt_instance_destroy(e->attn[i].inst);
 		free(e->attn[i].layers);
@@ -455,6 +481,12 @@ void srt_engine_close(struct srt_engine *e)
 const struct srt_model_config *srt_engine_model(const struct srt_engine *e) { return &e->model; }
 const struct srt_runtime_config *srt_engine_runtime(const struct srt_engine *e) { return &e->rc; }
 struct srt_rdx_cache *srt_engine_cache(struct srt_engine *e) { return e->cache; }
+struct srt_tmgr *srt_engine_tiers(struct srt_engine *e) { return e->tmgr; }
+
+const char *srt_engine_tier_describe(const struct srt_engine *e, int level)
+{
+	return e->tiers ? srt_tier_stack_describe(e->tiers, level) : NULL;
+}
 const char *srt_engine_model_path(const struct srt_engine *e) { return e->path; }
 int srt_engine_profile(const struct srt_engine *e) { return e->profile; }
 int srt_engine_threads(const struct srt_engine *e) { return e->threads; }
@@ -524,13 +556,28 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 	s->e = e;
 	s->id = ++e->next_seq_id;
 	uint64_t h = 0;
-	if ((rc = srt_rdx_req_start(e->cache, tokens, use_cache ? n - 1 : 0, &s->req, &h, why,
-				    sizeof(why)))) {
+	if (e->tmgr) {
+		/* L1 match, then L2/L3; the loads finish (and are verified) before computing */
+		if ((rc = srt_tmgr_req_start(e->tmgr, tokens, use_cache ? n - 1 : 0, &s->treq,
+					     &s->thit, why, sizeof(why))) ||
+		    (rc = srt_tmgr_req_wait(s->treq, &s->thit, why, sizeof(why)))) {
+			seterr(err, errlen, "ShadowRadix/tier start: %s", why);
+			srt_tmgr_req_free(s->treq);
+			free(s->prompt);
+			free(s);
+			return rc;
+		}
+		s->req = srt_tmgr_req_rdx(s->treq);
+		h = srt_rdx_req_len(s->req);
+	} else if ((rc = srt_rdx_req_start(e->cache, tokens, use_cache ? n - 1 : 0, &s->req, &h,
+					   why, sizeof(why)))) {
 		seterr(err, errlen, "ShadowRadix start: %s", why);
 		free(s->prompt);
 		free(s);
 		return rc;
 	}
+	if (!e->tmgr)
+		s->thit.l1_tokens = h;
 	s->hit = s->done = h;
 	s->next = e->live;
 	if (e->live)
@@ -546,6 +593,13 @@ uint64_t srt_seq_len(const struct srt_seq *s) { return srt_rdx_req_len(s->req); 
 uint64_t srt_seq_pending(const struct srt_seq *s) { return s->n_prompt - s->done; }
 uint64_t srt_seq_hit(const struct srt_seq *s) { return s->hit; }
 
+void srt_seq_hit_tiers(const struct srt_seq *s, uint64_t out[3])
+{
+	out[0] = s->thit.l1_tokens;
+	out[1] = s->thit.l2_tokens;
+	out[2] = s->thit.l3_tokens;
+}
+
 int srt_engine_seq_finish(struct srt_seq *s, uint64_t *cached, char *err, size_t errlen)
 {
 	char why[512];
@@ -553,7 +607,8 @@ int srt_engine_seq_finish(struct srt_seq *s, uint64_t *cached, char *err, size_t
 		seterr(err, errlen, "sequence %llu already finished", (unsigned long long)s->id);
 		return SRT_EINVAL;
 	}
-	int rc = srt_rdx_req_finish(s->req, cached, why, sizeof(why));
+	int rc = s->treq ? srt_tmgr_req_finish(s->treq, cached, why, sizeof(why))
+			 : srt_rdx_req_finish(s->req, cached, why, sizeof(why));
 	s->finished = 1;
 	if (rc)
 		seterr(err, errlen, "ShadowRadix finish: %s", why);
@@ -565,7 +620,10 @@ void srt_engine_seq_free(struct srt_seq *s)
 	if (!s)
 		return;
 	struct srt_engine *e = s->e;
-	srt_rdx_req_free(s->req);
+	if (s->treq)
+		srt_tmgr_req_free(s->treq);
+	else
+		srt_rdx_req_free(s->req);
 	if (s->prev)
 		s->prev->next = s->next;
 	else
@@ -790,7 +848,8 @@ plugin_fail:
 	for (uint32_t i = 0; i < n; i++) {
 		uint64_t len = srt_rdx_req_len(seqs[i]->req);
 		if (len / P > (uint64_t)pos[i] / P &&
-		    (rc = srt_rdx_req_commit(seqs[i]->req, NULL, why, sizeof(why)))) {
+		    (rc = seqs[i]->treq ? srt_tmgr_req_commit(seqs[i]->treq, NULL, why, sizeof(why))
+					: srt_rdx_req_commit(seqs[i]->req, NULL, why, sizeof(why)))) {
 			seterr(err, errlen, "sequence %llu: ShadowRadix commit: %s",
 			       (unsigned long long)seqs[i]->id, why);
 			goto out;

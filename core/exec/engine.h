@@ -10,7 +10,9 @@
  * [attention.<name>] section), the MoE and residual plugins, and build the ShadowRadix cache
  * from the attention instances' pool declarations (concatenated in ratio order; the [tier.l1]
  * budget is split between pools in proportion to their page sizes; pages come from the
- * cache's own 64-byte aligned allocator).
+ * cache's own 64-byte aligned allocator) and, when asked (opts.tiers), the L2/L3 tier stack of
+ * the config behind it: pages evicted from L1 are demoted, a prompt's pages found in L2/L3 are
+ * restored (and verified) before the request computes.
  *
  * Forward pass per batch (rows = tokens of every sequence, one after another):
  *   embedding (bf16 rows of embed.weight) -> residual embed;
@@ -43,6 +45,7 @@
 
 struct srt_runtime_config;
 struct srt_rdx_cache;
+struct srt_tmgr;
 
 struct srt_engine_opts {
 	const char *config_path; /* runtime INI over the built-in default; NULL = default only */
@@ -52,6 +55,9 @@ struct srt_engine_opts {
 	int profile;             /* enum srt_profile; < 0 = the config's */
 	int chunk;               /* prefill chunk tokens; <= 0 = the config's prefill_chunk */
 	int quiet;               /* 1: no "generating checkpoint" note on stderr */
+	/* 1: the L2/L3 tiers of the config ([tier.l2], [tier.l3], [cache]) behind the L1 cache
+	 * (tier/stack.h); 0: L1 only (deterministic hits, nothing written outside memory) */
+	int tiers;
 };
 
 struct srt_engine;
@@ -84,6 +90,10 @@ const struct srt_model_config *srt_engine_model(const struct srt_engine *e);
 const struct srt_runtime_config *srt_engine_runtime(const struct srt_engine *e);
 /* The cache (borrowed): stats, and eviction in tests. */
 struct srt_rdx_cache *srt_engine_cache(struct srt_engine *e);
+/* The tier manager (borrowed; srt_tmgr_stats), NULL when opened with tiers = 0 or none set. */
+struct srt_tmgr *srt_engine_tiers(struct srt_engine *e);
+/* "L2 host 8 GiB" style line for level 1 (L2) or 2 (L3), or NULL without tiers. */
+const char *srt_engine_tier_describe(const struct srt_engine *e, int level);
 const char *srt_engine_model_path(const struct srt_engine *e); /* checkpoint directory */
 int srt_engine_profile(const struct srt_engine *e);
 int srt_engine_threads(const struct srt_engine *e);
@@ -128,6 +138,8 @@ int srt_engine_decode(struct srt_engine *e, struct srt_seq *const *seqs, uint32_
 uint64_t srt_seq_len(const struct srt_seq *s);     /* tokens computed so far */
 uint64_t srt_seq_pending(const struct srt_seq *s); /* prompt tokens not yet computed */
 uint64_t srt_seq_hit(const struct srt_seq *s);     /* prefix hit at start */
+/* The hit by tier: out[0] L1 tokens, out[1] restored from L2, out[2] from L3. */
+void srt_seq_hit_tiers(const struct srt_seq *s, uint64_t out[3]);
 
 /* Insert the sequence's pages into the cache and unlock (*cached, may be NULL: the prefix that
  * was already cached). The sequence cannot run afterwards. */

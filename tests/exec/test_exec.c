@@ -299,14 +299,16 @@ START_TEST(chunked_prefill_equals_token_by_token_decode_bitwise_f32_profile)
 END_TEST
 
 /* run prompt b with the cache (after a was finished into it); compare to b from scratch */
-static uint64_t resume_vs_scratch(struct srt_engine *e, struct srt_engine *fresh, const int32_t *b,
-				  uint64_t nb)
+static uint64_t resume_vs_scratch_tiers(struct srt_engine *e, struct srt_engine *fresh,
+					const int32_t *b, uint64_t nb, uint64_t tiers[3])
 {
 	char err[2048];
 	size_t V = (size_t)srt_engine_model(e)->vocab_size;
 	struct srt_seq *s;
 	uint64_t hit = 0;
 	ck_assert_msg(!srt_engine_seq_start(e, b, nb, 1, &s, &hit, err, sizeof(err)), "%s", err);
+	if (tiers)
+		srt_seq_hit_tiers(s, tiers);
 	float *lg = malloc(sizeof(float) * V * nb);
 	ck_assert_ptr_nonnull(lg);
 	ck_assert_msg(!srt_engine_prefill(e, s, lg, 1, err, sizeof(err)), "%s", err);
@@ -332,6 +334,12 @@ static uint64_t resume_vs_scratch(struct srt_engine *e, struct srt_engine *fresh
 	srt_engine_seq_free(f);
 	free(lg), free(dl), free(full), free(fl);
 	return hit;
+}
+
+static uint64_t resume_vs_scratch(struct srt_engine *e, struct srt_engine *fresh,
+				  const int32_t *b, uint64_t nb)
+{
+	return resume_vs_scratch_tiers(e, fresh, b, nb, NULL);
 }
 
 static void finish_prompt(struct srt_engine *e, const int32_t *a, uint64_t na)
@@ -399,6 +407,90 @@ START_TEST(resume_after_window_pages_were_dropped_stops_earlier_and_is_still_exa
 	free(a), free(b), free(c);
 	srt_engine_close(e);
 	srt_engine_close(fresh);
+}
+END_TEST
+
+/* an engine with the tiers of an INI written to a fresh directory (L3 files under it) */
+static struct srt_engine *open_tiered(const char *ini_dir, const char *l2, const char *l3)
+{
+	char path[4200], err[2048], dir[4096];
+	snprintf(path, sizeof(path), "%s/tiers.ini", ini_dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[tier.l2]\nplugin = %s\n%s\n[tier.l3]\nplugin = %s\npath = %s/l3\n%s\n", l2,
+		strcmp(l2, "none") ? "budget = 256M" : "", l3, ini_dir,
+		strcmp(l3, "none") ? "budget = 1G" : "");
+	ck_assert_int_eq(fclose(f), 0);
+	model_dir("tiny", dir, sizeof(dir));
+	struct srt_engine_opts o = {.config_path = path, .model = dir, .threads = 2,
+				    .profile = SRT_PROFILE_REFERENCE, .quiet = 1, .tiers = 1};
+	struct srt_engine *e = NULL;
+	int rc = srt_engine_open(&o, &e, err, sizeof(err));
+	ck_assert_msg(rc == 0, "tiered engine: %s (%d)", err, rc);
+	ck_assert_ptr_nonnull(srt_engine_tiers(e));
+	return e;
+}
+
+static void tmp_dir(char *out, size_t len)
+{
+	snprintf(out, len, "%s/tests/exec-tiers-XXXXXX", env_or("SRT_BUILD_DIR", "."));
+	ck_assert_ptr_nonnull(mkdtemp(out));
+}
+
+START_TEST(resume_from_l3_in_a_new_engine_equals_the_request_from_scratch_bitwise)
+{
+	char d[4200], cmd[4300];
+	tmp_dir(d, sizeof(d));
+	struct srt_engine *e = open_tiered(d, "none", "file");
+	int32_t V = srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(800, V, 21);
+	int32_t *b = make_prompt(700, V, 22);
+	memcpy(b, a, sizeof(int32_t) * 600);
+	finish_prompt(e, a, 800); /* write-through: its pages go to L3 */
+	srt_engine_close(e);
+	e = open_tiered(d, "none", "file"); /* a new process would see the same */
+	struct srt_engine *fresh = open_engine("tiny", SRT_PROFILE_REFERENCE, 0);
+	uint64_t t[3];
+	uint64_t hit = resume_vs_scratch_tiers(e, fresh, b, 700, t);
+	fprintf(stderr, "[exec] L3 resume: hit %llu (L1 %llu, L2 %llu, L3 %llu)\n",
+		(unsigned long long)hit, (unsigned long long)t[0], (unsigned long long)t[1],
+		(unsigned long long)t[2]);
+	ck_assert_uint_eq(hit, 512);
+	ck_assert_uint_eq(t[2], 512);
+	free(a), free(b);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
+START_TEST(resume_from_l2_after_l1_eviction_equals_the_request_from_scratch_bitwise)
+{
+	char d[4200], cmd[4300];
+	tmp_dir(d, sizeof(d));
+	struct srt_engine *e = open_tiered(d, "host", "none");
+	struct srt_engine *fresh = open_engine("tiny", SRT_PROFILE_REFERENCE, 0);
+	int32_t V = srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(800, V, 23);
+	int32_t *b = make_prompt(700, V, 24);
+	memcpy(b, a, sizeof(int32_t) * 600);
+	finish_prompt(e, a, 800);
+	struct srt_rdx_cache *cache = srt_engine_cache(e);
+	for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++)
+		srt_rdx_evict(cache, p, 0, NULL); /* everything to L2 */
+	uint64_t t[3];
+	uint64_t hit = resume_vs_scratch_tiers(e, fresh, b, 700, t);
+	fprintf(stderr, "[exec] L2 resume: hit %llu (L1 %llu, L2 %llu, L3 %llu)\n",
+		(unsigned long long)hit, (unsigned long long)t[0], (unsigned long long)t[1],
+		(unsigned long long)t[2]);
+	ck_assert_uint_eq(hit, 512);
+	ck_assert_uint_eq(t[1], 512);
+	free(a), free(b);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
@@ -490,6 +582,8 @@ static Suite *exec_suite(void)
 	tcase_add_test(inv, resume_from_a_prefix_hit_equals_the_request_from_scratch_bitwise);
 	tcase_add_test(inv, resume_after_window_pages_were_dropped_stops_earlier_and_is_still_exact);
 	tcase_add_test(inv, a_batch_of_sequences_equals_each_sequence_alone_bitwise);
+	tcase_add_test(inv, resume_from_l3_in_a_new_engine_equals_the_request_from_scratch_bitwise);
+	tcase_add_test(inv, resume_from_l2_after_l1_eviction_equals_the_request_from_scratch_bitwise);
 	tcase_add_test(inv, bad_tokens_and_missing_models_are_refused_with_a_message);
 	suite_add_tcase(s, inv);
 	return s;

@@ -174,6 +174,28 @@ static inline float comb8(__m256 acc)
 	return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
 
+/* The 8 row results of NP = 4 pair accumulators (rows 2p, 2p+1 in acc[p]), each combined
+ * as ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)), the same adds as comb8, done for 8 rows at once:
+ * step 1 adds the 128-bit quarters swapped pairwise (l_j + l_j+4), steps 2 and 3 add
+ * neighbours ((s0+s1), (s2+s3), then their sum) across accumulators. */
+static inline __m256 reduce8(const __m512 *acc)
+{
+	__m512 h[NP];
+	for (int p = 0; p < NP; p++)
+		h[p] = _mm512_add_ps(acc[p], _mm512_shuffle_f32x4(acc[p], acc[p], _MM_SHUFFLE(2, 3, 0, 1)));
+	/* per 128-bit quarter q (0: first row, 2: second row of each pair): [s0,s1,s2,s3] */
+	const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+					_mm512_shuffle_ps(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)),
+					_mm512_shuffle_ps(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)));
+	/* quarter 0: rows 0, 2, 4, 6; quarter 2: rows 1, 3, 5, 7 */
+	const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+				       _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m128 even = _mm512_castps512_ps128(r), odd = _mm512_extractf32x4_ps(r, 2);
+	return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_unpacklo_ps(even, odd)),
+				    _mm_unpackhi_ps(even, odd), 1);
+}
+
 /* out[2p], out[2p+1] = the 8-lane dots of pair p over vectors [v0, v0+nv) of the block,
  * weights decoded on the fly (wbuf NULL: fused, every weight byte read once and never
  * stored) or read from wbuf (decoded once for all rows of x). type, np and wmul are
@@ -191,6 +213,10 @@ pair_dots(const __m512 *xv, const struct blk *bk, const float *wbuf, int type, i
 					       : pair_w(bk, type, p, v, wmul, false);
 			acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v], wv));
 		}
+	if (np == NP) {
+		_mm256_storeu_ps(out, reduce8(acc));
+		return;
+	}
 	for (int p = 0; p < np; p++) {
 		out[2 * p] = comb8(_mm512_castps512_ps256(acc[p]));
 		out[2 * p + 1] = comb8(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[p]), 1)));
@@ -242,7 +268,7 @@ tile(const struct srt_weight *w, int type, bool ref, const float *x, const float
 			y[i * ldy + n + t] = 0.0f;
 	for (size_t b = 0; b < nb; b++) {
 		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
-		float sb[2 * NP][KB / 32];
+		float sb[KB / 32][2 * NP]; /* REFERENCE: weight scales, [sub-block][row] */
 		blk_init(&bk, w, type, np, rowa, rowb, k0, len, !ref);
 		/* M = 1: fused, unless an FP8 scale needs two multiplications (then buffered) */
 		const bool fused = m == 1 && !bk.two;
@@ -255,11 +281,11 @@ tile(const struct srt_weight *w, int type, bool ref, const float *x, const float
 		if (ref && quant) {
 			for (int t = 0; t < nt; t++) {
 				if (type == SRT_WT_FP8) {
-					sb[t][0] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+					sb[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
 				} else {
 					const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
 					for (int s = 0; s < KB / 32; s++)
-						sb[t][s] = srt_e8m0_to_f32(sc[s]);
+						sb[s][t] = srt_e8m0_to_f32(sc[s]);
 				}
 			}
 		}
@@ -303,20 +329,35 @@ tile(const struct srt_weight *w, int type, bool ref, const float *x, const float
 			if (!ref || !quant) {
 				if (!fused)
 					pair_dots(xv, &bk, wbuf, type, np, true, 0, nv, d);
-				for (int t = 0; t < nt; t++)
-					yr[t] += d[t];
+				if (nt == 2 * NP)
+					_mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr), _mm256_loadu_ps(d)));
+				else
+					for (int t = 0; t < nt; t++)
+						yr[t] += d[t];
 			} else if (type == SRT_WT_FP8) {
 				const float sa = xs[i * nb + b];
 				if (!fused)
 					pair_dots(xv, &bk, wbuf, type, np, true, 0, NV, d);
-				for (int t = 0; t < nt; t++)
-					yr[t] += d[t] * (sa * sb[t][0]);
+				if (nt == 2 * NP) {
+					const __m256 f = _mm256_mul_ps(_mm256_set1_ps(sa), _mm256_loadu_ps(sb[0]));
+					_mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr),
+									   _mm256_mul_ps(_mm256_loadu_ps(d), f)));
+				} else {
+					for (int t = 0; t < nt; t++)
+						yr[t] += d[t] * (sa * sb[0][t]);
+				}
 			} else {
 				const float sa = xs[i * nb + b];
 				for (size_t s = 0; s < KB / 32; s++) {
 					pair_dots(xv, &bk, fused ? NULL : wbuf, type, np, false, s * 4, 4, d);
-					for (int t = 0; t < nt; t++)
-						yr[t] += d[t] * sa * sb[t][s];
+					if (nt == 2 * NP) {
+						const __m256 da = _mm256_mul_ps(_mm256_loadu_ps(d), _mm256_set1_ps(sa));
+						_mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr),
+										   _mm256_mul_ps(da, _mm256_loadu_ps(sb[s]))));
+					} else {
+						for (int t = 0; t < nt; t++)
+							yr[t] += d[t] * sa * sb[s][t];
+					}
 				}
 			}
 		}

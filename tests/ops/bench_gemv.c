@@ -5,7 +5,8 @@
  *   build-x/bin/srt_bench_gemv [N K reps [big_MiB]]     (default 4096 4096 20 1024)
  *
  * Bandwidth baselines, each timed `reps` times (best and median printed):
- *  - read: a float sum-reduction over a buffer, by 1 thread and by 2 threads (each half),
+ *  - read: a sum-reduction over a buffer (64-bit integer adds, 8 independent accumulators,
+ *    load-bound), by 1 thread and by 2 threads (each half),
  *    at the size of each weight matrix (same cache level as the GEMV) and at big_MiB (DRAM);
  *  - memcpy of a buffer the size of the FP8 weights (read + write counted, 2x bytes).
  * Then for each kernel set this CPU has (generic, avx2, avx512) and each weight type, M = 1:
@@ -14,6 +15,7 @@
  * prefill-shaped M = 8 and 32 (weights reused across rows).
  */
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,56 +49,57 @@ static void stats(double *t, int n, double *best, double *med)
 }
 
 struct rd {
-	const float *p;
-	size_t n;
-	float sum;
+	const uint64_t *p;
+	size_t n; /* 64-bit words, a multiple of 8 */
+	uint64_t sum;
 };
 
-/* 16 independent partial sums: the compiler vectorizes this into a load-bound loop */
+/* Integer sum over the buffer with 8 independent accumulators: one add per 8 bytes loaded,
+ * no dependency chain through memory, so the loop is bound by the loads. */
 static void *read_sum(void *arg)
 {
 	struct rd *r = arg;
-	float acc[16] = {0};
-	for (size_t i = 0; i + 16 <= r->n; i += 16)
-		for (int j = 0; j < 16; j++)
-			acc[j] += r->p[i + j];
-	float s = 0;
-	for (int j = 0; j < 16; j++)
-		s += acc[j];
-	r->sum = s;
+	uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0, s4 = 0, s5 = 0, s6 = 0, s7 = 0;
+	for (size_t i = 0; i < r->n; i += 8) {
+		s0 += r->p[i];
+		s1 += r->p[i + 1];
+		s2 += r->p[i + 2];
+		s3 += r->p[i + 3];
+		s4 += r->p[i + 4];
+		s5 += r->p[i + 5];
+		s6 += r->p[i + 6];
+		s7 += r->p[i + 7];
+	}
+	r->sum = s0 + s1 + s2 + s3 + s4 + s5 + s6 + s7;
 	return NULL;
 }
 
 /* Read bandwidth (GB/s, best and median) of `bytes` with 1 or 2 threads. */
-static void read_bw(const float *buf, size_t bytes, int threads, int reps, double *best,
-		    double *med, float *sink)
+static void read_bw(const void *buf, size_t bytes, int threads, int reps, double *best,
+		    double *med, uint64_t *sink)
 {
 	double t[MAXREPS];
-	size_t n = bytes / sizeof(float) / 16 * 16;
+	const size_t n = bytes / 64 * 8, half = n / 16 * 8;
 	for (int r = 0; r < reps; r++) {
-		struct rd a[2] = {{buf, n / 2 / 16 * 16, 0}, {buf + n / 2 / 16 * 16, n - n / 2 / 16 * 16, 0}};
+		struct rd a[2] = {{buf, n, 0}, {(const uint64_t *)buf + half, n - half, 0}};
 		pthread_t th;
+		int two = threads == 2;
 		double t0 = now();
-		if (threads == 2) {
-			if (pthread_create(&th, NULL, read_sum, &a[1]) != 0) {
-				threads = 1;
-			} else {
-				read_sum(&a[0]);
-				pthread_join(th, NULL);
-			}
-		}
-		if (threads == 1) {
-			a[0].n = n;
+		if (two && pthread_create(&th, NULL, read_sum, &a[1]) == 0) {
+			a[0].n = half;
 			read_sum(&a[0]);
+			pthread_join(th, NULL);
+		} else {
 			a[1].sum = 0;
+			read_sum(&a[0]);
 		}
 		t[r] = now() - t0;
 		*sink += a[0].sum + a[1].sum;
 	}
 	double b, m;
 	stats(t, reps, &b, &m);
-	*best = (double)n * sizeof(float) / b / 1e9;
-	*med = (double)n * sizeof(float) / m / 1e9;
+	*best = (double)n * 8 / b / 1e9;
+	*med = (double)n * 8 / m / 1e9;
 }
 
 int main(int argc, char **argv)
@@ -125,7 +128,7 @@ int main(int argc, char **argv)
 		x[k] = (float)(k % 17) - 8.0f;
 	for (size_t i = 0; i < rbytes / sizeof(float); i++)
 		rbuf[i] = (float)(i & 7);
-	float sink = 0;
+	uint64_t sink = 0;
 	double t[MAXREPS], bb, bm;
 
 	printf("srt_bench_gemv N=%zu K=%zu reps=%d; figures are best / median of the reps\n", N, K,
@@ -211,5 +214,5 @@ int main(int argc, char **argv)
 	free(x);
 	free(y);
 	free(rbuf);
-	return sink == 12345.0f; /* keeps the reductions alive */
+	return sink == 12345u; /* keeps the reductions alive */
 }

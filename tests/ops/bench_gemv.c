@@ -9,10 +9,11 @@
  *    load-bound), by 1 thread and by 2 threads (each half),
  *    at the size of each weight matrix (same cache level as the GEMV) and at big_MiB (DRAM);
  *  - memcpy of a buffer the size of the FP8 weights (read + write counted, 2x bytes).
- * Then for each kernel set this CPU has (generic, avx2, avx512) and each weight type, M = 1:
- * weight bytes streamed per second (data + scales; best and median of reps) and its ratio to
- * the 1-thread read bandwidth at that size, to the 2-thread one and to memcpy; and GFLOP/s of
- * prefill-shaped M = 8 and 32 (weights reused across rows).
+ * Then for each kernel set this CPU has (generic, avx2, avx512) and each weight type, M = 1
+ * (decode): weight bytes streamed per second (data + scales; best and median of reps) on 1
+ * thread, with its ratio to the 1-thread read bandwidth at that size and to memcpy, and on 2
+ * threads (each half of the output features), with its ratio to the 2-thread read; and the
+ * GFLOP/s of prefill-shaped M = 8 and 32 on 1 thread (weights reused across rows).
  */
 #include <pthread.h>
 #include <stdint.h>
@@ -102,6 +103,36 @@ static void read_bw(const void *buf, size_t bytes, int threads, int reps, double
 	*med = (double)n * 8 / m / 1e9;
 }
 
+struct gv {
+	const struct srt_weight *w;
+	const float *x;
+	float *y;
+	size_t n0, n1;
+	int mode;
+};
+
+static void *gemv_part(void *arg)
+{
+	struct gv *g = arg;
+	srt_gemm(g->w, g->x, 1, g->w->cols, g->y, g->w->rows, g->n0, g->n1, g->mode);
+	return NULL;
+}
+
+/* M = 1 on 2 threads, each half of the output features (a decode step's split). */
+static void gemv_2t(const struct srt_weight *w, const float *x, float *y, int mode)
+{
+	const size_t h = w->rows / 16 * 8;
+	struct gv a = {w, x, y, 0, h, mode}, b = {w, x, y, h, w->rows, mode};
+	pthread_t th;
+	if (pthread_create(&th, NULL, gemv_part, &b) != 0) {
+		a.n1 = w->rows;
+		gemv_part(&a);
+		return;
+	}
+	gemv_part(&a);
+	pthread_join(th, NULL);
+}
+
 int main(int argc, char **argv)
 {
 	size_t N = argc > 1 ? strtoul(argv[1], NULL, 10) : 4096;
@@ -186,6 +217,13 @@ int main(int argc, char **argv)
 				}
 				stats(t, reps, &bb, &bm);
 				double gbs = (double)(db + sb) / bb / 1e9, gbm = (double)(db + sb) / bm / 1e9;
+				for (int r = 0; r < reps; r++) {
+					double t0 = now();
+					gemv_2t(&w, x, y, mode);
+					t[r] = now() - t0;
+				}
+				stats(t, reps, &bb, &bm);
+				double g2 = (double)(db + sb) / bb / 1e9, g2m = (double)(db + sb) / bm / 1e9;
 				double gf[2];
 				const size_t ms[2] = {8, MMAX};
 				for (int mi = 0; mi < 2; mi++) {
@@ -198,10 +236,10 @@ int main(int argc, char **argv)
 					stats(t, rr, &bb, &bm);
 					gf[mi] = 2.0 * (double)N * (double)K * (double)ms[mi] / bb / 1e9;
 				}
-				printf("  %-7s %-9s M=1: %6.2f / %6.2f GB/s = %.2fx read-1T %.2fx read-2T %.2fx memcpy"
-				       " | M=8 %6.1f, M=32 %6.1f GFLOP/s\n",
+				printf("  %-7s %-9s M=1 1T: %6.2f / %6.2f GB/s = %.2fx read-1T %.2fx memcpy;"
+				       " 2T: %6.2f / %6.2f GB/s = %.2fx read-2T | M=8 %5.1f, M=32 %5.1f GFLOP/s\n",
 				       srt_gemm_isa_name((enum srt_gemm_isa)isa), mode ? "reference" : "exact",
-				       gbs, gbm, gbs / r1, gbs / r2, gbs / cpy, gf[0], gf[1]);
+				       gbs, gbm, gbs / r1, gbs / cpy, g2, g2m, g2 / r2, gf[0], gf[1]);
 			}
 		}
 		srt_gemm_set_isa(best_isa);

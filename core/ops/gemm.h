@@ -20,9 +20,14 @@
  *
  * Determinism: every y[m][n] is a dot product over K computed in 128-wide blocks, each block
  * by 8 interleaved float32 partial sums combined in a fixed order, blocks added in order. The
- * result does not depend on M, on [n0, n1), on threads or on the ISA chosen by the compiler
- * (no fused multiply-add contraction in this library), so chunked and one-shot runs are
- * bitwise identical.
+ * result does not depend on M, on [n0, n1), on threads, on the kernel set chosen at run time
+ * (srt_gemm_isa below) or on the ISA chosen by the compiler (no fused multiply-add
+ * contraction in this library), so chunked, one-shot and batched runs are bitwise identical.
+ *
+ * Speed: on x86-64 with AVX2+F16C or AVX-512F/BW, M = 1 decodes each weight vector right
+ * before its product (the weight bytes are read once, nothing is stored), and M > 1 decodes a
+ * 128-wide block of a few output features once into an L1 buffer and reuses it for every row
+ * of x. Callers split [n0, n1) between threads at multiples of 8 for full tiles.
  *
  * Preconditions (asserted, programmer errors): K a multiple of 128 for FP8 weights and for
  * REFERENCE mode with quantized weights; K a multiple of 32 for FP4; n0 <= n1 <= N;

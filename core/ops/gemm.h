@@ -97,10 +97,11 @@ enum srt_gemm_isa srt_gemm_isa_best(void);
 /* The kernel set srt_gemm* use now. Thread-safe. */
 enum srt_gemm_isa srt_gemm_isa_current(void);
 
-/* Use `isa` from now on (for tests and benchmarks; process-wide). Returns 0, or SRT_ENOTSUP
- * (-95) if this CPU or build lacks it (the current set stays). Safe to call while other
- * threads multiply: each call of srt_gemm* uses one set throughout, and all sets give the
- * same bits. */
+/* Use `isa` from now on (for tests and benchmarks). The choice belongs to this copy of
+ * srt_ops: plugins link their own copy, so use SRT_GEMM_ISA to steer a whole process. Returns
+ * 0, or SRT_ENOTSUP (-95) if this CPU or build lacks it (the current set stays). Safe to call
+ * while other threads multiply: each call of srt_gemm* uses one set throughout, and all sets
+ * give the same bits. */
 int srt_gemm_set_isa(enum srt_gemm_isa isa);
 
 /* "generic", "avx2", "avx512". */

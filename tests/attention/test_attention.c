@@ -9,10 +9,12 @@
  *    (`piece indexer`) too;
  *  - chunked prefill (chunks 1, 3, 64, 100, 256, 600, several ending mid-block), one-shot
  *    prefill and token-by-token decode give the same bits, in the outputs and in every page;
- *  - a batch of 3 sequences at different positions gives each sequence's bits alone;
+ *  - a batch of 3 sequences at different positions gives each sequence's bits alone, and a
+ *    1-thread host gives the 2-thread host's bits;
  *  - resuming from a prefix's pages copied into fresh pages (only what the pools' retention
  *    keeps) continues bit for bit like the original;
- *  - kv_dtype fp8 / index_dtype fp4 (the reference profile's auto) are lossless there;
+ *  - kv_dtype fp8 / index_dtype fp4 (the reference profile's auto) and bf16 are lossless there;
+ *    at DeepSeek-V4-Flash shapes the entries are 584 B (fp8 KV) and 68 B (fp4 indexer keys);
  *  - errors name the missing page, the wrong layer, the missing weights.
  *
  * Tolerances (see the comparisons for the figures printed):
@@ -47,6 +49,7 @@
 #include "../moe/moe_ref.h"
 #include "attn.h"
 #include "ops/fp.h"
+#include "plugin/host.h"
 
 #define P 256
 #define T 600
@@ -604,6 +607,83 @@ START_TEST(test_errors_name_the_missing_page_layer_and_weights)
 }
 END_TEST
 
+/* The same call on a 1-thread host and on the fixture's 2-thread host: same bits. */
+START_TEST(test_results_do_not_depend_on_the_thread_count)
+{
+	int layer = 1 + _i;
+	int64_t d = F.cfg.hidden_size;
+	float *x = inputs(900 + _i, T), *y1 = malloc(T * d * 4), *y2 = malloc(T * d * 4);
+	struct srt_host *h1 = NULL, *h2 = F.host;
+	struct srt_registry *reg2 = F.reg;
+	const char *dir = getenv("SRT_PLUGIN_DIR");
+	char why[512] = "";
+	struct srt_instance *in2 = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL), *in1;
+	struct seq s1, s2;
+	ck_assert_int_eq(srt_host_create(1, &h1, why, sizeof(why)), 0);
+	F.host = h1;
+	ck_assert_int_eq(srt_registry_open(&F.reg, &dir, 1, h1,
+					   SRT_REGISTRY_NO_ENV | SRT_REGISTRY_NO_DEFAULTS), 0);
+	in1 = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL);
+	seq_init(&s1, in1, 3);
+	seq_init(&s2, in2, 3);
+	run_chunks(in1, layer, &s1, 0, T, 200, x, y1);
+	run_chunks(in2, layer, &s2, 0, T, 200, x, y2);
+	ck_assert_msg(!memcmp(y1, y2, T * d * 4), "%s: 1 thread and 2 threads differ",
+		      plugin_of(layer));
+	ck_assert(seq_equal(&s1, &s2));
+	seq_free(&s1);
+	seq_free(&s2);
+	srt_instance_destroy(in1);
+	srt_instance_destroy(in2);
+	srt_registry_close(F.reg);
+	srt_host_destroy(h1);
+	F.reg = reg2;
+	F.host = h2;
+	free(x);
+	free(y1);
+	free(y2);
+}
+END_TEST
+
+/* DeepSeek-V4-Flash shapes, declaration only: the FlashMLA-sized entries of spec section 8. */
+START_TEST(test_flash_shapes_declare_584_byte_fp8_entries_and_68_byte_fp4_keys)
+{
+	struct srt_model_config m = F.cfg;
+	const struct srt_pool_decl *dp;
+	uint32_t np;
+	struct srt_instance *in = NULL;
+	char why[512] = "";
+	struct srt_model_config *saved = malloc(sizeof(m));
+	memcpy(saved, &F.cfg, sizeof(m));
+	m.hidden_size = 4096;
+	m.num_attention_heads = 64;
+	m.head_dim = 512;
+	m.qk_rope_head_dim = 64;
+	m.index_head_dim = 128;
+	m.index_n_heads = 64;
+	F.cfg = m;
+	ck_assert_msg(try_inst(1, SRT_PROFILE_REFERENCE, NULL, NULL, 0, &in, why, sizeof(why)) == 0,
+		      "%s", why);
+	ck_assert_int_eq(vt(in)->declare_pools(in->ctx, &dp, &np), 0);
+	ck_assert_uint_eq(np, 4);
+	ck_assert_str_eq(dp[0].name, "csa.window");
+	ck_assert_uint_eq(dp[0].entry_bytes, 584); /* 448 E4M3 + 64 bf16 + 7 scales, pad 8 */
+	ck_assert_uint_eq(dp[1].entry_bytes, 584);
+	ck_assert_uint_eq(dp[2].entry_bytes, 68);  /* 64 packed E2M1 + 4 UE8M0 */
+	ck_assert_uint_eq(dp[3].entry_bytes, 8 * 2 * 1024 * 4 + 8 * 2 * 256 * 4);
+	ck_assert_uint_eq(dp[3].ratio, SRT_RATIO_PAGE);
+	ck_assert_uint_eq(dp[3].retention, SRT_RETAIN_TAIL);
+	srt_instance_destroy(in);
+	ck_assert_int_eq(try_inst(2, SRT_PROFILE_F32, NULL, NULL, 0, &in, why, sizeof(why)), 0);
+	ck_assert_int_eq(vt(in)->declare_pools(in->ctx, &dp, &np), 0);
+	ck_assert_uint_eq(dp[1].entry_bytes, 512 * 4); /* auto = f32 in the f32 profile */
+	ck_assert_uint_eq(dp[2].entry_bytes, 3 * 512 * 4);
+	srt_instance_destroy(in);
+	memcpy(&F.cfg, saved, sizeof(m));
+	free(saved);
+}
+END_TEST
+
 static Suite *attention_suite(void)
 {
 	Suite *s = suite_create("attention");
@@ -616,6 +696,8 @@ static Suite *attention_suite(void)
 	tcase_add_loop_test(tc, test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile, 0,
 			    2);
 	tcase_add_test(tc, test_errors_name_the_missing_page_layer_and_weights);
+	tcase_add_loop_test(tc, test_results_do_not_depend_on_the_thread_count, 0, 2);
+	tcase_add_test(tc, test_flash_shapes_declare_584_byte_fp8_entries_and_68_byte_fp4_keys);
 	suite_add_tcase(s, tc);
 	if (tfx_have_numpy_ref()) {
 		TCase *np = tcase_create("numpy");

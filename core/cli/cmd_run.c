@@ -19,6 +19,7 @@
 #include "exec/engine.h"
 #include "exec/sampler.h"
 #include "radix/radix.h"
+#include "tier/manager.h"
 
 static void run_usage(FILE *out)
 {
@@ -34,7 +35,9 @@ static void run_usage(FILE *out)
 		"./shadowrt-models when missing), CPU plugins. Prints per turn and conversation the\n"
 		"prompt tokens, prefix-hit tokens and rate, time to first token (from the start of the\n"
 		"turn) and the batched decode rate; at the end the throughput, the overall hit rate and\n"
-		"the KV bytes per cache pool. A progress bar goes to stderr when it is a terminal.\n"
+		"the KV bytes per cache pool. The L2/L3 tiers of the config sit behind the L1 cache\n"
+		"(default: host L2, file L3 in ./shadowrt-cache): a second run finds the shared\n"
+		"prefixes in L3. A progress bar goes to stderr when it is a terminal.\n"
 		"\n"
 		"options:\n"
 		"  --model DIR|PRESET   checkpoint directory or preset (default: [runtime] model)\n"
@@ -44,6 +47,7 @@ static void run_usage(FILE *out)
 		"  --reply-tokens N     tokens per assistant reply (default 24)\n"
 		"  --threads N          worker threads, 0 = all cores (default: [runtime] threads)\n"
 		"  --profile P          reference | f32 (default: [runtime] profile)\n"
+		"  --no-tiers           L1 only: no L2/L3 ([tier.l2], [tier.l3]) behind the cache\n"
 		"  -q, --quiet          no progress bar\n");
 }
 
@@ -143,13 +147,17 @@ int srt_cmd_run(int argc, char **argv)
 		run_usage(stdout);
 		return 0;
 	}
-	struct srt_engine_opts o = {.threads = -1, .profile = -1};
+	struct srt_engine_opts o = {.threads = -1, .profile = -1, .tiers = 1};
 	int turns = 3, nconv = 4, reply = 24, quiet = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
 		if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			quiet = 1;
+			continue;
+		}
+		if (!strcmp(a, "--no-tiers")) {
+			o.tiers = 0;
 			continue;
 		}
 		if (!val) {
@@ -199,8 +207,18 @@ int srt_cmd_run(int argc, char **argv)
 	if (!cv || !seqs || !toks)
 		goto oom;
 	if (srt_engine_open(&o, &e, err, sizeof(err))) {
-		fprintf(stderr, "shadowrt run: %s\n", err);
-		goto out;
+		if (!o.tiers || !strstr(err, "[tier.")) {
+			fprintf(stderr, "shadowrt run: %s\n", err);
+			goto out;
+		}
+		/* a broken L2/L3 setting must not stop the main job: say so, run on L1 */
+		fprintf(stderr, "shadowrt run: warning: tiers unavailable, running with L1 only "
+			"(--no-tiers): %s\n", err);
+		o.tiers = 0;
+		if (srt_engine_open(&o, &e, err, sizeof(err))) {
+			fprintf(stderr, "shadowrt run: %s\n", err);
+			goto out;
+		}
 	}
 	const struct srt_model_config *m = srt_engine_model(e);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
@@ -211,12 +229,15 @@ int srt_cmd_run(int argc, char **argv)
 		goto oom;
 	printf("shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
 	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
-	       "prompt\n\n",
+	       "prompt\n",
 	       m->name, srt_engine_model_path(e), srt_profile_name(srt_engine_profile(e)),
 	       srt_engine_threads(e), srt_rdx_page_tokens(srt_engine_cache(e)),
 	       srt_engine_chunk(e), nconv, turns, reply);
-	printf("%4s %4s %8s %8s %6s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
-	       "TTFT ms", "decode tok/s");
+	for (int lv = 1; lv <= 2; lv++)
+		if (srt_engine_tier_describe(e, lv))
+			printf("tier %s\n", srt_engine_tier_describe(e, lv));
+	printf("\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
+	       "fromL2", "fromL3", "TTFT ms", "decode tok/s");
 	for (int c = 0; c < nconv; c++) {
 		srt_sampler_init(&cv[c].smp, (float)rc->temperature, (float)rc->top_p,
 				 rc->seed + (uint64_t)c);
@@ -229,7 +250,7 @@ int srt_cmd_run(int argc, char **argv)
 	for (int t = 0; t < turns; t++) {
 		double t0 = now_s();
 		double ttft[4096];
-		uint64_t hits[4096];
+		uint64_t hits[4096], tiers[4096][3];
 		for (int c = 0; c < nconv; c++) {
 			char msg[256];
 			snprintf(msg, sizeof(msg), "\nUser %d: %s\nAssistant:", c,
@@ -245,6 +266,7 @@ int srt_cmd_run(int argc, char **argv)
 					err);
 				goto out;
 			}
+			srt_seq_hit_tiers(cv[c].seq, tiers[c]);
 			cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
 						scratch);
 			ttft[c] = now_s() - t0;
@@ -285,9 +307,11 @@ int srt_cmd_run(int argc, char **argv)
 		progress_clear(bar);
 		for (int c = 0; c < nconv; c++) {
 			uint64_t plen = srt_seq_len(cv[c].seq) - (uint64_t)(reply - 1);
-			printf("%4d %4d %8llu %8llu %5.1f%% %9.1f %12.1f\n", t + 1, c,
+			printf("%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
 			       (unsigned long long)plen, (unsigned long long)hits[c],
-			       100.0 * (double)hits[c] / (double)plen, ttft[c] * 1e3, rate);
+			       100.0 * (double)hits[c] / (double)plen,
+			       (unsigned long long)tiers[c][1], (unsigned long long)tiers[c][2],
+			       ttft[c] * 1e3, rate);
 			if (srt_engine_seq_finish(cv[c].seq, NULL, err, sizeof(err))) {
 				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
 					err);
@@ -309,6 +333,23 @@ int srt_cmd_run(int argc, char **argv)
 	printf("prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
 	       (unsigned long long)tot_prompt, (unsigned long long)tot_hit,
 	       tot_prompt ? 100.0 * (double)tot_hit / (double)tot_prompt : 0.0);
+	struct srt_tmgr *tm = srt_engine_tiers(e);
+	if (tm) {
+		struct srt_tmgr_stats ts;
+		char b1[32], b2[32], b3[32];
+		srt_tmgr_stats(tm, &ts);
+		printf("hits by tier: L1 %llu, L2 %llu, L3 %llu tokens; pages demoted L1->L2 %llu, "
+		       "L1->L3 %llu, L2->L3 %llu, promoted L2->L1 %llu, L3->L1 %llu\n"
+		       "L2 holds %s (peak %s), L3 %s in %llu objects\n",
+		       (unsigned long long)ts.hit_tokens[0], (unsigned long long)ts.hit_tokens[1],
+		       (unsigned long long)ts.hit_tokens[2], (unsigned long long)ts.pages_l1_to_l2,
+		       (unsigned long long)ts.pages_l1_to_l3, (unsigned long long)ts.pages_l2_to_l3,
+		       (unsigned long long)ts.pages_l2_to_l1, (unsigned long long)ts.pages_l3_to_l1,
+		       srt_format_size(ts.l2_bytes, b1, sizeof(b1)),
+		       srt_format_size(ts.l2_peak, b2, sizeof(b2)),
+		       srt_format_size(ts.l3_bytes, b3, sizeof(b3)),
+		       (unsigned long long)ts.l3_objects);
+	}
 	struct srt_rdx_cache *cache = srt_engine_cache(e);
 	printf("KV cache per pool (L1):\n%-14s %6s %10s %10s %8s %8s\n", "pool", "ratio", "now",
 	       "peak", "pages", "evicted");

@@ -24,11 +24,20 @@ grep -q "tokens/s" "$T/err1" || fail "no timing printed"
 	--chunk 3 --threads 2 -q >"$T/out2"
 cmp -s "$T/out1" "$T/out2" || fail "greedy output depends on chunk/threads: $(cat "$T/out1") vs $(cat "$T/out2")"
 
-"$BIN" run --model "$MODEL" --turns 2 --conversations 2 --reply-tokens 4 >"$T/run" 2>&1 ||
+cd "$T"   # run keeps its L3 files in ./shadowrt-cache
+"$BIN" run --model "$MODEL" --turns 2 --conversations 2 --reply-tokens 4 --no-tiers >"$T/run" 2>&1 ||
 	{ cat "$T/run"; fail "run"; }
 grep -q "hit rate" "$T/run" || fail "run printed no hit rate"
 # turn 2 resends turn 1's history (>= 512 tokens with the system prompt): a hit of >= 256
 awk '$1 == 2 && $4 + 0 >= 256 { ok = 1 } END { exit !ok }' "$T/run" || { cat "$T/run"; fail "no prefix hit in turn 2"; }
+# with an L3 file tier, a second process finds the first one's pages there (turn 1, column
+# fromL3)
+printf '[tier.l2]\nplugin = none\n[tier.l3]\nplugin = file\npath = %s/l3\nbudget = 1G\n' "$T" >"$T/l3.ini"
+"$BIN" run --model "$MODEL" --config "$T/l3.ini" --turns 1 --conversations 2 --reply-tokens 2 >"$T/run1" 2>&1 ||
+	{ cat "$T/run1"; fail "run with L3"; }
+"$BIN" run --model "$MODEL" --config "$T/l3.ini" --turns 1 --conversations 2 --reply-tokens 2 >"$T/run2" 2>&1 ||
+	{ cat "$T/run2"; fail "second run with L3"; }
+awk '$1 == 1 && $7 + 0 >= 256 { ok = 1 } END { exit !ok }' "$T/run2" || { cat "$T/run2"; fail "no L3 hit in the second process"; }
 
 set +e
 "$BIN" generate --model "$MODEL" >/dev/null 2>&1; [ $? -eq 2 ] || fail "no prompt: exit 2 expected"

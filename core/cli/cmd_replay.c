@@ -50,6 +50,8 @@ static void replay_usage(FILE *out)
 		"  --l3-opt K=V       another L3 plugin option (host=, port=, ...); repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
+		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
+		"                     (default 0: only before resume points)\n"
 		"  --payload-bytes N  bytes stored per page (default 64): pages carry no KV in a replay;\n"
 		"                     each stores N bytes derived from its key, checked on every load,\n"
 		"                     while budgets and bytes moved count the real page size\n"
@@ -159,7 +161,7 @@ int srt_cmd_replay(int argc, char **argv)
 	int quiet = 0;
 	const char *config = NULL;
 	int budget_given = 0, tiers_on = 0;
-	uint64_t payload = 64;
+	uint64_t payload = 64, stride = 0;
 	int n_l3opt = 0;
 	struct srt_tier_overrides ov = {.write_policy = -1, .prefetch = -1};
 	for (int i = 1; i < argc; i++) {
@@ -227,7 +229,9 @@ int srt_cmd_replay(int argc, char **argv)
 		} else if (!strcmp(a, "--prefetch")) {
 			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = ov.prefetch < 0;
-		} else if (!strcmp(a, "--payload-bytes"))
+		} else if (!strcmp(a, "--tail-stride"))
+			bad = parse_u64(v, &stride) || stride > (1u << 20);
+		else if (!strcmp(a, "--payload-bytes"))
 			bad = parse_u64(v, &payload) || !payload || payload > (64u << 20);
 		else if (!strcmp(a, "--page-size"))
 			bad = parse_u64(v, &page) || !page || page > (1u << 20);
@@ -300,7 +304,8 @@ int srt_cmd_replay(int argc, char **argv)
 						 .dirs = plugin_dir ? dirs : NULL,
 						 .ndirs = plugin_dir ? 1 : 0, .pools = g->pools,
 						 .n_pools = g->n_pools, .page_tokens = (uint32_t)page,
-						 .model_ident = ident, .payload_bytes = (uint32_t)payload};
+						 .model_ident = ident, .payload_bytes = (uint32_t)payload,
+						 .tail_stride = (uint32_t)stride};
 		if (srt_tier_stack_open(&so, &ts, err, sizeof(err))) {
 			fprintf(stderr, "replay: %s\n", err);
 			goto out;

@@ -294,6 +294,7 @@ struct srt_tmgr_req {
 	int counted; /* hit added to the stats */
 	int branch_done;
 	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
+	uint64_t lower_run; /* end of the ALL pools' run in L2/L3: where an older prefix left off */
 };
 
 struct srt_tmgr {
@@ -843,14 +844,18 @@ static int req_record(struct srt_tmgr_req *r, uint64_t extra0, uint64_t extra1)
 			continue;
 		const struct pinfo *pi = &m->pools[p];
 		/* new tree pages, and for TAIL pools the window before this commit point */
-		uint64_t pts[3] = {tree, extra0 <= tree ? extra0 : 0, extra1 <= tree ? extra1 : 0};
+		uint64_t pts[4] = {tree, extra0 <= tree ? extra0 : 0, extra1 <= tree ? extra1 : 0,
+				   r->lower_run <= tree ? r->lower_run : 0};
 		uint64_t from = r->recorded;
-		for (int i = 0; i < 3 && pi->retention == SRT_RETAIN_TAIL; i++)
+		for (int i = 0; i < 4 && pi->retention == SRT_RETAIN_TAIL; i++)
 			if (pts[i] && pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]) < from)
 				from = pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]);
 		for (uint64_t j = from; j < tree; j++) {
 			void *a = buf[j];
-			int win = pi->retention == SRT_RETAIN_TAIL && in_window(j, pts, 3, pi->tail_pages);
+			int win = pi->retention == SRT_RETAIN_TAIL &&
+				  (in_window(j, pts, 4, pi->tail_pages) ||
+				   (m->cfg.tail_stride &&
+				    j + pi->tail_pages >= (j / m->cfg.tail_stride + 1) * m->cfg.tail_stride));
 			if (!a || (j < r->recorded && !win))
 				continue;
 			struct l1ent *e = l1_find(&m->l1, p, a);
@@ -932,7 +937,11 @@ static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uin
 	return !rc && got == 1;
 }
 
-/* Longest t (pages) in (h, np] at which the match rule holds over L2 + L3; h if none. */
+/*
+ * Longest t (pages) in (h, np] at which the match rule holds over L2 + L3; h if none. Sets
+ * r->lower_run to where the ALL pools' run ends: a request that computes past it stores its
+ * TAIL pages there, since later requests sharing the same prefix resume there too.
+ */
 static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_t h, uint64_t np)
 {
 	uint64_t A = np;
@@ -955,6 +964,7 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 		}
 		A = a;
 	}
+	r->lower_run = A > h ? A : 0;
 	/* TAIL pools: the window before t; try the longest t first, a bounded number of times */
 	int tries = 0;
 	for (uint64_t t = A; t > h && tries < 64; t--, tries++) {

@@ -18,7 +18,9 @@
  *    `write_after_hits` L1 hits; SRT_TMGR_WRITE_BACK only copies on eviction (above).
  *  - TAIL pools (sliding window, carry state) are only stored where a resume point needs them:
  *    the last ceil(w / P) pages before each commit point of a request (chunk ends and the
- *    request end). ALL pools store every page.
+ *    request end), before its hit and before the points where it left the tree or the lower
+ *    tiers' run (branch points, where the next requests sharing the prefix resume), and,
+ *    with tail_stride s, before every s-th page. ALL pools store every page.
  *  - Promotion: srt_tmgr_req_start matches L1 first; past the L1 hit it looks the prompt's
  *    following pages up in L2, then asks L3 for the longest present run (batched exists), and
  *    takes the longest page boundary t at which the match rule holds over L1 + L2 + L3 (every
@@ -79,6 +81,9 @@ struct srt_tmgr_config {
 	uint32_t write_after_hits;       /* N for SRT_TMGR_WRITE_AFTER_HITS (0 = 2) */
 	int prefetch;                    /* 1: L3 loads in the background thread */
 	uint32_t payload_bytes;          /* 0 = real pages; > 0 = synthetic payloads of this size */
+	/* TAIL pools: also keep the window before every multiple of this many pages (0 = only at
+	 * resume points), so a first-time divergence loses less than a stride */
+	uint32_t tail_stride;
 	/* L2 page arena (vt/inst NULL = no L2), borrowed. */
 	const struct srt_tier_vtable *l2_vt;
 	void *l2_inst;

@@ -124,6 +124,7 @@ int srt_tier_stack_open(const struct srt_tier_stack_opts *o, struct srt_tier_sta
 		.write_policy = ov && ov->write_policy >= 0 ? ov->write_policy : rc->write_policy,
 		.prefetch = ov && ov->prefetch >= 0 ? ov->prefetch : rc->prefetch,
 		.payload_bytes = o->payload_bytes,
+		.tail_stride = o->tail_stride,
 		.l2_budget = l2b,
 		.l3_name = use_l3 ? l3p : NULL,
 		.l3_budget = l3b ? l3b : UINT64_MAX,

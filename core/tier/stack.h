@@ -51,6 +51,7 @@ struct srt_tier_stack_opts {
 	uint32_t layout_version;             /* cache layout version (0 = 1) */
 	uint32_t payload_bytes;              /* 0 real pages, > 0 synthetic */
 	uint32_t l3_retry_ms;                /* 0 = 1000 */
+	uint32_t tail_stride;                /* srt_tmgr_config.tail_stride */
 };
 
 struct srt_tier_stack;

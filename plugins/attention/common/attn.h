@@ -25,6 +25,9 @@
  *    running max [w], sum [w], weighted kv [w] (fp32), reset at every block start and updated
  *    token by token (rescaling by exp(old max - new max) when the max grows); the entry is
  *    kv / sum. With P a multiple of 128 the state at a page end is always the empty one.
+ *    This is not the reference's summation order (max first, then one pass): an entry may
+ *    differ from it in the last float bit before its bf16 rounding (bitwise on the tiny
+ *    model's tests); 6 KiB instead of 512 KiB of raw rows per page and layer at w = 512.
  * Both are updated one token at a time in position order by the same code for prefill, chunked
  * prefill and decode, so every chunking gives the same bits (in the outputs and the pages).
  *
@@ -32,7 +35,7 @@
  *   bf16: w bf16 values;  f32: w floats;
  *   fp8:  (w - rope) E4M3 codes, rope dims as bf16, one UE8M0 scale per 64 nope dims, padded
  *         to a multiple of 8 bytes (584 B at w = 512). Lossless in the reference profile (the
- *         fake-quantized nope dims are E4M3 x 2^k, the rope dims bf16).
+ *         fake-quantized nope dims are E4M3 x 2^k, the rope dims bf16; so is bf16).
  * Indexer keys (option index_dtype; "auto" = fp4 in reference, f32 in f32; when absent it
  * follows an explicit kv_dtype of bf16 / fp8 / f32, else auto):
  *   fp4: wi/2 packed E2M1 + wi/32 UE8M0 (lossless after the reference's FP4 fake-quant);

@@ -24,22 +24,33 @@ struct optscope {
 	const char *section;
 	const struct srt_tier_overrides *over; /* only for tier.l3 */
 	int synthetic;
+	char max_bytes[24]; /* L3 budget handed to the store in real mode ("" = none) */
 };
 
 static const char *opt_cb(void *ctx, const char *key)
 {
 	const struct optscope *s = ctx;
+	/* budgets are the manager's: [tier.*] budget is not a plugin option (the host arena would
+	 * read it with its own size syntax); the store's own bound follows the L3 budget in real
+	 * mode, and is off in synthetic mode, where objects are smaller than the pages they stand
+	 * for */
+	if (!strcmp(key, "budget"))
+		return NULL;
 	if (s->synthetic && !strcmp(key, "max_bytes"))
 		return NULL;
 	if (s->over)
 		for (int i = 0; i < SRT_TIER_STACK_MAX_OPTS && s->over->l3_opts[i][0]; i++)
 			if (!strcmp(s->over->l3_opts[i][0], key))
 				return s->over->l3_opts[i][1];
-	return srt_runtime_config_option(s->rc, s->section, key);
+	const char *v = srt_runtime_config_option(s->rc, s->section, key);
+	if (!v && !strcmp(key, "max_bytes") && s->max_bytes[0])
+		return s->max_bytes;
+	return v;
 }
 
 static int load_tier(struct srt_tier_stack *s, const struct srt_tier_stack_opts *o, int level,
-		     const char *plugin, uint64_t caps_needed, char *err, size_t errlen)
+		     const char *plugin, uint64_t caps_needed, uint64_t budget, char *err,
+		     size_t errlen)
 {
 	static const char *sections[SRT_TIER_COUNT] = {"tier.l1", "tier.l2", "tier.l3"};
 	const struct srt_plugin_info *pi;
@@ -57,7 +68,9 @@ static int load_tier(struct srt_tier_stack *s, const struct srt_tier_stack_opts 
 		return SRT_EINVAL;
 	}
 	struct optscope sc = {o->rc, sections[level], level == SRT_TIER_L3 ? o->over : NULL,
-			      o->payload_bytes > 0};
+			      o->payload_bytes > 0, ""};
+	if (level == SRT_TIER_L3 && !o->payload_bytes && budget && budget != UINT64_MAX)
+		snprintf(sc.max_bytes, sizeof(sc.max_bytes), "%" PRIu64, budget);
 	struct srt_plugin_args args = {.struct_size = sizeof(args), .page_tokens = o->page_tokens,
 				       .option = opt_cb, .option_ctx = &sc,
 				       .role = sections[level]};
@@ -112,9 +125,10 @@ int srt_tier_stack_open(const struct srt_tier_stack_opts *o, struct srt_tier_sta
 		st = SRT_EINVAL;
 		goto fail;
 	}
-	if (use_l2 && (st = load_tier(s, o, SRT_TIER_L2, l2p, SRT_CAP_PAGE_ARENA, err, errlen)))
+	if (use_l2 && (st = load_tier(s, o, SRT_TIER_L2, l2p, SRT_CAP_PAGE_ARENA, l2b, err, errlen)))
 		goto fail;
-	if (use_l3 && (st = load_tier(s, o, SRT_TIER_L3, l3p, SRT_CAP_KEYED_STORE, err, errlen)))
+	if (use_l3 && (st = load_tier(s, o, SRT_TIER_L3, l3p, SRT_CAP_KEYED_STORE, l3b, err,
+					       errlen)))
 		goto fail;
 
 	struct srt_tmgr_config mc = {
@@ -150,9 +164,9 @@ int srt_tier_stack_open(const struct srt_tier_stack_opts *o, struct srt_tier_sta
 	snprintf(s->desc[SRT_TIER_L2], sizeof(s->desc[0]), "L2 %s%s%s", use_l2 ? l2p : "none",
 		 use_l2 ? " " : "", use_l2 ? srt_format_size(l2b, b, sizeof(b)) : "");
 	if (use_l3) {
-		const char *where = opt_cb(&(struct optscope){rc, "tier.l3", ov, 0}, "path");
-		const char *host = opt_cb(&(struct optscope){rc, "tier.l3", ov, 0}, "host");
-		const char *port = opt_cb(&(struct optscope){rc, "tier.l3", ov, 0}, "port");
+		const char *where = opt_cb(&(struct optscope){rc, "tier.l3", ov, 0, ""}, "path");
+		const char *host = opt_cb(&(struct optscope){rc, "tier.l3", ov, 0, ""}, "host");
+		const char *port = opt_cb(&(struct optscope){rc, "tier.l3", ov, 0, ""}, "port");
 		char loc[96];
 		if (where)
 			snprintf(loc, sizeof(loc), "%s", where);

@@ -670,6 +670,42 @@ START_TEST(a_second_replay_process_hits_the_sqlite_l3_the_first_wrote)
 }
 END_TEST
 
+START_TEST(replay_takes_its_tiers_from_a_config_file)
+{
+	char *dir = tu_tmpdir("tmgrcfg");
+	char trace[4096], ini[4096], cmd[16384];
+	snprintf(trace, sizeof(trace), "%s/trace.jsonl", dir);
+	snprintf(ini, sizeof(ini), "%s/tiers.ini", dir);
+	write_trace(trace);
+	FILE *f = fopen(ini, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[tier.l1]\nplugin = host\nbudget = 512MiB\n[tier.l2]\nplugin = host\n"
+		   "budget = 2GiB\n[tier.l3]\nplugin = sqlite\npath = %s/l3.db\nbudget = 8GiB\n"
+		   "[cache]\nwrite_policy = write_back\n",
+		dir);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "'%s/bin/shadowrt' replay '%s' -q --plugin-dir '%s' --config '%s'",
+		 getenv("SRT_BUILD_DIR"), trace, getenv("SRT_PLUGIN_DIR"), ini);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	char line[1024];
+	int saw_tiers = 0;
+	uint64_t l2 = 0;
+	while (fgets(line, sizeof(line), p)) {
+		if (!strncmp(line, "tiers", 5))
+			saw_tiers = strstr(line, "L1 512.00 MiB") && strstr(line, "L2 host 2 GiB") &&
+				    strstr(line, "L3 sqlite") && strstr(line, "write_back");
+		if (!strncmp(line, "hit L2", 6))
+			l2 = strtoull(line + 6, NULL, 10);
+	}
+	ck_assert_int_eq(pclose(p), 0);
+	ck_assert_msg(saw_tiers, "the tiers line does not show the config's settings");
+	ck_assert_uint_gt(l2, 0); /* L1 of 512 MiB evicts; later turns come back from L2 */
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
@@ -690,6 +726,7 @@ int main(void)
 	tcase_add_test(tc, redis_stopped_mid_run_runs_on_without_l3_and_uses_it_again_when_back);
 	tcase_add_test(tc, a_second_replay_process_hits_the_file_l3_the_first_wrote);
 	tcase_add_test(tc, a_second_replay_process_hits_the_sqlite_l3_the_first_wrote);
+	tcase_add_test(tc, replay_takes_its_tiers_from_a_config_file);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -62,6 +62,21 @@ static inline __m512 pair_fp8_half(const uint8_t *a, const uint8_t *b)
 /* 8 nibbles of row a in lanes 0-7, of row b in lanes 8-15: each lane holds its row's 4 bytes
  * (broadcast loads) shifted right by 4·lane; vpermps reads only the low 4 bits of each
  * index, which are that lane's nibble, and looks the value (sign included) up. */
+/* Two consecutive pair vectors of FP8 codes (k = 0..7 and 8..15 from a and b) at half the
+ * shuffle cost: one [a 16 bytes | b 16 bytes] register, its qwords reordered to a0-7 b0-7
+ * a8-15 b8-15, sign-extended to 32 words at once; lo/hi as pair_fp8_half gives them. */
+static inline void pair_fp8_half2(const uint8_t *a, const uint8_t *b, __m512 *lo, __m512 *hi)
+{
+	__m256i v = _mm256_inserti128_si256(
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+		_mm_loadu_si128((const __m128i *)(const void *)b), 1);
+	v = _mm256_permute4x64_epi64(v, _MM_SHUFFLE(3, 1, 2, 0));
+	const __m512i h = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(v), 7),
+					   _mm512_set1_epi16((short)0xBF80));
+	*lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+	*hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
 static inline __m512 pair_fp4(const uint8_t *a, const uint8_t *b)
 {
 	int32_t ua, ub;
@@ -207,12 +222,28 @@ pair_dots(const __m512 *xv, const struct blk *bk, const float *wbuf, int type, i
 	__m512 acc[NP];
 	for (int p = 0; p < np; p++)
 		acc[p] = _mm512_setzero_ps();
-	for (size_t v = v0; v < v0 + nv; v++)
-		for (int p = 0; p < np; p++) {
-			const __m512 wv = wbuf ? _mm512_load_ps(wbuf + ((size_t)p * NV + v) * 16)
-					       : pair_w(bk, type, p, v, wmul, false);
-			acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v], wv));
-		}
+	if (!wbuf && type == SRT_WT_FP8) {
+		/* fused FP8: two vectors per step, the same products added in the same order */
+		for (size_t v = v0; v < v0 + nv; v += 2)
+			for (int p = 0; p < np; p++) {
+				__m512 w0, w1;
+				pair_fp8_half2((const uint8_t *)bk->ra[p] + v * 8,
+					       (const uint8_t *)bk->rb[p] + v * 8, &w0, &w1);
+				if (wmul) {
+					w0 = _mm512_mul_ps(w0, bk->f[p][0]);
+					w1 = _mm512_mul_ps(w1, bk->f[p][0]);
+				}
+				acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v], w0));
+				acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v + 1], w1));
+			}
+	} else {
+		for (size_t v = v0; v < v0 + nv; v++)
+			for (int p = 0; p < np; p++) {
+				const __m512 wv = wbuf ? _mm512_load_ps(wbuf + ((size_t)p * NV + v) * 16)
+						       : pair_w(bk, type, p, v, wmul, false);
+				acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xv[v], wv));
+			}
+	}
 	if (np == NP) {
 		_mm256_storeu_ps(out, reduce8(acc));
 		return;

@@ -9,16 +9,22 @@
  * add, and the two halves are combined as gemm.c's dot_blk does, so the bits are those of
  * the portable code while every instruction does 16 weights.
  *
- * A tile is NP pairs (8 output features). Per 128 K block its weights are decoded once into
- * a small buffer (pair layout) and reused by every row of x: decode-shaped M streams the
- * weight bytes once, prefill-shaped M reuses them from L1.
+ * A tile is NP pairs (8 output features). M = 1 (decode) decodes each weight vector right
+ * before its product: the weight bytes are read once and nothing is stored. M > 1 decodes a
+ * 128 K block of the tile once into an L1 buffer (pair layout) and reuses it for every row
+ * of x. A full tile's 8 results are combined by one vector reduction (the same adds as
+ * dot_blk) and added to y with vector epilogues (the same operations, in the same order).
  *
  * Decoders, 16 weights (8 of each row):
  *  - E4M3: the code's bits placed as an IEEE half (bias 15 instead of 7, sign on bit 15),
- *    converted by vcvtph2ps, times 2^8: exact for every code (E4M3 subnormals are half
- *    subnormals, which the conversion makes normal floats), NaN codes give ±480 like
- *    gemm.c's fp8_fast. The scale multiplication of EXACT mode, (v·2^8)·s, is done as
- *    v·(2^8·s) when 2^8·s is finite: the same real product rounded once, so the same bits.
+ *    converted by vcvtph2ps: the code value times 2^-8, exact for every code (E4M3
+ *    subnormals are half subnormals, which the conversion makes normal floats: no float32
+ *    subnormal reaches a multiplier), NaN codes give ±480·2^-8 like gemm.c's fp8_fast. At
+ *    M = 1 two vectors are decoded per step. The 2^8 goes with the scale: (v·2^8)·s is done
+ *    as v·(2^8·s) when 2^8·s is finite, the same real product rounded once, so the same
+ *    bits. When provably exact, the multiplier m moves onto the activations instead:
+ *    x·(v·m) == (x·m)·v when v·m and x·m are both exact (one rounding of the same real);
+ *    checked per block (x·m·(1/m) == x), else the weights carry it.
  *  - E2M1: each row's 4 bytes broadcast to its 8 lanes, shifted right by 4·lane, looked up
  *    (sign included) in a 16-float table by vpermps, which reads only the low 4 index bits.
  *  - bf16: zero-extend, shift to the high half. f32: two loads.

@@ -257,6 +257,29 @@ static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct sr
 	return 0;
 }
 
+/*
+ * L1 pages: 64-byte aligned and zeroed, so the bytes a kernel never writes (entries of a page
+ * not reached yet, padding) are defined when the tier manager copies whole pages to L2/L3.
+ */
+static int zero_alloc(void *ctx, uint32_t pool, size_t bytes, void **page)
+{
+	(void)ctx, (void)pool;
+	void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+	if (!p)
+		return SRT_ENOMEM;
+	memset(p, 0, bytes);
+	*page = p;
+	return 0;
+}
+
+static void zero_free(void *ctx, uint32_t pool, void *page, size_t bytes)
+{
+	(void)ctx, (void)pool, (void)bytes;
+	free(page);
+}
+
+static const struct srt_rdx_allocator zero_allocator = {NULL, zero_alloc, zero_free};
+
 static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 {
 	int rc, L = e->model.num_hidden_layers;
@@ -355,7 +378,8 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 		budgets[i] = l1 && total_page ? (uint64_t)((double)l1 * pb / total_page)
 					      : SRT_RDX_UNBOUNDED;
 	}
-	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets, .mem = SRT_MEM_HOST};
+	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets,
+				    .alloc = &zero_allocator, .mem = SRT_MEM_HOST};
 	char why[1024];
 	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
 		/* the KV bytes depend on the weights, the numerics profile and the pool layouts

@@ -10,9 +10,9 @@
  * [attention.<name>] section), the MoE and residual plugins, and build the ShadowRadix cache
  * from the attention instances' pool declarations (concatenated in ratio order; the [tier.l1]
  * budget is split between pools in proportion to their page sizes; pages come from the
- * cache's own 64-byte aligned allocator) and, when asked (opts.tiers), the L2/L3 tier stack of
- * the config behind it: pages evicted from L1 are demoted, a prompt's pages found in L2/L3 are
- * restored (and verified) before the request computes.
+ * engine's 64-byte aligned, zeroed allocator) and, when asked (opts.tiers), the L2/L3 tier
+ * stack of the config behind it: pages evicted from L1 are demoted, a prompt's pages found in
+ * L2/L3 are restored (and verified) before the request computes.
  *
  * Forward pass per batch (rows = tokens of every sequence, one after another):
  *   embedding (bf16 rows of embed.weight) -> residual embed;

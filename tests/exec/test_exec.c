@@ -23,6 +23,7 @@
 
 #include <shadowrt/plugin.h>
 
+#include "ckpt/safetensors.h"
 #include "exec/engine.h"
 #include "radix/radix.h"
 
@@ -88,8 +89,13 @@ static float *ref_logits(const char *preset, const int32_t *t, uint64_t n, int32
 	model_dir(preset, dir, sizeof(dir));
 	snprintf(tok, sizeof(tok), "%s/tests/exec-ref", build);
 	mkdir(tok, 0755);
-	snprintf(out, sizeof(out), "%s/tests/exec-ref/%s-%s-%s-%llu.f32", build, preset, profile,
-		 eps, (unsigned long long)n);
+	/* cached under the checkpoint's fingerprint: a regenerated, changed model misses */
+	char cerr[512];
+	struct srt_ckpt *ck;
+	ck_assert_msg(!srt_ck_open(dir, &ck, cerr, sizeof(cerr)), "%s", cerr);
+	snprintf(out, sizeof(out), "%s/tests/exec-ref/%s-%s-%s-%llu-%s.f32", build, preset,
+		 profile, eps, (unsigned long long)n, srt_ck_fingerprint(ck));
+	srt_ck_close(ck);
 	FILE *f = fopen(out, "rb");
 	if (!f) {
 		snprintf(tok, sizeof(tok), "%s/tests/exec-ref/%s-%llu.i32", build, preset,

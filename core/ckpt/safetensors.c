@@ -428,6 +428,19 @@ static int check_ranges(struct srt_ckpt *ck, struct ck_file *f, size_t first, ch
 				  (unsigned long long)e->begin, (unsigned long long)e->end);
 			break;
 		}
+		/* Kernels read tensors through typed pointers (and the compiler may vectorise with
+		 * aligned loads): data must sit on its element size. The mapping is page-aligned.
+		 * safetensors writers pad the header to 8 bytes and order tensors by element size. */
+		size_t esz = srt_ck_dtype_size(e->t.dtype);
+		if (e->t.nbytes && (f->data_off + e->begin) % esz) {
+			rc = errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s' starts at file offset "
+				  "%llu, not a multiple of its %zu-byte %s elements (unaligned data: the "
+				  "header is not padded to 8 bytes or tensors are not ordered by element "
+				  "size; rewrite the file)", f->path, e->t.name,
+				  (unsigned long long)(f->data_off + e->begin), esz,
+				  srt_ck_dtype_name(e->t.dtype));
+			break;
+		}
 		e->t.data = f->map + f->data_off + e->begin;
 	}
 	free(order);

@@ -492,6 +492,34 @@ START_TEST(index_errors_name_the_index_and_tensor)
 }
 END_TEST
 
+/* A tensor whose data is not on its element size is refused (kernels read it through typed,
+ * possibly vectorised pointers); the same layout with the tensor moved to an aligned offset
+ * opens. Headers padded to 8 bytes, as writers do. */
+START_TEST(unaligned_tensor_data_is_an_error_naming_tensor_and_offset)
+{
+	char err[512];
+	char hdr[256];
+	char *p = path_in(tmpdir(), "unaligned.safetensors");
+	snprintf(hdr, sizeof(hdr), "%-112s", /* 109 characters, padded to 112 */
+		 "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+		 "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[2,10]}}");
+	ck_assert_uint_eq(strlen(hdr), 112);
+	write_raw_st(p, hdr, 10);
+	ck_assert_int_eq(open_err(p, err, sizeof(err)), SRT_ECORRUPT);
+	assert_has(err, "tensor 'w' starts at file offset 122, not a multiple of its 4-byte F32");
+
+	snprintf(hdr, sizeof(hdr), "%-112s",
+		 "{\"a\":{\"dtype\":\"U8\",\"shape\":[4],\"data_offsets\":[0,4]},"
+		 "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}");
+	ck_assert_uint_eq(strlen(hdr), 112);
+	write_raw_st(p, hdr, 12);
+	struct srt_ckpt *ck = NULL;
+	ck_assert_msg(srt_ck_open(p, &ck, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_uint_eq((uintptr_t)srt_ck_find(ck, "w")->data % 4, 0);
+	srt_ck_close(ck);
+}
+END_TEST
+
 /* A header "{}" is a valid safetensors file with no tensors (the format allows it); it opens
  * with a count of 0 and finds nothing. (Under UBSan this caught qsort on a NULL array.) */
 START_TEST(file_without_tensors_opens_empty)
@@ -1186,6 +1214,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, shape_and_size_mismatch_is_an_error);
 	tcase_add_test(tc, index_errors_name_the_index_and_tensor);
 	tcase_add_test(tc, file_without_tensors_opens_empty);
+	tcase_add_test(tc, unaligned_tensor_data_is_an_error_naming_tensor_and_offset);
 	tcase_add_test(tc, unlisted_and_duplicate_tensors_across_shards_are_errors);
 	tcase_add_test(tc, directory_without_checkpoint_is_enoent);
 	tcase_add_test(tc, fingerprint_tracks_sampled_bytes_and_full_hash_every_byte);

@@ -217,13 +217,15 @@ class Checkpoint:
 
 
 def write_safetensors(path, tensors, metadata=None):
-    """Write {name: (safetensors dtype string, numpy array)} to `path` (names sorted,
-    8-byte aligned data). The array's bytes are written as they are (little-endian host)."""
+    """Write {name: (safetensors dtype string, numpy array)} to `path`: header padded to 8
+    bytes, tensors by decreasing element size then name, so every tensor sits on its element
+    size (the C reader refuses unaligned data). The array's bytes are written as they are
+    (little-endian host)."""
     header = {}
     if metadata:
         header["__metadata__"] = metadata
     off = 0
-    order = sorted(tensors)
+    order = sorted(tensors, key=lambda name: (-tensors[name][1].itemsize, name))
     for name in order:
         dt, arr = tensors[name]
         n = np.ascontiguousarray(arr).nbytes

@@ -11,7 +11,9 @@
  * Errors: every function that can fail returns 0 or a negative SRT_E* code and writes a message
  * into err (errlen bytes, may be NULL) naming the file, the tensor and the problem (expected vs
  * got). A truncated, corrupt or inconsistent file is SRT_ECORRUPT; a missing file SRT_ENOENT;
- * other I/O SRT_EIO; bad arguments SRT_EINVAL.
+ * other I/O SRT_EIO; bad arguments SRT_EINVAL. Tensor data must start on a multiple of its
+ * element size in the file (so every srt_tensor.data is naturally aligned); a file that breaks
+ * this is SRT_ECORRUPT too.
  *
  * Thread safety: an open checkpoint is read-only and may be used from any number of threads;
  * open/close are not concurrent with use.

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
@@ -369,6 +370,17 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 					srt_fp8_e4m3_to_f32(q[r * k + c]) *
 					srt_e8m0_to_f32(wo_a.scales[(r / 128) * sc + c / 128]));
 	}
+	{
+		size_t tg = (size_t)(ol + 7) / 8;
+		lw->wo_at = a->host->alloc((size_t)g * tg * 8 * k * sizeof(float), 64);
+		if (!lw->wo_at) {
+			srt_attn_why(why, why_len, "%s: layer %d: out of memory for wo_a", a->name, L);
+			return SRT_ENOMEM;
+		}
+		for (size_t gi = 0; gi < (size_t)g; gi++)
+			srt_attn_tile(lw->wo_a + gi * (size_t)ol * k, (size_t)ol, k, k,
+				      lw->wo_at + gi * tg * 8 * k);
+	}
 	if (a->ratio && (rc = load_comp(&ld, "compressor.", a->ratio, (int)hd, &lw->comp)))
 		return rc;
 	if (a->ratio == 4) {
@@ -402,6 +414,7 @@ void srt_attn_destroy(struct srt_attn *a)
 			h->free(l->kv_norm);
 			h->free(l->sink);
 			h->free(l->wo_a);
+			h->free(l->wo_at);
 			h->free(l->iwp);
 			free_comp(h, &l->comp);
 			free_comp(h, &l->icomp);

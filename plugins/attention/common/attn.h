@@ -70,6 +70,7 @@ struct srt_attn_lw {
 	float *attn_norm, *q_norm, *kv_norm, *sink;
 	struct srt_weight wq_a, wq_b, wkv, wo_b;
 	float *wo_a; /* [o_groups * o_lora][n_heads * head_dim / o_groups], dequantized (bf16-exact) */
+	float *wo_at; /* wo_a per group in tiles of 8 rows (attn_dot.h): [o_groups][ceil(o_lora/8)] tiles */
 	struct srt_attn_comp comp;   /* ratio 4 / 128 */
 	struct srt_attn_comp icomp;  /* ratio 4: the indexer's compressor */
 	struct srt_weight iwq_b;     /* ratio 4: indexer query projection */

@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
@@ -54,12 +55,18 @@ struct fwd {
 	/* per-thread scratch */
 	size_t tfloats;
 	float *tbuf;
-	int64_t kmax, c4max;
+	int64_t kmax, kmax8, c4max;
+	/* phase C group: rows [cg0, cg0 + n), keys row-major [n][kmax][hd] and tiled
+	 * [n][kmax8][hd], key counts [n] */
+	int64_t cg0;
+	float *ck, *ckt;
+	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
 	int err;
 };
 
 #define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
+#define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
 
 struct ipair {
 	double s;
@@ -471,27 +478,32 @@ static int64_t select_c4(struct fwd *f, const struct srt_seq_view *s, int64_t ro
 	return k;
 }
 
-static void phase_c(void *ctx, int64_t b, int64_t e, int tid)
+/*
+ * Phase C runs on groups of up to ATTN_CROWS rows in three parallel steps, so that one decode
+ * row still uses every thread:
+ *   c1 per row:            indexer selection, keys gathered row-major and in tiles of 8;
+ *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation;
+ *   c3 per (row, group, 8 outputs of wo_a).
+ * Each value is computed by the same operations in the same order as a per-row loop would.
+ */
+static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
-	const struct srt_attn_lw *lw = f->lw;
-	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
-	size_t rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
-	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
+	size_t hd = (size_t)m->head_dim;
 	int64_t W = m->sliding_window;
-	float *keys = f->tbuf + (size_t)tid * f->tfloats;
-	double *sc = (double *)(keys + (size_t)f->kmax * hd);
+	float *tb = f->tbuf + (size_t)tid * f->tfloats;
+	double *sc = (double *)tb;
 	struct ipair *pairs = (struct ipair *)(sc + f->kmax);
 	int32_t *sel = (int32_t *)(pairs + f->c4max);
 	float *ikey = (float *)(sel + (m->index_topk > 0 ? m->index_topk : 1));
-	float scale_f = (float)pow((double)hd, -0.5);
-	double scale_d = pow((double)hd, -0.5);
 
-	for (int64_t r = b; r < e; r++) {
-		int64_t t = f->rpos[r], nk = 0, ns = 0;
-		float *o = f->o + r * H * hd;
+	for (int64_t u = b; u < e; u++) {
+		int64_t r = f->cg0 + u, t = f->rpos[r], nk = 0, ns = 0;
+		float *keys = f->ck + (size_t)u * (size_t)f->kmax * hd;
+		float *kt = f->ckt + (size_t)u * (size_t)f->kmax8 * hd;
+		f->cnk[u] = 0;
 		if (t < 0)
 			continue;
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
@@ -513,51 +525,93 @@ static void phase_c(void *ctx, int64_t b, int64_t e, int tid)
 					ds[i] = i < ns ? sel[i] : -1;
 			}
 		}
-		for (size_t h = 0; h < H; h++) {
-			const float *q = f->q + r * H * hd + h * hd;
-			float *oh = o + h * hd;
-			double mx = -INFINITY, den = 0;
-			for (int64_t k = 0; k < nk; k++) {
-				double dd = dot(q, keys + (size_t)k * hd, hd);
-				sc[k] = a->ref ? (double)((float)dd * scale_f) : dd * scale_d;
-				mx = sc[k] > mx ? sc[k] : mx;
-			}
-			if (a->ref) {
-				float mxf = (float)mx;
-				for (int64_t k = 0; k < nk; k++) {
-					float ev = expf((float)sc[k] - mxf);
-					den += ev;
-					sc[k] = srt_round_bf16(ev);
-				}
-				float denf = (float)den + expf(lw->sink[h] - mxf);
-				for (size_t i = 0; i < hd; i++) {
-					double pv = 0;
-					for (int64_t k = 0; k < nk; k++)
-						pv += sc[k] * keys[(size_t)k * hd + i];
-					oh[i] = srt_round_bf16((float)pv / denf);
-				}
-			} else {
-				for (int64_t k = 0; k < nk; k++) {
-					sc[k] = exp(sc[k] - mx);
-					den += sc[k];
-				}
-				den += exp((double)lw->sink[h] - mx);
-				for (size_t i = 0; i < hd; i++) {
-					double pv = 0;
-					for (int64_t k = 0; k < nk; k++)
-						pv += sc[k] * keys[(size_t)k * hd + i];
-					oh[i] = (float)(pv / den);
-				}
-			}
-			rope(a, oh + nope, t, 1);
+		srt_attn_tile(keys, (size_t)nk, hd, hd, kt);
+		f->cnk[u] = nk;
+	}
+}
+
+static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_lw *lw = f->lw;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
+	double *tb = (double *)(f->tbuf + (size_t)tid * f->tfloats);
+	double *sc = tb, *pv = tb + f->kmax8;
+	float scale_f = (float)pow((double)hd, -0.5);
+	double scale_d = pow((double)hd, -0.5);
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t gr = u / (int64_t)H, r = f->cg0 + gr, t = f->rpos[r], nk = f->cnk[gr];
+		size_t h = (size_t)(u % (int64_t)H);
+		const float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
+		const float *kt = f->ckt + (size_t)gr * (size_t)f->kmax8 * hd;
+		if (t < 0)
+			continue;
+		const float *q = f->q + r * H * hd + h * hd;
+		float *oh = f->o + r * H * hd + h * hd;
+		double mx = -INFINITY, den = 0;
+		srt_attn_dot_tiles(q, kt, hd, (size_t)(nk + 7) / 8, sc);
+		for (int64_t k = 0; k < nk; k++) {
+			double dd = sc[k];
+			sc[k] = a->ref ? (double)((float)dd * scale_f) : dd * scale_d;
+			mx = sc[k] > mx ? sc[k] : mx;
 		}
-		/* grouped wo_a (bf16 weights, as convert.py leaves it) */
-		for (size_t g = 0; g < G; g++)
-			for (size_t j = 0; j < ol; j++) {
-				double v = dot(o + g * gk, lw->wo_a + (g * ol + j) * gk, gk);
-				f->og[r * G * ol + g * ol + j] = a->ref ? srt_round_bf16((float)v)
-									  : (float)v;
+		if (a->ref) {
+			float mxf = (float)mx;
+			for (int64_t k = 0; k < nk; k++) {
+				float ev = expf((float)sc[k] - mxf);
+				den += ev;
+				sc[k] = srt_round_bf16(ev);
 			}
+			float denf = (float)den + expf(lw->sink[h] - mxf);
+			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
+			for (size_t i = 0; i < hd; i++)
+				oh[i] = srt_round_bf16((float)pv[i] / denf);
+		} else {
+			for (int64_t k = 0; k < nk; k++) {
+				sc[k] = exp(sc[k] - mx);
+				den += sc[k];
+			}
+			den += exp((double)lw->sink[h] - mx);
+			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
+			for (size_t i = 0; i < hd; i++)
+				oh[i] = (float)(pv[i] / den);
+		}
+		rope(a, oh + nope, t, 1);
+	}
+}
+
+/* grouped wo_a (bf16 weights, as convert.py leaves it); units = (row, group, tile of 8) */
+static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
+	size_t tg = (ol + 7) / 8;
+	double y[64];
+	(void)tid;
+	for (int64_t u = b; u < e;) {
+		int64_t rg = u / (int64_t)(G * tg), r = f->cg0 + rg;
+		size_t g = (size_t)(u / (int64_t)tg) % G, j0 = (size_t)(u % (int64_t)tg);
+		size_t nt = tg - j0;
+		if ((int64_t)nt > e - u)
+			nt = (size_t)(e - u);
+		if (nt > 8)
+			nt = 8;
+		u += (int64_t)nt;
+		if (f->rpos[r] < 0)
+			continue;
+		srt_attn_dot_tiles(f->o + (size_t)r * H * hd + g * gk,
+				   f->lw->wo_at + (g * tg + j0) * gk * 8, gk, nt, y);
+		for (size_t i = 0; i < nt * 8 && j0 * 8 + i < ol; i++) {
+			float v = (float)y[i];
+			f->og[(size_t)r * G * ol + g * ol + j0 * 8 + i] = a->ref ? srt_round_bf16(v) : v;
+		}
 	}
 }
 
@@ -688,7 +742,17 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		if (a->ratio == 4)
 			run_comp(f, s, 1, ringbuf);
 	}
-	h->parallel_for(h, f->N, phase_c, f);
+	{
+		size_t H = (size_t)a->m->num_attention_heads, G = (size_t)a->m->o_groups;
+		size_t tg = ((size_t)a->m->o_lora_rank + 7) / 8;
+		for (int64_t g0 = 0; g0 < f->N; g0 += ATTN_CROWS) {
+			int64_t n = f->N - g0 < ATTN_CROWS ? f->N - g0 : ATTN_CROWS;
+			f->cg0 = g0;
+			h->parallel_for(h, n, phase_c1, f);
+			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
+			h->parallel_for(h, n * (int64_t)(G * tg), phase_c3, f);
+		}
+	}
 	h->parallel_for(h, f->N, phase_d, f);
 	if (f->err) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
@@ -748,7 +812,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.c4max = a->ratio == 4 ? maxend / 4 + 1 : 1;
 	f.kmax = m->sliding_window + (a->ratio == 128 ? maxend / 128 + 1
 				      : a->ratio == 4 ? m->index_topk : 0);
-	f.tfloats = (size_t)f.kmax * hd + 2 * (size_t)f.kmax /* doubles */ +
+	f.kmax8 = (f.kmax + 7) / 8 * 8;
+	f.tfloats = 2 * ((size_t)f.kmax8 + hd) /* doubles */ +
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
 		    idim + 16;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
@@ -762,8 +827,12 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.tbuf = h->alloc((size_t)h->nthreads * f.tfloats * sizeof(float), 64);
 	f.rpos = h->alloc(N * sizeof(int64_t), 64);
 	f.rseq = h->alloc(N * sizeof(int32_t), 64);
+	f.ck = h->alloc(ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float), 64);
+	f.ckt = h->alloc(ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float), 64);
+	f.cnk = h->alloc(ATTN_CROWS * sizeof(int64_t), 64);
 	views = h->alloc((batch->n_seqs + 1) * sizeof(*views), 64);
-	if (!buf || (a->ratio && !ringbuf) || !f.tbuf || !f.rpos || !f.rseq || !views) {
+	if (!buf || (a->ratio && !ringbuf) || !f.tbuf || !f.rpos || !f.rseq || !views ||
+	    !f.ck || !f.ckt || !f.cnk) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory for the scratch of %zu rows",
 			     a->name, layer, B);
 		rc = SRT_ENOMEM;
@@ -825,6 +894,9 @@ out:
 	h->free(f.tbuf);
 	h->free(f.rpos);
 	h->free(f.rseq);
+	h->free(f.ck);
+	h->free(f.ckt);
+	h->free(f.cnk);
 	h->free(views);
 	return rc;
 }

@@ -1,0 +1,142 @@
+/*
+ * Double-accumulated dot products of float operands, vectorised across independent outputs
+ * (attn_dot.h). Each output is the same sequence of IEEE operations as the scalar loop
+ *     s = 0; for (k = 0; k < K; k++) s += (double)a[k] * (double)b[k];
+ * (the products of two floats are exact in double; the adds run in k order), so every kernel
+ * set gives the bits of that loop: the AVX-512 paths only put 8 outputs in the 8 lanes of a
+ * vector. No fused multiply-add is used (explicit mul then add; -ffp-contract=off).
+ */
+#include "attn_dot.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define ATTN_X86 1
+#endif
+
+#ifdef ATTN_X86
+static int have_avx512(void)
+{
+	static int v = -1;
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		__builtin_cpu_init();
+		r = __builtin_cpu_supports("avx512f") ? 1 : 0;
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r;
+}
+
+__attribute__((target("avx512f"))) static void tiles_avx512(const float *x, const float *t,
+							     size_t K, size_t nt, double *y)
+{
+	size_t j = 0;
+	for (; j + 4 <= nt; j += 4) {
+		const float *t0 = t + j * K * 8;
+		__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+		for (size_t k = 0; k < K; k++) {
+			__m512d xv = _mm512_set1_pd((double)x[k]);
+			const float *p = t0 + k * 8;
+			a0 = _mm512_add_pd(a0, _mm512_mul_pd(xv, _mm512_cvtps_pd(_mm256_loadu_ps(p))));
+			a1 = _mm512_add_pd(a1, _mm512_mul_pd(xv, _mm512_cvtps_pd(
+									 _mm256_loadu_ps(p + K * 8))));
+			a2 = _mm512_add_pd(a2, _mm512_mul_pd(xv, _mm512_cvtps_pd(
+									 _mm256_loadu_ps(p + 2 * K * 8))));
+			a3 = _mm512_add_pd(a3, _mm512_mul_pd(xv, _mm512_cvtps_pd(
+									 _mm256_loadu_ps(p + 3 * K * 8))));
+		}
+		_mm512_storeu_pd(y + j * 8, a0);
+		_mm512_storeu_pd(y + j * 8 + 8, a1);
+		_mm512_storeu_pd(y + j * 8 + 16, a2);
+		_mm512_storeu_pd(y + j * 8 + 24, a3);
+	}
+	for (; j < nt; j++) {
+		const float *t0 = t + j * K * 8;
+		__m512d a0 = _mm512_setzero_pd();
+		for (size_t k = 0; k < K; k++)
+			a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_set1_pd((double)x[k]),
+							     _mm512_cvtps_pd(_mm256_loadu_ps(t0 + k * 8))));
+		_mm512_storeu_pd(y + j * 8, a0);
+	}
+}
+
+__attribute__((target("avx512f"))) static void pv_avx512(const double *p, const float *v,
+							  size_t ld, size_t n, size_t K,
+							  double *y)
+{
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+		for (size_t k = 0; k < K; k++) {
+			__m512d pk = _mm512_set1_pd(p[k]);
+			const float *r = v + k * ld + i;
+			a0 = _mm512_add_pd(a0, _mm512_mul_pd(pk, _mm512_cvtps_pd(_mm256_loadu_ps(r))));
+			a1 = _mm512_add_pd(a1, _mm512_mul_pd(pk, _mm512_cvtps_pd(_mm256_loadu_ps(r + 8))));
+			a2 = _mm512_add_pd(a2, _mm512_mul_pd(pk, _mm512_cvtps_pd(_mm256_loadu_ps(r + 16))));
+			a3 = _mm512_add_pd(a3, _mm512_mul_pd(pk, _mm512_cvtps_pd(_mm256_loadu_ps(r + 24))));
+		}
+		_mm512_storeu_pd(y + i, a0);
+		_mm512_storeu_pd(y + i + 8, a1);
+		_mm512_storeu_pd(y + i + 16, a2);
+		_mm512_storeu_pd(y + i + 24, a3);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m512d a0 = _mm512_setzero_pd();
+		for (size_t k = 0; k < K; k++)
+			a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_set1_pd(p[k]),
+							     _mm512_cvtps_pd(_mm256_loadu_ps(v + k * ld + i))));
+		_mm512_storeu_pd(y + i, a0);
+	}
+	for (; i < n; i++) {
+		double s = 0;
+		for (size_t k = 0; k < K; k++)
+			s += p[k] * (double)v[k * ld + i];
+		y[i] = s;
+	}
+}
+#endif
+
+void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t)
+{
+	size_t nt = (n + 7) / 8;
+	for (size_t j = 0; j < nt; j++)
+		for (size_t c = 0; c < k; c++)
+			for (size_t l = 0; l < 8; l++) {
+				size_t r = j * 8 + l;
+				t[(j * k + c) * 8 + l] = r < n ? w[r * ldw + c] : 0.0f;
+			}
+}
+
+void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, double *y)
+{
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		tiles_avx512(x, t, k, nt, y);
+		return;
+	}
+#endif
+	for (size_t j = 0; j < nt; j++) {
+		double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		const float *tj = t + j * k * 8;
+		for (size_t c = 0; c < k; c++)
+			for (size_t l = 0; l < 8; l++)
+				s[l] += (double)x[c] * (double)tj[c * 8 + l];
+		memcpy(y + j * 8, s, sizeof(s));
+	}
+}
+
+void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y)
+{
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		pv_avx512(p, v, ld, n, k, y);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		y[i] = 0;
+	for (size_t c = 0; c < k; c++)
+		for (size_t i = 0; i < n; i++)
+			y[i] += p[c] * (double)v[c * ld + i];
+}

@@ -1,0 +1,26 @@
+/*
+ * Internal kernels of srt_attn_common: dot products of float operands accumulated in double,
+ * in ascending k order, many independent outputs at once. Every output has the bits of
+ *     s = 0; for (k = 0; k < K; k++) s += (double)a[k] * (double)b[k];
+ * whatever the kernel set (AVX-512F when the CPU has it, else portable C), so callers may
+ * split outputs between threads freely. Thread-safe; nothing is allocated.
+ */
+#ifndef SRT_ATTN_DOT_H
+#define SRT_ATTN_DOT_H
+
+#include <stddef.h>
+
+/*
+ * Tile layout of a [n][k] matrix (row stride ldw) for srt_attn_dot_tiles: ceil(n/8) tiles,
+ * tile j = [k][8] floats holding rows 8j..8j+7 (rows past n are zero). t holds
+ * ceil(n/8) * 8 * k floats.
+ */
+void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t);
+
+/* y[8j + l] = Σ_c x[c] · row (8j + l) of the tiled matrix, for tiles j in [0, nt) of t. */
+void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, double *y);
+
+/* y[i] = Σ_c p[c] · v[c·ld + i] for i in [0, n), c in ascending order (probabilities · values). */
+void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y);
+
+#endif

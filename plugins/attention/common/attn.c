@@ -304,6 +304,21 @@ static int load_fp8(struct loader *ld, const char *sub, int64_t rows, int64_t co
 	return 0;
 }
 
+/* Replace the [n][k] matrix *w by its tile layout (attn_dot.h). */
+static int tile_matrix(struct loader *ld, const char *sub, float **w, size_t n, size_t k)
+{
+	float *t = ld->a->host->alloc((n + 7) / 8 * 8 * k * sizeof(float), 64);
+	if (!t) {
+		srt_attn_why(ld->why, ld->why_len, "%s: tensor %s%s: out of memory", ld->a->name,
+			     ld->prefix, sub);
+		return SRT_ENOMEM;
+	}
+	srt_attn_tile(*w, n, k, k, t);
+	ld->a->host->free(*w);
+	*w = t;
+	return 0;
+}
+
 static int load_comp(struct loader *ld, const char *sub, int ratio, int width,
 		     struct srt_attn_comp *c)
 {
@@ -315,10 +330,12 @@ static int load_comp(struct loader *ld, const char *sub, int ratio, int width,
 	c->width = width;
 	c->ring = ratio == 4 ? 8 : 1;
 	snprintf(n, sizeof(n), "%swkv.weight", sub);
-	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wkv)))
+	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wkv)) ||
+	    (rc = tile_matrix(ld, n, &c->wkv, (size_t)(c->coff * width), (size_t)d)))
 		return rc;
 	snprintf(n, sizeof(n), "%swgate.weight", sub);
-	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wgate)))
+	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wgate)) ||
+	    (rc = tile_matrix(ld, n, &c->wgate, (size_t)(c->coff * width), (size_t)d)))
 		return rc;
 	snprintf(n, sizeof(n), "%sape", sub);
 	if ((rc = load_f32(ld, n, ratio, c->coff * width, &c->ape)))
@@ -380,6 +397,8 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		for (size_t gi = 0; gi < (size_t)g; gi++)
 			srt_attn_tile(lw->wo_a + gi * (size_t)ol * k, (size_t)ol, k, k,
 				      lw->wo_at + gi * tg * 8 * k);
+		a->host->free(lw->wo_a);
+		lw->wo_a = NULL;
 	}
 	if (a->ratio && (rc = load_comp(&ld, "compressor.", a->ratio, (int)hd, &lw->comp)))
 		return rc;
@@ -387,6 +406,8 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		int64_t ih = m->index_n_heads, idim = m->index_head_dim;
 		if ((rc = load_fp8(&ld, "indexer.wq_b", ih * idim, ql, &lw->iwq_b)) ||
 		    (rc = load_f32(&ld, "indexer.weights_proj.weight", ih, d, &lw->iwp)) ||
+		    (rc = tile_matrix(&ld, "indexer.weights_proj.weight", &lw->iwp, (size_t)ih,
+				      (size_t)d)) ||
 		    (rc = load_comp(&ld, "indexer.compressor.", 4, (int)idim, &lw->icomp)))
 			return rc;
 	}

@@ -52,6 +52,8 @@ struct fwd {
 	float *xa, *qr, *q, *kv, *o, *og;
 	float *cp, *ip; /* compressor projections [N][2 cw] (kv, score), indexer [N][2 icw] */
 	float *iq, *iw; /* indexer query [N][IH idim], head weights [N][IH] */
+	/* REFERENCE: quantized xa and q latent, [N][d] + [N][d/128], [N][ql] + [N][ql/128] */
+	float *xaq, *xas, *qrq, *qrs;
 	/* per-thread scratch */
 	size_t tfloats;
 	float *tbuf;
@@ -214,103 +216,248 @@ static int need(const struct srt_attn *a, const struct srt_seq_view *s, int p, u
 
 /* ---- phase A: per-row projections ---------------------------------------------------------- */
 
-static void comp_proj(const struct srt_attn_comp *c, const float *xa, size_t d, int64_t pos,
-		      float *kvo, float *sco, int ref)
+/*
+ * Phase A runs in five parallel steps over all rows of the block, so that a single decode row
+ * still uses every thread and each weight is streamed once per call:
+ *   a1 per row:      attn_norm (and the REFERENCE activations' quantization);
+ *   a2 per 8 output features of wq_a, wkv, the compressors' wkv / wgate, weights_proj;
+ *   a3 per row:      q / kv norms, kv RoPE and fake-quant, quantization of the q latent;
+ *   a4 per 8 output features of wq_b and the indexer's wq_b;
+ *   a5 per (row, head): head norm and RoPE of q, RoPE / Hadamard / fake-quant of the indexer q.
+ * Every value is computed by the same operations in the same order as a per-row loop.
+ */
+enum { PJ_WQA, PJ_WKV, PJ_CKV, PJ_CG, PJ_IKV, PJ_IG, PJ_IWP, PJ_WQB, PJ_IWQB, PJ_COUNT };
+
+/* Output features of projection job j (0 when the layer has none). */
+static size_t pj_features(const struct fwd *f, int j)
 {
-	size_t cw = (size_t)(c->coff * c->width);
-	const float *ape = c->ape + (size_t)(pos % c->ratio) * cw;
-	for (size_t j = 0; j < cw; j++) {
-		double k = dot(c->wkv + j * d, xa, d), g = dot(c->wgate + j * d, xa, d);
-		kvo[j] = (float)k;
-		sco[j] = ref ? (float)g + ape[j] : (float)(g + ape[j]);
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_lw *lw = f->lw;
+	switch (j) {
+	case PJ_WQA:
+		return (size_t)m->q_lora_rank;
+	case PJ_WKV:
+		return (size_t)m->head_dim;
+	case PJ_CKV:
+	case PJ_CG:
+		return a->ratio ? (size_t)(lw->comp.coff * lw->comp.width) : 0;
+	case PJ_IKV:
+	case PJ_IG:
+		return a->ratio == 4 ? (size_t)(lw->icomp.coff * lw->icomp.width) : 0;
+	case PJ_IWP:
+		return a->ratio == 4 ? (size_t)m->index_n_heads : 0;
+	case PJ_WQB:
+		return (size_t)(m->num_attention_heads * m->head_dim);
+	case PJ_IWQB:
+		return a->ratio == 4 ? (size_t)(m->index_n_heads * m->index_head_dim) : 0;
+	}
+	return 0;
+}
+
+/* A projection done with srt_gemm: features [n0, n1) of every row of the block. */
+static void pj_gemm(struct fwd *f, const struct srt_weight *w, const float *x, const float *xq,
+		    const float *xs, float *y, size_t n0, size_t n1)
+{
+	size_t K = w->cols, N = w->rows, n = (size_t)f->N;
+	if (f->a->ref)
+		srt_gemm_ref(w, xq, xs, n, K, y, N, n0, n1);
+	else
+		srt_gemm_exact(w, x, n, K, y, N, n0, n1);
+}
+
+/* A double-accumulated projection with tiled weights (compressors, weights_proj): tiles
+ * [t0, t1) for every row; four tiles at a time so the weights stay in cache across rows. */
+static void pj_tiles(struct fwd *f, int j, const float *wt, size_t t0, size_t t1)
+{
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_lw *lw = f->lw;
+	size_t d = (size_t)m->hidden_size, nf = pj_features(f, j);
+	double y[32];
+	for (size_t c0 = t0; c0 < t1; c0 += 4) {
+		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4;
+		for (int64_t r = 0; r < f->N; r++) {
+			int64_t pos = f->rpos[r];
+			if (pos < 0)
+				continue;
+			srt_attn_dot_tiles(f->xa + (size_t)r * d, wt + c0 * d * 8, d, nt, y);
+			for (size_t i = 0, o = c0 * 8; i < nt * 8 && o < nf; i++, o++) {
+				const struct srt_attn_comp *c = j == PJ_CKV || j == PJ_CG ? &lw->comp
+											  : &lw->icomp;
+				size_t cw = nf;
+				float *cp = (j == PJ_CKV || j == PJ_CG ? f->cp : f->ip) + (size_t)r * 2 * cw;
+				const float *ape = c->ape + (size_t)(pos % c->ratio) * cw;
+				switch (j) {
+				case PJ_CKV:
+				case PJ_IKV:
+					cp[o] = (float)y[i];
+					break;
+				case PJ_CG:
+				case PJ_IG:
+					cp[cw + o] = a->ref ? (float)y[i] + ape[o]
+							    : (float)(y[i] + ape[o]);
+					break;
+				default: {
+					size_t ih = (size_t)m->index_n_heads;
+					size_t idim = (size_t)m->index_head_dim;
+					float wsc = (float)(pow((double)idim, -0.5) *
+							    pow((double)ih, -0.5));
+					f->iw[(size_t)r * ih + o] =
+						a->ref ? srt_round_bf16(srt_round_bf16((float)y[i]) * wsc)
+						       : (float)(y[i] * wsc);
+				}
+				}
+			}
+		}
 	}
 }
 
-static void phase_a(void *ctx, int64_t b, int64_t e, int tid)
+/* Units [b, e) of the 8-feature tiles of jobs [j0, j1), numbered job after job. */
+static void pj_run(struct fwd *f, int j0, int j1, int64_t b, int64_t e)
+{
+	const struct srt_attn_lw *lw = f->lw;
+	int64_t base = 0;
+	for (int j = j0; j < j1; j++) {
+		size_t nf = pj_features(f, j);
+		int64_t nt = (int64_t)(nf + 7) / 8, lo = b > base ? b : base;
+		int64_t hi = e < base + nt ? e : base + nt;
+		if (lo < hi) {
+			size_t t0 = (size_t)(lo - base), t1 = (size_t)(hi - base);
+			size_t n0 = t0 * 8, n1 = t1 * 8 < nf ? t1 * 8 : nf;
+			switch (j) {
+			case PJ_WQA:
+				pj_gemm(f, &lw->wq_a, f->xa, f->xaq, f->xas, f->qr, n0, n1);
+				break;
+			case PJ_WKV:
+				pj_gemm(f, &lw->wkv, f->xa, f->xaq, f->xas, f->kv, n0, n1);
+				break;
+			case PJ_CKV:
+				pj_tiles(f, j, lw->comp.wkv, t0, t1);
+				break;
+			case PJ_CG:
+				pj_tiles(f, j, lw->comp.wgate, t0, t1);
+				break;
+			case PJ_IKV:
+				pj_tiles(f, j, lw->icomp.wkv, t0, t1);
+				break;
+			case PJ_IG:
+				pj_tiles(f, j, lw->icomp.wgate, t0, t1);
+				break;
+			case PJ_IWP:
+				pj_tiles(f, j, lw->iwp, t0, t1);
+				break;
+			case PJ_WQB:
+				pj_gemm(f, &lw->wq_b, f->qr, f->qrq, f->qrs, f->q, n0, n1);
+				break;
+			case PJ_IWQB:
+				pj_gemm(f, &lw->iwq_b, f->qr, f->qrq, f->qrs, f->iq, n0, n1);
+				break;
+			}
+		}
+		base += nt;
+	}
+}
+
+static int64_t pj_units(struct fwd *f, int j0, int j1)
+{
+	int64_t n = 0;
+	for (int j = j0; j < j1; j++)
+		n += (int64_t)(pj_features(f, j) + 7) / 8;
+	return n;
+}
+
+static void phase_a2(void *ctx, int64_t b, int64_t e, int tid)
+{
+	(void)tid;
+	pj_run(ctx, PJ_WQA, PJ_WQB, b, e);
+}
+
+static void phase_a4(void *ctx, int64_t b, int64_t e, int tid)
+{
+	(void)tid;
+	pj_run(ctx, PJ_WQB, PJ_COUNT, b, e);
+}
+
+static void phase_a1(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
-	const struct srt_attn_lw *lw = f->lw;
-	size_t d = (size_t)m->hidden_size, ql = (size_t)m->q_lora_rank, H = (size_t)m->num_attention_heads;
-	size_t hd = (size_t)m->head_dim, rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
-	size_t n = (size_t)(e - b);
-	enum srt_gemm_mode mode = a->ref ? SRT_GEMM_REFERENCE : SRT_GEMM_EXACT;
-	double eps = m->rms_norm_eps;
-	int rc = 0;
+	size_t d = (size_t)m->hidden_size;
 	(void)tid;
-
 	for (int64_t r = b; r < e; r++) {
 		float *xa = f->xa + r * d;
 		memcpy(xa, f->x + r * d, d * sizeof(float));
 		if (a->ref)
 			srt_round_bf16_n(xa, d);
-		rmsnorm_w(xa, lw->attn_norm, d, eps, a->ref);
+		rmsnorm_w(xa, f->lw->attn_norm, d, m->rms_norm_eps, a->ref);
+		if (a->ref)
+			srt_gemm_quant_row(xa, d, f->xaq + r * d, f->xas + r * (d / 128));
 	}
-	rc |= srt_gemm(&lw->wq_a, f->xa + b * d, n, d, f->qr + b * ql, ql, 0, ql, mode);
-	rc |= srt_gemm(&lw->wkv, f->xa + b * d, n, d, f->kv + b * hd, hd, 0, hd, mode);
+}
+
+static void phase_a3(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	const struct srt_attn_lw *lw = f->lw;
+	size_t ql = (size_t)m->q_lora_rank;
+	size_t hd = (size_t)m->head_dim, rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
+	double eps = m->rms_norm_eps;
+	(void)tid;
 	for (int64_t r = b; r < e; r++) {
 		float *qr = f->qr + r * ql, *kv = f->kv + r * hd;
+		int64_t pos = f->rpos[r];
 		if (a->ref) {
 			srt_round_bf16_n(qr, ql);
 			srt_round_bf16_n(kv, hd);
 		}
 		rmsnorm_w(qr, lw->q_norm, ql, eps, a->ref);
 		rmsnorm_w(kv, lw->kv_norm, hd, eps, a->ref);
-	}
-	rc |= srt_gemm(&lw->wq_b, f->qr + b * ql, n, ql, f->q + b * H * hd, H * hd, 0, H * hd,
-		       mode);
-	for (int64_t r = b; r < e; r++) {
-		int64_t pos = f->rpos[r];
-		float *q = f->q + r * H * hd, *kv = f->kv + r * hd;
+		if (a->ref)
+			srt_gemm_quant_row(qr, ql, f->qrq + r * ql, f->qrs + r * (ql / 128));
 		if (pos < 0)
 			continue;
-		if (a->ref)
-			srt_round_bf16_n(q, H * hd);
-		for (size_t h = 0; h < H; h++) {
-			head_norm(q + h * hd, hd, eps, a->ref);
-			rope(a, q + h * hd + nope, pos, 0);
-		}
 		rope(a, kv + nope, pos, 0);
 		if (a->ref)
 			srt_quant_fp8_fake(kv, kv, nope, SRT_QUANT_KV_BLOCK, true);
-		if (a->ratio) {
-			size_t cw = (size_t)(lw->comp.coff * lw->comp.width);
-			float *cp = f->cp + r * 2 * cw;
-			comp_proj(&lw->comp, f->xa + r * d, d, pos, cp, cp + cw, a->ref);
-		}
 	}
-	if (a->ratio == 4) {
-		size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
-		size_t icw = (size_t)(lw->icomp.coff * lw->icomp.width);
-		float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
-		rc |= srt_gemm(&lw->iwq_b, f->qr + b * ql, n, ql, f->iq + b * ih * idim, ih * idim,
-			       0, ih * idim, mode);
-		for (int64_t r = b; r < e; r++) {
-			int64_t pos = f->rpos[r];
-			float *iq = f->iq + r * ih * idim, *iw = f->iw + r * ih;
-			const float *xa = f->xa + r * d;
-			if (pos < 0)
-				continue;
+}
+
+/* units: rows x (attention heads + indexer heads) */
+static void phase_a5(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
+	size_t ih = a->ratio == 4 ? (size_t)m->index_n_heads : 0;
+	size_t idim = (size_t)m->index_head_dim;
+	(void)tid;
+	for (int64_t u = b; u < e; u++) {
+		int64_t r = u / (int64_t)(H + ih), pos = f->rpos[r];
+		size_t h = (size_t)(u % (int64_t)(H + ih));
+		if (pos < 0)
+			continue;
+		if (h < H) {
+			float *q = f->q + (size_t)r * H * hd + h * hd;
 			if (a->ref)
-				srt_round_bf16_n(iq, ih * idim);
-			for (size_t h = 0; h < ih; h++) {
-				rope(a, iq + h * idim + idim - rd, pos, 0);
-				hadamard(iq + h * idim, idim, a->ref);
-				if (a->ref)
-					srt_quant_fp4_fake(iq + h * idim, iq + h * idim, idim);
-			}
-			for (size_t h = 0; h < ih; h++) {
-				double v = dot(lw->iwp + h * d, xa, d);
-				iw[h] = a->ref ? srt_round_bf16(srt_round_bf16((float)v) * wsc)
-					       : (float)(v * wsc);
-			}
-			float *ip = f->ip + r * 2 * icw;
-			comp_proj(&lw->icomp, xa, d, pos, ip, ip + icw, a->ref);
+				srt_round_bf16_n(q, hd);
+			head_norm(q, hd, m->rms_norm_eps, a->ref);
+			rope(a, q + nope, pos, 0);
+		} else {
+			float *iq = f->iq + (size_t)r * ih * idim + (h - H) * idim;
+			if (a->ref)
+				srt_round_bf16_n(iq, idim);
+			rope(a, iq + idim - rd, pos, 0);
+			hadamard(iq, idim, a->ref);
+			if (a->ref)
+				srt_quant_fp4_fake(iq, iq, idim);
 		}
 	}
-	if (rc)
-		__atomic_store_n(&f->err, SRT_ENOMEM, __ATOMIC_RELAXED);
 }
 
 /* ---- phase B: KV writes and the compressors ------------------------------------------------ */
@@ -726,11 +873,14 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	const struct srt_host *h = a->host;
 	size_t hd = (size_t)a->m->head_dim;
 	map_rows(f);
-	h->parallel_for(h, f->N, phase_a, f);
-	if (f->err) {
-		srt_attn_why(why, why_len, "%s: layer %d: out of memory in a projection", a->name,
-			     layer);
-		return f->err;
+	{
+		size_t H = (size_t)a->m->num_attention_heads;
+		size_t ih = a->ratio == 4 ? (size_t)a->m->index_n_heads : 0;
+		h->parallel_for(h, f->N, phase_a1, f);
+		h->parallel_for(h, pj_units(f, PJ_WQA, PJ_WQB), phase_a2, f);
+		h->parallel_for(h, f->N, phase_a3, f);
+		h->parallel_for(h, pj_units(f, PJ_WQB, PJ_COUNT), phase_a4, f);
+		h->parallel_for(h, f->N * (int64_t)(H + ih), phase_a5, f);
 	}
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
@@ -821,7 +971,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
 	if (a->ratio == 4 && srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4 > ring)
 		ring = (size_t)(srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4);
-	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih);
+	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih +
+			  d + d / 128 + ql + ql / 128);
 	float *buf = h->alloc(nfl * sizeof(float), 64);
 	float *ringbuf = a->ratio ? h->alloc((ring + 16) * sizeof(float), 64) : NULL;
 	f.tbuf = h->alloc((size_t)h->nthreads * f.tfloats * sizeof(float), 64);
@@ -848,6 +999,10 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.ip = f.cp + B * 2 * cw;
 	f.iq = f.ip + B * 2 * icw;
 	f.iw = f.iq + B * ih * idim;
+	f.xaq = f.iw + B * ih;
+	f.xas = f.xaq + B * d;
+	f.qrq = f.xas + B * (d / 128);
+	f.qrs = f.qrq + B * ql;
 
 	/* every page of the whole call first: a failed call writes nothing */
 	f.b = batch;

@@ -99,6 +99,9 @@ struct srt_attn {
 	 * [n_rows][index_topk] ascending entry numbers, -1 padded (csa only).
 	 */
 	int32_t *dbg_sel;
+	/* forward's scratch, kept between calls (grown on demand; one call at a time) */
+	uint8_t *scratch;
+	size_t scratch_bytes;
 };
 
 /*

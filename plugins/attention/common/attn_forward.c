@@ -973,22 +973,36 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		ring = (size_t)(srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4);
 	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih +
 			  d + d / 128 + ql + ql / 128);
-	float *buf = h->alloc(nfl * sizeof(float), 64);
-	float *ringbuf = a->ratio ? h->alloc((ring + 16) * sizeof(float), 64) : NULL;
-	f.tbuf = h->alloc((size_t)h->nthreads * f.tfloats * sizeof(float), 64);
-	f.rpos = h->alloc(N * sizeof(int64_t), 64);
-	f.rseq = h->alloc(N * sizeof(int32_t), 64);
-	f.ck = h->alloc(ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float), 64);
-	f.ckt = h->alloc(ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float), 64);
-	f.cnk = h->alloc(ATTN_CROWS * sizeof(int64_t), 64);
-	views = h->alloc((batch->n_seqs + 1) * sizeof(*views), 64);
-	if (!buf || (a->ratio && !ringbuf) || !f.tbuf || !f.rpos || !f.rseq || !views ||
-	    !f.ck || !f.ckt || !f.cnk) {
+	/* one scratch block kept by the instance between calls (grown when a call needs more) */
+	size_t sz[9] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
+			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
+			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
+			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views)};
+	size_t off[9], total = 0;
+	for (int i = 0; i < 9; i++) {
+		off[i] = total;
+		total += (sz[i] + 63) & ~(size_t)63;
+	}
+	if (total > a->scratch_bytes) {
+		h->free(a->scratch);
+		a->scratch = h->alloc(total, 64);
+		a->scratch_bytes = a->scratch ? total : 0;
+	}
+	if (!a->scratch) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory for the scratch of %zu rows",
 			     a->name, layer, B);
-		rc = SRT_ENOMEM;
-		goto out;
+		return SRT_ENOMEM;
 	}
+	float *buf = (float *)(a->scratch + off[0]);
+	float *ringbuf = a->ratio ? (float *)(a->scratch + off[1]) : NULL;
+	f.tbuf = (float *)(a->scratch + off[2]);
+	f.rpos = (int64_t *)(void *)(a->scratch + off[3]);
+	f.rseq = (int32_t *)(void *)(a->scratch + off[4]);
+	f.ck = (float *)(a->scratch + off[5]);
+	f.ckt = (float *)(a->scratch + off[6]);
+	f.cnk = (int64_t *)(void *)(a->scratch + off[7]);
+	views = (struct srt_seq_view *)(void *)(a->scratch + off[8]);
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;
@@ -1044,14 +1058,5 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			goto out;
 	}
 out:
-	h->free(buf);
-	h->free(ringbuf);
-	h->free(f.tbuf);
-	h->free(f.rpos);
-	h->free(f.rseq);
-	h->free(f.ck);
-	h->free(f.ckt);
-	h->free(f.cnk);
-	h->free(views);
 	return rc;
 }

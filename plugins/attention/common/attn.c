@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
@@ -304,19 +303,20 @@ static int load_fp8(struct loader *ld, const char *sub, int64_t rows, int64_t co
 	return 0;
 }
 
-/* Replace the [n][k] matrix *w by its tile layout (attn_dot.h). */
-static int tile_matrix(struct loader *ld, const char *sub, float **w, size_t n, size_t k)
+/* Tensor prefix+sub [n][k] (BF16 or F32) as a tiled matrix (attn_dot.h). */
+static int load_tm(struct loader *ld, const char *sub, int64_t n, int64_t k,
+		   struct srt_attn_tm *m)
 {
-	float *t = ld->a->host->alloc((n + 7) / 8 * 8 * k * sizeof(float), 64);
-	if (!t) {
+	float *w;
+	int rc = load_f32(ld, sub, n, k, &w);
+	if (rc)
+		return rc;
+	rc = srt_attn_tm_make(ld->a->host, w, (size_t)n, (size_t)k, m);
+	ld->a->host->free(w);
+	if (rc)
 		srt_attn_why(ld->why, ld->why_len, "%s: tensor %s%s: out of memory", ld->a->name,
 			     ld->prefix, sub);
-		return SRT_ENOMEM;
-	}
-	srt_attn_tile(*w, n, k, k, t);
-	ld->a->host->free(*w);
-	*w = t;
-	return 0;
+	return rc;
 }
 
 static int load_comp(struct loader *ld, const char *sub, int ratio, int width,
@@ -330,12 +330,10 @@ static int load_comp(struct loader *ld, const char *sub, int ratio, int width,
 	c->width = width;
 	c->ring = ratio == 4 ? 8 : 1;
 	snprintf(n, sizeof(n), "%swkv.weight", sub);
-	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wkv)) ||
-	    (rc = tile_matrix(ld, n, &c->wkv, (size_t)(c->coff * width), (size_t)d)))
+	if ((rc = load_tm(ld, n, c->coff * width, d, &c->wkv)))
 		return rc;
 	snprintf(n, sizeof(n), "%swgate.weight", sub);
-	if ((rc = load_f32(ld, n, c->coff * width, d, &c->wgate)) ||
-	    (rc = tile_matrix(ld, n, &c->wgate, (size_t)(c->coff * width), (size_t)d)))
+	if ((rc = load_tm(ld, n, c->coff * width, d, &c->wgate)))
 		return rc;
 	snprintf(n, sizeof(n), "%sape", sub);
 	if ((rc = load_f32(ld, n, ratio, c->coff * width, &c->ape)))
@@ -373,8 +371,12 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		return rc;
 	/* convert.py: wo_a dequantized to bf16 (exact: E4M3 x 2^k fits bf16) */
 	size_t n = (size_t)(g * ol), k = (size_t)(H * hd / g);
-	lw->wo_a = a->host->alloc(n * k * sizeof(float), 64);
-	if (!lw->wo_a) {
+	float *woa = a->host->alloc(n * k * sizeof(float), 64);
+	lw->wo_a = a->host->alloc((size_t)g * sizeof(*lw->wo_a), 64);
+	if (lw->wo_a)
+		memset(lw->wo_a, 0, (size_t)g * sizeof(*lw->wo_a));
+	if (!woa || !lw->wo_a) {
+		a->host->free(woa);
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory for wo_a", a->name, L);
 		return SRT_ENOMEM;
 	}
@@ -383,31 +385,24 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		size_t sc = (k + 127) / 128;
 		for (size_t r = 0; r < n; r++)
 			for (size_t c = 0; c < k; c++)
-				lw->wo_a[r * k + c] = srt_round_bf16(
+				woa[r * k + c] = srt_round_bf16(
 					srt_fp8_e4m3_to_f32(q[r * k + c]) *
 					srt_e8m0_to_f32(wo_a.scales[(r / 128) * sc + c / 128]));
 	}
-	{
-		size_t tg = (size_t)(ol + 7) / 8;
-		lw->wo_at = a->host->alloc((size_t)g * tg * 8 * k * sizeof(float), 64);
-		if (!lw->wo_at) {
-			srt_attn_why(why, why_len, "%s: layer %d: out of memory for wo_a", a->name, L);
-			return SRT_ENOMEM;
-		}
-		for (size_t gi = 0; gi < (size_t)g; gi++)
-			srt_attn_tile(lw->wo_a + gi * (size_t)ol * k, (size_t)ol, k, k,
-				      lw->wo_at + gi * tg * 8 * k);
-		a->host->free(lw->wo_a);
-		lw->wo_a = NULL;
+	for (size_t gi = 0; gi < (size_t)g && !rc; gi++)
+		rc = srt_attn_tm_make(a->host, woa + gi * (size_t)ol * k, (size_t)ol, k,
+				      &lw->wo_a[gi]);
+	a->host->free(woa);
+	if (rc) {
+		srt_attn_why(why, why_len, "%s: layer %d: out of memory for wo_a", a->name, L);
+		return rc;
 	}
 	if (a->ratio && (rc = load_comp(&ld, "compressor.", a->ratio, (int)hd, &lw->comp)))
 		return rc;
 	if (a->ratio == 4) {
 		int64_t ih = m->index_n_heads, idim = m->index_head_dim;
 		if ((rc = load_fp8(&ld, "indexer.wq_b", ih * idim, ql, &lw->iwq_b)) ||
-		    (rc = load_f32(&ld, "indexer.weights_proj.weight", ih, d, &lw->iwp)) ||
-		    (rc = tile_matrix(&ld, "indexer.weights_proj.weight", &lw->iwp, (size_t)ih,
-				      (size_t)d)) ||
+		    (rc = load_tm(&ld, "indexer.weights_proj.weight", ih, d, &lw->iwp)) ||
 		    (rc = load_comp(&ld, "indexer.compressor.", 4, (int)idim, &lw->icomp)))
 			return rc;
 	}
@@ -416,8 +411,8 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 
 static void free_comp(const struct srt_host *h, struct srt_attn_comp *c)
 {
-	h->free(c->wkv);
-	h->free(c->wgate);
+	srt_attn_tm_free(h, &c->wkv);
+	srt_attn_tm_free(h, &c->wgate);
 	h->free(c->ape);
 	h->free(c->norm);
 }
@@ -434,9 +429,11 @@ void srt_attn_destroy(struct srt_attn *a)
 			h->free(l->q_norm);
 			h->free(l->kv_norm);
 			h->free(l->sink);
+			if (l->wo_a)
+				for (int g = 0; g < a->m->o_groups; g++)
+					srt_attn_tm_free(h, &l->wo_a[g]);
 			h->free(l->wo_a);
-			h->free(l->wo_at);
-			h->free(l->iwp);
+			srt_attn_tm_free(h, &l->iwp);
 			free_comp(h, &l->comp);
 			free_comp(h, &l->icomp);
 		}

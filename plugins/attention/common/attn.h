@@ -51,6 +51,7 @@
 
 #include <shadowrt/shadowrt.h>
 
+#include "attn_dot.h"
 #include "ops/gemm.h"
 
 enum srt_attn_store { SRT_ATTN_ST_BF16 = 0, SRT_ATTN_ST_FP8 = 1, SRT_ATTN_ST_FP4 = 2,
@@ -59,7 +60,7 @@ enum srt_attn_store { SRT_ATTN_ST_BF16 = 0, SRT_ATTN_ST_FP8 = 1, SRT_ATTN_ST_FP4
 /* One compressor's weights (fp32 copies). */
 struct srt_attn_comp {
 	int ratio, coff, width, ring; /* coff 2 with overlap (ratio 4), else 1; ring 8 or 1 */
-	float *wkv, *wgate;           /* [coff*width][dim] in tiles of 8 rows (attn_dot.h) */
+	struct srt_attn_tm wkv, wgate; /* [coff*width][dim], tiled (bf16 as in the checkpoint) */
 	float *ape;                   /* [ratio][coff*width] */
 	float *norm;                  /* [width] */
 };
@@ -69,13 +70,13 @@ struct srt_attn_lw {
 	int32_t layer;
 	float *attn_norm, *q_norm, *kv_norm, *sink;
 	struct srt_weight wq_a, wq_b, wkv, wo_b;
-	float *wo_a;  /* NULL after loading (the dequantized [o_groups * o_lora][H * hd / o_groups]) */
-	float *wo_at; /* wo_a dequantized (bf16-exact), per group in tiles of 8 rows (attn_dot.h):
-		       * [o_groups][ceil(o_lora / 8)] tiles of [H * hd / o_groups][8] */
+	/* wo_a dequantized to bf16 as convert.py does (exact), one tiled [o_lora][H * hd / o_groups]
+	 * matrix per group: [o_groups] */
+	struct srt_attn_tm *wo_a;
 	struct srt_attn_comp comp;   /* ratio 4 / 128 */
 	struct srt_attn_comp icomp;  /* ratio 4: the indexer's compressor */
 	struct srt_weight iwq_b;     /* ratio 4: indexer query projection */
-	float *iwp;                  /* ratio 4: weights_proj [index_n_heads][dim], tiled */
+	struct srt_attn_tm iwp;      /* ratio 4: weights_proj [index_n_heads][dim], tiled */
 };
 
 struct srt_attn {

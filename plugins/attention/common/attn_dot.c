@@ -61,6 +61,41 @@ __attribute__((target("avx512f"))) static void tiles_avx512(const float *x, cons
 	}
 }
 
+/* bf16 tiles: the 8 uint16 of a row widened to float bits (exact), then to double */
+#define BF8(p) _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(                        \
+	_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16)))
+
+__attribute__((target("avx512f,avx2"))) static void tiles_bf16_avx512(const float *x,
+								     const uint16_t *t, size_t K,
+								     size_t nt, double *y)
+{
+	size_t j = 0;
+	for (; j + 4 <= nt; j += 4) {
+		const uint16_t *t0 = t + j * K * 8;
+		__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+		for (size_t k = 0; k < K; k++) {
+			__m512d xv = _mm512_set1_pd((double)x[k]);
+			const uint16_t *p = t0 + k * 8;
+			a0 = _mm512_add_pd(a0, _mm512_mul_pd(xv, BF8(p)));
+			a1 = _mm512_add_pd(a1, _mm512_mul_pd(xv, BF8(p + K * 8)));
+			a2 = _mm512_add_pd(a2, _mm512_mul_pd(xv, BF8(p + 2 * K * 8)));
+			a3 = _mm512_add_pd(a3, _mm512_mul_pd(xv, BF8(p + 3 * K * 8)));
+		}
+		_mm512_storeu_pd(y + j * 8, a0);
+		_mm512_storeu_pd(y + j * 8 + 8, a1);
+		_mm512_storeu_pd(y + j * 8 + 16, a2);
+		_mm512_storeu_pd(y + j * 8 + 24, a3);
+	}
+	for (; j < nt; j++) {
+		const uint16_t *t0 = t + j * K * 8;
+		__m512d a0 = _mm512_setzero_pd();
+		for (size_t k = 0; k < K; k++)
+			a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_set1_pd((double)x[k]),
+							     BF8(t0 + k * 8)));
+		_mm512_storeu_pd(y + j * 8, a0);
+	}
+}
+
 __attribute__((target("avx512f"))) static void pv_avx512(const double *p, const float *v,
 							  size_t ld, size_t n, size_t K,
 							  double *y)
@@ -122,6 +157,80 @@ void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, dou
 		for (size_t c = 0; c < k; c++)
 			for (size_t l = 0; l < 8; l++)
 				s[l] += (double)x[c] * (double)tj[c * 8 + l];
+		memcpy(y + j * 8, s, sizeof(s));
+	}
+}
+
+static float bf16_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float v;
+	memcpy(&v, &u, 4);
+	return v;
+}
+
+int srt_attn_tm_make(const struct srt_host *host, const float *w, size_t n, size_t k,
+		     struct srt_attn_tm *out)
+{
+	size_t nt = (n + 7) / 8, cnt = nt * 8 * k;
+	int bf16 = 1;
+	for (size_t i = 0; i < n * k && bf16; i++) {
+		uint32_t u;
+		memcpy(&u, &w[i], 4);
+		bf16 = (u & 0xffffu) == 0;
+	}
+	float *t = host->alloc(cnt * sizeof(float), 64);
+	if (!t)
+		return SRT_ENOMEM;
+	srt_attn_tile(w, n, k, k, t);
+	out->n = n;
+	out->k = k;
+	out->bf16 = bf16;
+	if (bf16) {
+		uint16_t *h = host->alloc(cnt * sizeof(uint16_t), 64);
+		if (!h) {
+			host->free(t);
+			return SRT_ENOMEM;
+		}
+		for (size_t i = 0; i < cnt; i++) {
+			uint32_t u;
+			memcpy(&u, &t[i], 4);
+			h[i] = (uint16_t)(u >> 16);
+		}
+		host->free(t);
+		out->t = h;
+	} else {
+		out->t = t;
+	}
+	return 0;
+}
+
+void srt_attn_tm_free(const struct srt_host *host, struct srt_attn_tm *m)
+{
+	host->free(m->t);
+	m->t = NULL;
+}
+
+void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, size_t nt,
+		     double *y)
+{
+	if (!m->bf16) {
+		srt_attn_dot_tiles(x, (const float *)m->t + t0 * m->k * 8, m->k, nt, y);
+		return;
+	}
+	const uint16_t *t = (const uint16_t *)m->t + t0 * m->k * 8;
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		tiles_bf16_avx512(x, t, m->k, nt, y);
+		return;
+	}
+#endif
+	for (size_t j = 0; j < nt; j++) {
+		double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		const uint16_t *tj = t + j * m->k * 8;
+		for (size_t c = 0; c < m->k; c++)
+			for (size_t l = 0; l < 8; l++)
+				s[l] += (double)x[c] * (double)bf16_f32(tj[c * 8 + l]);
 		memcpy(y + j * 8, s, sizeof(s));
 	}
 }

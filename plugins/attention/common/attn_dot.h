@@ -9,6 +9,9 @@
 #define SRT_ATTN_DOT_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include <shadowrt/shadowrt.h>
 
 /*
  * Tile layout of a [n][k] matrix (row stride ldw) for srt_attn_dot_tiles: ceil(n/8) tiles,
@@ -19,6 +22,25 @@ void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t);
 
 /* y[8j + l] = Σ_c x[c] · row (8j + l) of the tiled matrix, for tiles j in [0, nt) of t. */
 void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, double *y);
+
+/*
+ * A constant [n][k] weight matrix in tile layout for repeated products: bf16 tiles when every
+ * value is exactly a bf16 (half the bytes to stream), float tiles otherwise.
+ */
+struct srt_attn_tm {
+	void *t;     /* ceil(n/8) tiles of [k][8], uint16_t bf16 bits or float; host-allocated */
+	size_t n, k;
+	int bf16;
+};
+
+/* Build m from w [n][k] (row stride k). 0, or SRT_ENOMEM. Free with srt_attn_tm_free. */
+int srt_attn_tm_make(const struct srt_host *host, const float *w, size_t n, size_t k,
+		     struct srt_attn_tm *m);
+void srt_attn_tm_free(const struct srt_host *host, struct srt_attn_tm *m);
+
+/* y[8i + l] = Σ_c x[c] · row (8 (t0 + i) + l) of m, i in [0, nt) (rows >= n give 0). */
+void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, size_t nt,
+		     double *y);
 
 /* y[i] = Σ_c p[c] · v[c·ld + i] for i in [0, n), c in ascending order (probabilities · values). */
 void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y);

@@ -268,7 +268,7 @@ static void pj_gemm(struct fwd *f, const struct srt_weight *w, const float *x, c
 
 /* A double-accumulated projection with tiled weights (compressors, weights_proj): tiles
  * [t0, t1) for every row; four tiles at a time so the weights stay in cache across rows. */
-static void pj_tiles(struct fwd *f, int j, const float *wt, size_t t0, size_t t1)
+static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t t0, size_t t1)
 {
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
@@ -281,7 +281,7 @@ static void pj_tiles(struct fwd *f, int j, const float *wt, size_t t0, size_t t1
 			int64_t pos = f->rpos[r];
 			if (pos < 0)
 				continue;
-			srt_attn_dot_tiles(f->xa + (size_t)r * d, wt + c0 * d * 8, d, nt, y);
+			srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
 			for (size_t i = 0, o = c0 * 8; i < nt * 8 && o < nf; i++, o++) {
 				const struct srt_attn_comp *c = j == PJ_CKV || j == PJ_CG ? &lw->comp
 											  : &lw->icomp;
@@ -333,19 +333,19 @@ static void pj_run(struct fwd *f, int j0, int j1, int64_t b, int64_t e)
 				pj_gemm(f, &lw->wkv, f->xa, f->xaq, f->xas, f->kv, n0, n1);
 				break;
 			case PJ_CKV:
-				pj_tiles(f, j, lw->comp.wkv, t0, t1);
+				pj_tiles(f, j, &lw->comp.wkv, t0, t1);
 				break;
 			case PJ_CG:
-				pj_tiles(f, j, lw->comp.wgate, t0, t1);
+				pj_tiles(f, j, &lw->comp.wgate, t0, t1);
 				break;
 			case PJ_IKV:
-				pj_tiles(f, j, lw->icomp.wkv, t0, t1);
+				pj_tiles(f, j, &lw->icomp.wkv, t0, t1);
 				break;
 			case PJ_IG:
-				pj_tiles(f, j, lw->icomp.wgate, t0, t1);
+				pj_tiles(f, j, &lw->icomp.wgate, t0, t1);
 				break;
 			case PJ_IWP:
-				pj_tiles(f, j, lw->iwp, t0, t1);
+				pj_tiles(f, j, &lw->iwp, t0, t1);
 				break;
 			case PJ_WQB:
 				pj_gemm(f, &lw->wq_b, f->qr, f->qrq, f->qrs, f->q, n0, n1);
@@ -630,7 +630,7 @@ static int64_t select_c4(struct fwd *f, const struct srt_seq_view *s, int64_t ro
  * row still uses every thread:
  *   c1 per row:            indexer selection, keys gathered row-major and in tiles of 8;
  *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation;
- *   c3 per (row, group, 8 outputs of wo_a).
+ *   c3 per (group, 8 outputs of wo_a), after all groups, for every row of the block.
  * Each value is computed by the same operations in the same order as a per-row loop would.
  */
 static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
@@ -731,7 +731,10 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 	}
 }
 
-/* grouped wo_a (bf16 weights, as convert.py leaves it); units = (row, group, tile of 8) */
+/*
+ * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
+ * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
+ */
 static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -740,24 +743,24 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
 	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
 	size_t tg = (ol + 7) / 8;
-	double y[64];
+	double y[32];
 	(void)tid;
 	for (int64_t u = b; u < e;) {
-		int64_t rg = u / (int64_t)(G * tg), r = f->cg0 + rg;
-		size_t g = (size_t)(u / (int64_t)tg) % G, j0 = (size_t)(u % (int64_t)tg);
-		size_t nt = tg - j0;
+		size_t g = (size_t)u / tg, j0 = (size_t)u % tg, nt = tg - j0;
 		if ((int64_t)nt > e - u)
 			nt = (size_t)(e - u);
-		if (nt > 8)
-			nt = 8;
+		if (nt > 4)
+			nt = 4;
 		u += (int64_t)nt;
-		if (f->rpos[r] < 0)
-			continue;
-		srt_attn_dot_tiles(f->o + (size_t)r * H * hd + g * gk,
-				   f->lw->wo_at + (g * tg + j0) * gk * 8, gk, nt, y);
-		for (size_t i = 0; i < nt * 8 && j0 * 8 + i < ol; i++) {
-			float v = (float)y[i];
-			f->og[(size_t)r * G * ol + g * ol + j0 * 8 + i] = a->ref ? srt_round_bf16(v) : v;
+		for (int64_t r = 0; r < f->N; r++) {
+			if (f->rpos[r] < 0)
+				continue;
+			srt_attn_tm_dot(&f->lw->wo_a[g], f->o + (size_t)r * H * hd + g * gk, j0, nt, y);
+			for (size_t i = 0; i < nt * 8 && j0 * 8 + i < ol; i++) {
+				float v = (float)y[i];
+				f->og[(size_t)r * G * ol + g * ol + j0 * 8 + i] =
+					a->ref ? srt_round_bf16(v) : v;
+			}
 		}
 	}
 }
@@ -900,8 +903,8 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			f->cg0 = g0;
 			h->parallel_for(h, n, phase_c1, f);
 			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
-			h->parallel_for(h, n * (int64_t)(G * tg), phase_c3, f);
 		}
+		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
 	}
 	h->parallel_for(h, f->N, phase_d, f);
 	if (f->err) {

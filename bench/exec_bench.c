@@ -3,7 +3,12 @@
  * threads, the bytes of weights and KV one decode step reads, and the achieved decode byte
  * rate as a ratio of this machine's memory read bandwidth measured in the same run.
  *
- *   exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] [--threads-max N]
+ *   exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] [--threads-max N] [--runs N]
+ *
+ * Each thread count runs --runs times (a new prompt each time, so the prefix cache never
+ * hits) and prints every run, then the best and the median of prefill and decode tokens/s
+ * and of the decode byte rate as a share of the read bandwidth (the machine is shared: the
+ * median is the figure to compare, the best what the code can do).
  *
  * The small checkpoint is generated once into <build>/models/small (next to bin/).
  */
@@ -84,10 +89,10 @@ static double read_bandwidth(int threads)
 
 /* --- the engine -------------------------------------------------------------------------- */
 
-static int32_t *make_prompt(int n, int32_t vocab)
+static int32_t *make_prompt(int n, int32_t vocab, int run)
 {
 	int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
-	uint64_t s = 88172645463325252ull;
+	uint64_t s = 88172645463325252ull + 0x9E3779B97F4A7C15ull * (uint64_t)run;
 	for (int i = 0; t && i < n; i++) {
 		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
 		t[i] = 2 + (int32_t)(s % (uint64_t)(vocab - 2));
@@ -107,58 +112,102 @@ static uint64_t kv_bytes(struct srt_engine *e)
 	return b;
 }
 
-static int bench(const char *model, int threads, int prompt, int steps, double bw)
+static int cmp_dbl(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+	return a < b ? -1 : a > b;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_dbl);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double best(const double *v, int n)
+{
+	double b = v[0];
+	for (int i = 1; i < n; i++)
+		b = v[i] > b ? v[i] : b;
+	return b;
+}
+
+/* One prefill of `prompt` tokens then `steps` decode steps; tokens/s and the KV bytes. */
+static int run_once(struct srt_engine *e, int prompt, int steps, int run, double *pf, double *dc,
+		    uint64_t *kvb)
 {
 	char err[2048];
-	struct srt_engine_opts o = {.model = model, .threads = threads, .profile = -1, .quiet = 0};
-	struct srt_engine *e;
-	if (srt_engine_open(&o, &e, err, sizeof(err))) {
-		fprintf(stderr, "exec_bench: %s\n", err);
-		return 1;
-	}
 	size_t V = (size_t)srt_engine_model(e)->vocab_size;
-	int32_t *t = make_prompt(prompt + steps, (int32_t)V);
+	int32_t *t = make_prompt(prompt + steps, (int32_t)V, run);
 	float *lg = malloc(sizeof(float) * V);
-	struct srt_seq *s;
+	struct srt_seq *s = NULL;
 	int rc = 1;
-	if (!t || !lg || srt_engine_seq_start(e, t, (uint64_t)prompt, 0, &s, NULL, err, sizeof(err)))
+	if (!t || !lg) {
+		fprintf(stderr, "exec_bench: out of memory\n");
 		goto out;
+	}
+	if (srt_engine_seq_start(e, t, (uint64_t)prompt, 0, &s, NULL, err, sizeof(err)))
+		goto fail;
 	double t0 = now_s();
 	if (srt_engine_prefill(e, s, lg, 0, err, sizeof(err)))
 		goto fail;
-	double tp = now_s() - t0;
-	uint64_t kv = kv_bytes(e);
+	*pf = prompt / (now_s() - t0);
+	*kvb = kv_bytes(e);
 	t0 = now_s();
 	for (int k = 0; k < steps; k++)
 		if (srt_engine_decode(e, &s, 1, &t[prompt + k], lg, err, sizeof(err)))
 			goto fail;
-	double td = now_s() - t0;
-	uint64_t wb = srt_engine_decode_weight_bytes(e);
-	double rate = steps / td, bytes_s = rate * (double)(wb + kv);
-	printf("threads %d (%s profile, chunk %d): prefill %d tokens %.2f s = %.1f tokens/s; "
-	       "decode %d steps %.3f s = %.2f tokens/s\n"
-	       "  per decode step: weights %.1f MiB + KV held by the sequence %.2f MiB (upper "
-	       "bound of what a step reads)\n"
-	       "  decode reads %.2f GB/s = %.1f%% of the measured read bandwidth %.2f GB/s\n",
-	       srt_engine_threads(e), srt_profile_name(srt_engine_profile(e)), srt_engine_chunk(e),
-	       prompt, tp, prompt / tp, steps, td, rate, (double)wb / 1048576.0,
-	       (double)kv / 1048576.0, bytes_s / 1e9, 100.0 * bytes_s / bw, bw / 1e9);
+	*dc = steps / (now_s() - t0);
 	rc = 0;
-	srt_engine_seq_free(s);
 	goto out;
 fail:
 	fprintf(stderr, "exec_bench: %s\n", err);
 out:
+	srt_engine_seq_free(s);
 	free(t);
 	free(lg);
-	srt_engine_close(e);
 	return rc;
+}
+
+static int bench(const char *model, int threads, int prompt, int steps, int runs, double bw)
+{
+	char err[2048];
+	struct srt_engine_opts o = {.model = model, .threads = threads, .profile = -1, .quiet = 0};
+	struct srt_engine *e;
+	double pf[64], dc[64], ratio[64];
+	uint64_t kv = 0;
+	if (srt_engine_open(&o, &e, err, sizeof(err))) {
+		fprintf(stderr, "exec_bench: %s\n", err);
+		return 1;
+	}
+	uint64_t wb = srt_engine_decode_weight_bytes(e);
+	printf("threads %d (%s profile, chunk %d), read bandwidth %.2f GB/s (best of 5 passes)\n",
+	       srt_engine_threads(e), srt_profile_name(srt_engine_profile(e)), srt_engine_chunk(e),
+	       bw / 1e9);
+	for (int r = 0; r < runs; r++) {
+		if (run_once(e, prompt, steps, r, &pf[r], &dc[r], &kv)) {
+			srt_engine_close(e);
+			return 1;
+		}
+		ratio[r] = dc[r] * (double)(wb + kv) / bw;
+		printf("  run %d: prefill %d tokens %.1f tokens/s; decode %d steps %.2f tokens/s = "
+		       "%.2f GB/s = %.1f%% of the read bandwidth\n", r + 1, prompt, pf[r], steps,
+		       dc[r], dc[r] * (double)(wb + kv) / 1e9, 100.0 * ratio[r]);
+	}
+	printf("  per decode step: weights %.1f MiB + KV held by the sequence %.2f MiB (upper "
+	       "bound of what a step reads)\n", (double)wb / 1048576.0, (double)kv / 1048576.0);
+	printf("  threads %d best / median of %d: prefill %.1f / %.1f tokens/s; decode %.2f / "
+	       "%.2f tokens/s = %.1f%% / %.1f%% of the read bandwidth\n", srt_engine_threads(e),
+	       runs, best(pf, runs), median(pf, runs), best(dc, runs), median(dc, runs),
+	       100.0 * best(ratio, runs), 100.0 * median(ratio, runs));
+	srt_engine_close(e);
+	return 0;
 }
 
 int main(int argc, char **argv)
 {
 	const char *model = NULL;
-	int prompt = 256, steps = 8, tmax = 2;
+	int prompt = 256, steps = 8, tmax = 2, runs = 3;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--model"))
 			model = argv[i + 1];
@@ -168,14 +217,17 @@ int main(int argc, char **argv)
 			steps = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--threads-max"))
 			tmax = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--runs"))
+			runs = atoi(argv[i + 1]);
 		else {
 			fprintf(stderr, "usage: exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] "
-				"[--threads-max N]\n");
+				"[--threads-max N] [--runs N]\n");
 			return 2;
 		}
 	}
-	if (prompt < 1 || steps < 1 || tmax < 1 || tmax > 64) {
-		fprintf(stderr, "exec_bench: --prompt, --steps >= 1, --threads-max in [1, 64]\n");
+	if (prompt < 1 || steps < 1 || tmax < 1 || tmax > 64 || runs < 1 || runs > 64) {
+		fprintf(stderr, "exec_bench: --prompt, --steps >= 1, --threads-max and --runs in "
+			"[1, 64]\n");
 		return 2;
 	}
 	char dir[4096], exe[4096], err[2048];
@@ -198,7 +250,7 @@ int main(int argc, char **argv)
 	}
 	for (int t = 1; t <= tmax; t++) {
 		double bw = read_bandwidth(t);
-		if (bench(model, t, prompt, steps, bw))
+		if (bench(model, t, prompt, steps, runs, bw))
 			return 1;
 	}
 	return 0;

@@ -5,9 +5,11 @@
  * (the products of two floats are exact in double; the adds run in k order), so every kernel
  * set gives the bits of that loop: the AVX-512 paths only put 8 outputs in the 8 lanes of a
  * vector. No fused multiply-add is used (explicit mul then add; -ffp-contract=off).
+ * SRT_GEMM_ISA=generic or avx2 in the environment selects the portable loops (tests).
  */
 #include "attn_dot.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -21,8 +23,11 @@ static int have_avx512(void)
 	static int v = -1;
 	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
 	if (r < 0) {
+		/* SRT_GEMM_ISA=generic|avx2 (core/ops/gemm.h) also steers these kernels */
+		const char *isa = getenv("SRT_GEMM_ISA");
 		__builtin_cpu_init();
-		r = __builtin_cpu_supports("avx512f") ? 1 : 0;
+		r = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+		    (!isa || !strcmp(isa, "avx512")) ? 1 : 0;
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return r;

@@ -273,42 +273,36 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
 	const struct srt_attn_lw *lw = f->lw;
+	const struct srt_attn_comp *c = j == PJ_CKV || j == PJ_CG ? &lw->comp : &lw->icomp;
 	size_t d = (size_t)m->hidden_size, nf = pj_features(f, j);
+	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
+	float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
 	double y[32];
 	for (size_t c0 = t0; c0 < t1; c0 += 4) {
-		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4;
+		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4, o0 = c0 * 8;
+		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
 		for (int64_t r = 0; r < f->N; r++) {
 			int64_t pos = f->rpos[r];
 			if (pos < 0)
 				continue;
 			srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
-			for (size_t i = 0, o = c0 * 8; i < nt * 8 && o < nf; i++, o++) {
-				const struct srt_attn_comp *c = j == PJ_CKV || j == PJ_CG ? &lw->comp
-											  : &lw->icomp;
-				size_t cw = nf;
-				float *cp = (j == PJ_CKV || j == PJ_CG ? f->cp : f->ip) + (size_t)r * 2 * cw;
-				const float *ape = c->ape + (size_t)(pos % c->ratio) * cw;
-				switch (j) {
-				case PJ_CKV:
-				case PJ_IKV:
-					cp[o] = (float)y[i];
-					break;
-				case PJ_CG:
-				case PJ_IG:
-					cp[cw + o] = a->ref ? (float)y[i] + ape[o]
-							    : (float)(y[i] + ape[o]);
-					break;
-				default: {
-					size_t ih = (size_t)m->index_n_heads;
-					size_t idim = (size_t)m->index_head_dim;
-					float wsc = (float)(pow((double)idim, -0.5) *
-							    pow((double)ih, -0.5));
-					f->iw[(size_t)r * ih + o] =
-						a->ref ? srt_round_bf16(srt_round_bf16((float)y[i]) * wsc)
+			if (j == PJ_IWP) {
+				float *iw = f->iw + (size_t)r * ih + o0;
+				for (size_t i = 0; i < no; i++)
+					iw[i] = a->ref ? srt_round_bf16(srt_round_bf16((float)y[i]) * wsc)
 						       : (float)(y[i] * wsc);
-				}
-				}
+				continue;
 			}
+			/* compressor: kv [nf] then score [nf] (gate + ape of the position's slot) */
+			float *cp = (j == PJ_CKV || j == PJ_CG ? f->cp : f->ip) + (size_t)r * 2 * nf;
+			const float *ape = c->ape + (size_t)(pos % c->ratio) * nf + o0;
+			if (j == PJ_CKV || j == PJ_IKV)
+				for (size_t i = 0; i < no; i++)
+					cp[o0 + i] = (float)y[i];
+			else
+				for (size_t i = 0; i < no; i++)
+					cp[nf + o0 + i] = a->ref ? (float)y[i] + ape[i]
+								 : (float)(y[i] + ape[i]);
 		}
 	}
 }

@@ -255,6 +255,19 @@ static size_t pj_features(const struct fwd *f, int j)
 	return 0;
 }
 
+/*
+ * Bytes of weight per element of job j: the host splits units into equal contiguous ranges,
+ * so a tile of job j counts as this many units and every thread streams about the same bytes.
+ */
+static int64_t pj_cost(const struct fwd *f, int j)
+{
+	const struct srt_attn_lw *lw = f->lw;
+	const struct srt_attn_tm *t = j == PJ_CKV ? &lw->comp.wkv : j == PJ_CG ? &lw->comp.wgate
+				      : j == PJ_IKV ? &lw->icomp.wkv : j == PJ_IG ? &lw->icomp.wgate
+				      : j == PJ_IWP ? &lw->iwp : NULL;
+	return t ? (t->bf16 ? 2 : 4) : 1; /* srt_gemm jobs: FP8 weights */
+}
+
 /* A projection done with srt_gemm: features [n0, n1) of every row of the block. */
 static void pj_gemm(struct fwd *f, const struct srt_weight *w, const float *x, const float *xq,
 		    const float *xs, float *y, size_t n0, size_t n1)
@@ -307,17 +320,21 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	}
 }
 
-/* Units [b, e) of the 8-feature tiles of jobs [j0, j1), numbered job after job. */
+/*
+ * Units [b, e) of jobs [j0, j1), numbered job after job, pj_cost units per 8-feature tile; a
+ * tile belongs to the range holding its first unit.
+ */
 static void pj_run(struct fwd *f, int j0, int j1, int64_t b, int64_t e)
 {
 	const struct srt_attn_lw *lw = f->lw;
 	int64_t base = 0;
 	for (int j = j0; j < j1; j++) {
 		size_t nf = pj_features(f, j);
-		int64_t nt = (int64_t)(nf + 7) / 8, lo = b > base ? b : base;
-		int64_t hi = e < base + nt ? e : base + nt;
+		int64_t w = pj_cost(f, j), nt = (int64_t)(nf + 7) / 8;
+		int64_t lo = b > base ? (b - base + w - 1) / w : 0;
+		int64_t hi = e < base + nt * w ? (e - base + w - 1) / w : nt;
 		if (lo < hi) {
-			size_t t0 = (size_t)(lo - base), t1 = (size_t)(hi - base);
+			size_t t0 = (size_t)lo, t1 = (size_t)hi;
 			size_t n0 = t0 * 8, n1 = t1 * 8 < nf ? t1 * 8 : nf;
 			switch (j) {
 			case PJ_WQA:
@@ -349,7 +366,7 @@ static void pj_run(struct fwd *f, int j0, int j1, int64_t b, int64_t e)
 				break;
 			}
 		}
-		base += nt;
+		base += nt * w;
 	}
 }
 
@@ -357,7 +374,7 @@ static int64_t pj_units(struct fwd *f, int j0, int j1)
 {
 	int64_t n = 0;
 	for (int j = j0; j < j1; j++)
-		n += (int64_t)(pj_features(f, j) + 7) / 8;
+		n += (int64_t)(pj_features(f, j) + 7) / 8 * pj_cost(f, j);
 	return n;
 }
 

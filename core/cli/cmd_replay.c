@@ -154,7 +154,7 @@ int srt_cmd_replay(int argc, char **argv)
 		replay_usage(stdout);
 		return 0;
 	}
-	const char *trace_path = NULL, *model = "deepseek-v4-flash", *kv = NULL, *ix = NULL;
+	const char *trace_path = NULL, *model = "deepseek-v4-flash", *kv = "bf16", *ix = NULL;
 	const char *plugin_dir = NULL;
 	uint64_t budget = SRT_RDX_UNBOUNDED, page = 256, limit = 0, chunk = 8192;
 	double share = 0.1;

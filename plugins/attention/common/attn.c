@@ -390,8 +390,9 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 					srt_e8m0_to_f32(wo_a.scales[(r / 128) * sc + c / 128]));
 	}
 	for (size_t gi = 0; gi < (size_t)g && !rc; gi++)
-		rc = srt_attn_tm_make(a->host, woa + gi * (size_t)ol * k, (size_t)ol, k,
-				      &lw->wo_a[gi]);
+		rc = srt_attn_tm_make_fp8(a->host, wo_a.data, wo_a.scales, (k + 127) / 128,
+					  gi * (size_t)ol, (size_t)ol, k, woa + gi * (size_t)ol * k,
+					  &lw->wo_a[gi]);
 	a->host->free(woa);
 	if (rc) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory for wo_a", a->name, L);

@@ -12,6 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ops/fp.h"
+
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define ATTN_X86 1
@@ -98,6 +100,54 @@ __attribute__((target("avx512f,avx2"))) static void tiles_bf16_avx512(const floa
 			a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_set1_pd((double)x[k]),
 							     BF8(t0 + k * 8)));
 		_mm512_storeu_pd(y + j * 8, a0);
+	}
+}
+
+/* E4M3 tiles: the 8 codes as f16 bits (sign to bit 15, exponent and mantissa at bit 7: the
+ * f16 value is the E4M3 value / 2^8, exact), widened to float, times 2^8 x the block scale */
+#define FP8X8(p) _mm256_cvtph_ps(_mm_or_si128(                                               \
+	_mm_slli_epi16(_mm_and_si128(c16_(p), _mm_set1_epi16(0x80)), 8),                        \
+	_mm_slli_epi16(_mm_and_si128(c16_(p), _mm_set1_epi16(0x7f)), 7)))
+#define c16_(p) _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(p)))
+
+__attribute__((target("avx512f,avx2,f16c"))) static void tiles_fp8_avx512(
+	const float *x, const uint8_t *t, const float *sc, size_t K, size_t nt, double *y)
+{
+	size_t nb = K / 128;
+	for (size_t j = 0; j < nt; j += 4) {
+		size_t m = nt - j < 4 ? nt - j : 4;
+		__m512d acc[4];
+		for (size_t i = 0; i < 4; i++)
+			acc[i] = _mm512_setzero_pd();
+		for (size_t b = 0; b < nb; b++) {
+			__m256 s[4];
+			const uint8_t *p[4];
+			for (size_t i = 0; i < m; i++) {
+				s[i] = _mm256_mul_ps(_mm256_loadu_ps(sc + ((j + i) * nb + b) * 8),
+						     _mm256_set1_ps(256.0f));
+				p[i] = t + ((j + i) * K + b * 128) * 8;
+			}
+			if (m == 4) {
+				for (size_t k = 0; k < 128; k++) {
+					__m512d xv = _mm512_set1_pd((double)x[b * 128 + k]);
+#define FP8ACC(i) acc[i] = _mm512_add_pd(acc[i], _mm512_mul_pd(xv, _mm512_cvtps_pd(                \
+	_mm256_mul_ps(FP8X8(p[i] + k * 8), s[i]))))
+					FP8ACC(0);
+					FP8ACC(1);
+					FP8ACC(2);
+					FP8ACC(3);
+				}
+			} else {
+				for (size_t i = 0; i < m; i++)
+					for (size_t k = 0; k < 128; k++) {
+						__m512d xv = _mm512_set1_pd((double)x[b * 128 + k]);
+						FP8ACC(i);
+					}
+			}
+#undef FP8ACC
+		}
+		for (size_t i = 0; i < m; i++)
+			_mm512_storeu_pd(y + (j + i) * 8, acc[i]);
 	}
 }
 
@@ -191,6 +241,8 @@ int srt_attn_tm_make(const struct srt_host *host, const float *w, size_t n, size
 	out->n = n;
 	out->k = k;
 	out->bf16 = bf16;
+	out->fp8 = 0;
+	out->sc = NULL;
 	if (bf16) {
 		uint16_t *h = host->alloc(cnt * sizeof(uint16_t), 64);
 		if (!h) {
@@ -210,15 +262,76 @@ int srt_attn_tm_make(const struct srt_host *host, const float *w, size_t n, size
 	return 0;
 }
 
+int srt_attn_tm_make_fp8(const struct srt_host *host, const uint8_t *codes,
+			 const uint8_t *scales, size_t sb_cols, size_t row0, size_t n, size_t k,
+			 const float *deq, struct srt_attn_tm *m)
+{
+	size_t nt = (n + 7) / 8, nb = k / 128;
+	uint8_t *t = host->alloc(nt * 8 * k, 64);
+	float *sc = host->alloc(nt * nb * 8 * sizeof(float), 64);
+	int exact = t && sc && k % 128 == 0;
+	for (size_t j = 0; exact && j < nt; j++)
+		for (size_t l = 0; l < 8; l++) {
+			size_t r = j * 8 + l;
+			for (size_t b = 0; b < nb; b++)
+				sc[(j * nb + b) * 8 + l] =
+					r < n ? srt_e8m0_to_f32(scales[((row0 + r) / 128) * sb_cols + b])
+					      : 0.0f;
+			for (size_t c = 0; c < k; c++) {
+				uint8_t q = r < n ? codes[(row0 + r) * k + c] : 0;
+				t[(j * k + c) * 8 + l] = q;
+				if (r < n) {
+					float v = srt_fp8_e4m3_to_f32(q) * sc[(j * nb + c / 128) * 8 + l];
+					exact &= memcmp(&v, &deq[r * k + c], 4) == 0;
+				}
+			}
+		}
+	if (!exact) {
+		host->free(t);
+		host->free(sc);
+		return srt_attn_tm_make(host, deq, n, k, m);
+	}
+	m->t = t;
+	m->sc = sc;
+	m->n = n;
+	m->k = k;
+	m->bf16 = 0;
+	m->fp8 = 1;
+	return 0;
+}
+
 void srt_attn_tm_free(const struct srt_host *host, struct srt_attn_tm *m)
 {
 	host->free(m->t);
+	host->free(m->sc);
 	m->t = NULL;
+	m->sc = NULL;
 }
 
 void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, size_t nt,
 		     double *y)
 {
+	if (m->fp8) {
+		const uint8_t *t8 = (const uint8_t *)m->t + t0 * m->k * 8;
+		const float *sc = m->sc + t0 * (m->k / 128) * 8;
+#ifdef ATTN_X86
+		if (have_avx512()) {
+			tiles_fp8_avx512(x, t8, sc, m->k, nt, y);
+			return;
+		}
+#endif
+		for (size_t j = 0; j < nt; j++) {
+			double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+			for (size_t c = 0; c < m->k; c++)
+				for (size_t l = 0; l < 8; l++) {
+					float v = srt_fp8_e4m3_to_f32(t8[(j * m->k + c) * 8 + l]) *
+						  sc[(j * (m->k / 128) + c / 128) * 8 + l];
+					s[l] += (double)x[c] * (double)v;
+				}
+			memcpy(y + j * 8, s, sizeof(s));
+		}
+		return;
+	}
 	if (!m->bf16) {
 		srt_attn_dot_tiles(x, (const float *)m->t + t0 * m->k * 8, m->k, nt, y);
 		return;

@@ -28,14 +28,24 @@ void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, dou
  * value is exactly a bf16 (half the bytes to stream), float tiles otherwise.
  */
 struct srt_attn_tm {
-	void *t;     /* ceil(n/8) tiles of [k][8], uint16_t bf16 bits or float; host-allocated */
+	void *t;     /* ceil(n/8) tiles of [k][8]: float, uint16_t bf16 bits or E4M3 codes */
+	float *sc;   /* E4M3: [tile][k/128][8] the scale of each row's 128-block; else NULL */
 	size_t n, k;
-	int bf16;
+	int bf16;    /* 1: bf16 tiles */
+	int fp8;     /* 1: E4M3 tiles with sc (1 byte per weight) */
 };
 
 /* Build m from w [n][k] (row stride k). 0, or SRT_ENOMEM. Free with srt_attn_tm_free. */
 int srt_attn_tm_make(const struct srt_host *host, const float *w, size_t n, size_t k,
 		     struct srt_attn_tm *m);
+/*
+ * Build m from an FP8 E4M3 matrix (rows [row0, row0 + n) of codes [*][k], UE8M0 scales of
+ * 128x128 blocks with sb_cols per block row) whose dequantized values are `deq` [n][k]: E4M3
+ * tiles when decoding them gives exactly deq, else srt_attn_tm_make(deq). k a multiple of 128.
+ */
+int srt_attn_tm_make_fp8(const struct srt_host *host, const uint8_t *codes,
+			 const uint8_t *scales, size_t sb_cols, size_t row0, size_t n, size_t k,
+			 const float *deq, struct srt_attn_tm *m);
 void srt_attn_tm_free(const struct srt_host *host, struct srt_attn_tm *m);
 
 /* y[8i + l] = Σ_c x[c] · row (8 (t0 + i) + l) of m, i in [0, nt) (rows >= n give 0). */

@@ -353,6 +353,25 @@ void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, siz
 	}
 }
 
+void srt_attn_tm_decode(const struct srt_attn_tm *m, size_t t0, size_t nt, float *out)
+{
+	size_t k = m->k, cnt = nt * 8 * k;
+	if (m->fp8) {
+		const uint8_t *t8 = (const uint8_t *)m->t + t0 * k * 8;
+		const float *sc = m->sc + t0 * (k / 128) * 8;
+		for (size_t i = 0; i < cnt; i++) {
+			size_t j = i / (8 * k), c = i / 8 % k, l = i % 8;
+			out[i] = srt_fp8_e4m3_to_f32(t8[i]) * sc[(j * (k / 128) + c / 128) * 8 + l];
+		}
+	} else if (m->bf16) {
+		const uint16_t *t = (const uint16_t *)m->t + t0 * k * 8;
+		for (size_t i = 0; i < cnt; i++)
+			out[i] = bf16_f32(t[i]);
+	} else {
+		memcpy(out, (const float *)m->t + t0 * k * 8, cnt * sizeof(float));
+	}
+}
+
 void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y)
 {
 #ifdef ATTN_X86

@@ -52,6 +52,10 @@ void srt_attn_tm_free(const struct srt_host *host, struct srt_attn_tm *m);
 void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, size_t nt,
 		     double *y);
 
+/* Tiles [t0, t0 + nt) of m as float tiles (out: nt * 8 * k floats), for srt_attn_dot_tiles
+ * over many rows: same values, so the same results as srt_attn_tm_dot. */
+void srt_attn_tm_decode(const struct srt_attn_tm *m, size_t t0, size_t nt, float *out);
+
 /* y[i] = Σ_c p[c] · v[c·ld + i] for i in [0, n), c in ascending order (probabilities · values). */
 void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y);
 

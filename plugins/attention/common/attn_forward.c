@@ -62,6 +62,7 @@ struct fwd {
 	 * [n][kmax8][hd], key counts [n] */
 	int64_t cg0;
 	float *ck, *ckt;
+	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
 	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
 	int err;
@@ -755,7 +756,10 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
 	size_t tg = (ol + 7) / 8;
 	double y[32];
-	(void)tid;
+	float *dec = f->dbuf + (size_t)tid * 32 * gk;
+	int64_t nrows = 0;
+	for (int64_t r = 0; r < f->N; r++)
+		nrows += f->rpos[r] >= 0;
 	for (int64_t u = b; u < e;) {
 		size_t g = (size_t)u / tg, j0 = (size_t)u % tg, nt = tg - j0;
 		if ((int64_t)nt > e - u)
@@ -763,10 +767,17 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 		if (nt > 4)
 			nt = 4;
 		u += (int64_t)nt;
+		/* several rows: decode the tiles once (same floats, same results) */
+		if (nrows > 1)
+			srt_attn_tm_decode(&f->lw->wo_a[g], j0, nt, dec);
 		for (int64_t r = 0; r < f->N; r++) {
+			const float *o = f->o + (size_t)r * H * hd + g * gk;
 			if (f->rpos[r] < 0)
 				continue;
-			srt_attn_tm_dot(&f->lw->wo_a[g], f->o + (size_t)r * H * hd + g * gk, j0, nt, y);
+			if (nrows > 1)
+				srt_attn_dot_tiles(o, dec, gk, nt, y);
+			else
+				srt_attn_tm_dot(&f->lw->wo_a[g], o, j0, nt, y);
 			for (size_t i = 0; i < nt * 8 && j0 * 8 + i < ol; i++) {
 				float v = (float)y[i];
 				f->og[(size_t)r * G * ol + g * ol + j0 * 8 + i] =
@@ -988,13 +999,15 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih +
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
-	size_t sz[9] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t gk = H * hd / (size_t)m->o_groups;
+	size_t sz[10] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
-			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views)};
-	size_t off[9], total = 0;
-	for (int i = 0; i < 9; i++) {
+			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
+			(size_t)h->nthreads * 32 * gk * sizeof(float)};
+	size_t off[10], total = 0;
+	for (int i = 0; i < 10; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1017,6 +1030,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.ckt = (float *)(a->scratch + off[6]);
 	f.cnk = (int64_t *)(void *)(a->scratch + off[7]);
 	views = (struct srt_seq_view *)(void *)(a->scratch + off[8]);
+	f.dbuf = (float *)(a->scratch + off[9]);
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;

@@ -4,14 +4,17 @@
  * One call runs in four phases:
  *   0. check   every page the call will read or write is present (nothing is written before
  *              this passes, so a failed call leaves the cache untouched);
- *   A. rows    per row, in parallel: attn_norm, q path, kv path, compressor projections,
- *              indexer query and head weights;
+ *   A. rows    attn_norm, q path, kv path, compressor projections, indexer query and head
+ *              weights: projections split by output features over all rows of the block,
+ *              element-wise work per row or per (row, head) (see "phase A" below);
  *   B. write   per sequence, in token order: window KV into its page; compressor rows into the
  *              ring; a block's entry is pooled when its last token arrives and written to the
  *              C4 / C128 (and indexer) pools; the ring is saved into the state entry of a
  *              page at the page's last token and at the call's last token;
- *   C. attend  per row, in parallel: indexer top-k (csa), gather window + compressed keys from
- *              the pages, attention with the sink per head, de-rotation, grouped wo_a;
+ *   C. attend  indexer top-k (csa) and the gather of window + compressed keys per row,
+ *              attention with the sink and de-rotation per (row, head), then grouped wo_a
+ *              per 8 outputs over all rows (see "phase C" below), so one decode row uses
+ *              every thread;
  *   D. wo_b    per row range, in parallel.
  * Phase 0 covers the whole call; A-D run on blocks of ATTN_ROWS rows in row order (a sequence
  * cut by a block boundary continues in the next block as a chunked prefill would), which
@@ -20,6 +23,10 @@
  * before it, and every reduction runs in a fixed order (ascending positions / entries, double
  * or sequential float sums, srt_gemm's fixed blocking): results are bitwise independent of
  * chunking, batching and thread count.
+ *
+ * Speed: the weights' products run once per call for all rows (srt_gemm for the FP8
+ * matrices; attn_dot.h's double-accumulated kernels for the bf16 compressor, weights_proj and
+ * wo_a weights, kept as tiles), the scratch is kept by the instance between calls.
  *
  * Numerics: `reference` rounds where DeepSeek's reference rounds (tests/reference/README.md
  * lists every point); dot products of activations (q.k, p.v, compressor and indexer

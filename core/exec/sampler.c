@@ -58,6 +58,11 @@ int32_t srt_sample(struct srt_sampler *s, const float *logits, int32_t n, void *
 	struct cand *c = scratch;
 	int32_t best = srt_argmax(logits, n);
 	double maxv = logits[best], sum = 0.0;
+	/* every logit NaN (maxv NaN), a +inf logit or only -inf: no distribution to draw from;
+	 * the argmax is the only defined answer (exp(x - maxv) would be NaN everywhere and the
+	 * nucleus empty) */
+	if (!isfinite(maxv))
+		return best;
 	int32_t m = 0;
 	for (int32_t i = 0; i < n; i++) {
 		if (isnan(logits[i]))

@@ -23,7 +23,9 @@ int32_t srt_argmax(const float *logits, int32_t n);
 
 /*
  * Pick the next token. scratch must hold 2 * n floats' worth (n floats + n int32) and is
- * overwritten. Returns the token id.
+ * overwritten. Returns the token id, always in [0, n). Logits that are NaN are never drawn;
+ * when no logit is finite-valued at the top (all NaN, a +inf, only -inf) the result is the
+ * argmax (0 when all are NaN).
  */
 int32_t srt_sample(struct srt_sampler *s, const float *logits, int32_t n, void *scratch);
 

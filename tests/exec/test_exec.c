@@ -25,6 +25,7 @@
 
 #include "ckpt/safetensors.h"
 #include "exec/engine.h"
+#include "exec/sampler.h"
 #include "radix/radix.h"
 
 #define PROMPT 640
@@ -572,6 +573,88 @@ START_TEST(bad_tokens_and_missing_models_are_refused_with_a_message)
 }
 END_TEST
 
+/* --- sampling ---------------------------------------------------------------------------- */
+
+START_TEST(sampler_same_seed_same_tokens_and_temperature_zero_is_the_argmax)
+{
+	enum { V = 64, N = 200 };
+	float lg[V];
+	struct cand_space { float f[2 * V]; } scratch;
+	for (int i = 0; i < V; i++)
+		lg[i] = (float)((i * 37) % 11) * 0.3f;
+	struct srt_sampler a, b, c, g;
+	srt_sampler_init(&a, 0.8f, 0.9f, 42);
+	srt_sampler_init(&b, 0.8f, 0.9f, 42);
+	srt_sampler_init(&c, 0.8f, 0.9f, 43);
+	srt_sampler_init(&g, 0.0f, 0.9f, 42);
+	int differ = 0;
+	for (int k = 0; k < N; k++) {
+		int32_t x = srt_sample(&a, lg, V, &scratch), y = srt_sample(&b, lg, V, &scratch);
+		ck_assert_int_eq(x, y);
+		differ |= x != srt_sample(&c, lg, V, &scratch);
+		/* ties (several logits at the maximum 3.0) go to the lowest index */
+		ck_assert_int_eq(srt_sample(&g, lg, V, &scratch), srt_argmax(lg, V));
+	}
+	ck_assert_int_eq(srt_argmax(lg, V), 8); /* 8 * 37 % 11 == 10: the first of the maxima */
+	ck_assert_msg(differ, "another seed gave the same %d tokens", N);
+}
+END_TEST
+
+START_TEST(sampler_top_p_keeps_the_nucleus_and_draws_with_softmax_frequencies)
+{
+	/* probabilities at T = 2: logits 2*ln(p) give p = .4 .3 .2 .06 .04; top_p .85 keeps the
+	 * first three (.9 >= .85, .7 < .85), renormalised to 4/9, 3/9, 2/9 */
+	enum { V = 5, N = 40000 };
+	static const double p[V] = {.4, .3, .2, .06, .04};
+	float lg[V], scratch[2 * V];
+	for (int i = 0; i < V; i++)
+		lg[i] = (float)(2.0 * log(p[i]));
+	struct srt_sampler s;
+	srt_sampler_init(&s, 2.0f, 0.85f, 7);
+	int cnt[V] = {0};
+	for (int k = 0; k < N; k++) {
+		int32_t t = srt_sample(&s, lg, V, scratch);
+		ck_assert(t >= 0 && t < V);
+		cnt[t]++;
+	}
+	ck_assert_int_eq(cnt[3] + cnt[4], 0);
+	for (int i = 0; i < 3; i++) {
+		double q = p[i] / 0.9, sd = sqrt(q * (1 - q) / N), f = (double)cnt[i] / N;
+		/* 5 sigma of a binomial frequency: a false failure once in ~1.7 million runs, while a
+		 * wrong temperature or nucleus moves a frequency by > 0.03 (> 10 sigma) */
+		ck_assert_msg(fabs(f - q) < 5 * sd, "token %d: frequency %.4f, expected %.4f", i, f, q);
+	}
+}
+END_TEST
+
+START_TEST(sampler_without_a_finite_maximum_returns_a_valid_token)
+{
+	enum { V = 8 };
+	/* scratch placed after a poisoned candidate: reading before it would return id -7 */
+	struct {
+		float p;
+		int32_t id;
+	} buf[V + 1];
+	buf[0].p = 1.0f, buf[0].id = -7;
+	struct srt_sampler s;
+	srt_sampler_init(&s, 1.0f, 0.9f, 1);
+	float lg[V];
+	for (int i = 0; i < V; i++)
+		lg[i] = NAN;
+	ck_assert_int_eq(srt_sample(&s, lg, V, &buf[1]), 0);
+	for (int i = 0; i < V; i++)
+		lg[i] = -INFINITY;
+	ck_assert_int_eq(srt_sample(&s, lg, V, &buf[1]), 0);
+	for (int i = 0; i < V; i++)
+		lg[i] = (float)i;
+	lg[5] = INFINITY;
+	ck_assert_int_eq(srt_sample(&s, lg, V, &buf[1]), 5);
+	lg[5] = NAN; /* NaN among finite logits is never drawn */
+	for (int k = 0; k < 1000; k++)
+		ck_assert_int_ne(srt_sample(&s, lg, V, &buf[1]), 5);
+}
+END_TEST
+
 static Suite *exec_suite(void)
 {
 	Suite *s = suite_create("exec");
@@ -592,6 +675,11 @@ static Suite *exec_suite(void)
 	tcase_add_test(inv, resume_from_l2_after_l1_eviction_equals_the_request_from_scratch_bitwise);
 	tcase_add_test(inv, bad_tokens_and_missing_models_are_refused_with_a_message);
 	suite_add_tcase(s, inv);
+	TCase *smp = tcase_create("sampler");
+	tcase_add_test(smp, sampler_same_seed_same_tokens_and_temperature_zero_is_the_argmax);
+	tcase_add_test(smp, sampler_top_p_keeps_the_nucleus_and_draws_with_softmax_frequencies);
+	tcase_add_test(smp, sampler_without_a_finite_maximum_returns_a_valid_token);
+	suite_add_tcase(s, smp);
 	return s;
 }
 

@@ -830,6 +830,38 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 }
 END_TEST
 
+/* Opening a file store (a second process starting on the same directory) removes the temp
+ * files of dead writers only: a live process's write in progress keeps its temp file. */
+START_TEST(file_store_open_keeps_the_temp_files_of_live_writers)
+{
+	char *dir = tu_tmpdir("livetmp");
+	char root[4200], tmpd[4300], live[4400], dead[4400];
+	snprintf(root, sizeof(root), "%s/store", dir);
+	snprintf(tmpd, sizeof(tmpd), "%s/tmp", root);
+	ck_assert_int_eq(mkdir(root, 0755), 0);
+	ck_assert_int_eq(mkdir(tmpd, 0755), 0);
+	pid_t child = fork(); /* a pid that is certainly dead once reaped */
+	ck_assert_int_ge(child, 0);
+	if (child == 0)
+		_exit(0);
+	ck_assert_int_eq(waitpid(child, NULL, 0), child);
+	snprintf(live, sizeof(live), "%s/%064d.%ld.0", tmpd, 1, (long)getppid());
+	snprintf(dead, sizeof(dead), "%s/%064d.%ld.0", tmpd, 2, (long)child);
+	FILE *f = fopen(live, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	ck_assert_ptr_nonnull(f = fopen(dead, "w"));
+	fclose(f);
+	struct tu_plugin p;
+	ck_assert_int_eq(open_store(B_FILE, dir, NULL, &p), 0);
+	ck_assert_msg(access(live, F_OK) == 0, "the live writer's temp file %s was deleted", live);
+	ck_assert_msg(access(dead, F_OK) != 0, "the dead writer's temp file %s was kept", dead);
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 /*
  * A private mount namespace, so a tmpfs mounted by this (forked) test vanishes with it.
  * Returns 0 when mounting is possible here (root or CAP_SYS_ADMIN).
@@ -961,6 +993,7 @@ static Suite *tier_suite(void)
 	tc = tcase_create("faults");
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0, N_BACKENDS);
+	tcase_add_test(tc, file_store_open_keeps_the_temp_files_of_live_writers);
 	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0, N_BACKENDS);
 	tcase_add_loop_test(tc, store_read_only_directory_fails_with_eio_and_a_logged_reason, 0,
 			    N_BACKENDS);

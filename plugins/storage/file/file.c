@@ -5,7 +5,8 @@
  *
  * Writes are atomic: the object goes to <path>/tmp/<hex>.<pid>.<n>, is fsync()ed (option
  * `fsync`, default on) and renamed into place, so a crash leaves either the old state or the
- * whole new object, plus at most a stray temp file, which the next open deletes. The directory
+ * whole new object, plus at most a stray temp file, which the next open deletes (unless the
+ * pid in its name is a live process: another process writing to the same directory). The directory
  * itself is not fsync()ed: after a power loss the newest objects may be missing, never partial.
  *
  * Size bound: option `max_bytes` (default unlimited). After each put the least recently used
@@ -14,9 +15,11 @@
  * rebuilds the index by scanning the tree and ordering by mtime, so the store survives restarts.
  *
  * Errors: a read-only directory or another I/O failure is SRT_EIO, a full disk (ENOSPC, EDQUOT,
- * EFBIG) is SRT_ENOSPC, each logged with the path and the reason. One process owns a directory at
- * a time (the index is per process). All methods are thread safe: the index is under a mutex,
- * file contents are read and written outside it.
+ * EFBIG) is SRT_ENOSPC, each logged with the path and the reason. The index and the size bound
+ * are per process: processes sharing a directory at once are safe (an object another process
+ * evicted is a miss, never a partial read, and no open deletes another live process's temp
+ * files) but each bounds only what it knows. All methods are thread safe: the index is under
+ * a mutex, file contents are read and written outside it.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +27,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,7 +244,25 @@ static int is_hex2(const char *s)
 	return strlen(s) == 2 && hex_val(s[0]) >= 0 && hex_val(s[1]) >= 0;
 }
 
-/* Delete temp files a crashed writer left behind. */
+/*
+ * True when temp file `name` (<hex>.<pid>.<n>) may belong to a write in progress: its pid is
+ * a live process here, or the name does not parse. Another process using the same directory
+ * keeps its temp files; a crashed writer's are removed.
+ */
+static int tmp_owner_alive(const char *name)
+{
+	const char *dot = strchr(name, '.');
+	if (!dot)
+		return 1;
+	char *end;
+	errno = 0;
+	long pid = strtol(dot + 1, &end, 10);
+	if (errno || end == dot + 1 || *end != '.' || pid <= 0)
+		return 1;
+	return kill((pid_t)pid, 0) == 0 || errno == EPERM;
+}
+
+/* Delete temp files a crashed writer left behind (not those of live processes). */
 static void clean_tmp(struct file_store *fs)
 {
 	char p[PATH_MAX];
@@ -250,7 +272,7 @@ static void clean_tmp(struct file_store *fs)
 		return;
 	unsigned n = 0;
 	for (struct dirent *e; (e = readdir(d));) {
-		if (e->d_name[0] == '.')
+		if (e->d_name[0] == '.' || tmp_owner_alive(e->d_name))
 			continue;
 		if (unlinkat(dirfd(d), e->d_name, 0) == 0)
 			n++;

@@ -489,8 +489,14 @@ static int pool_alloc_page(struct srt_rdx_cache *c, uint32_t p, struct srt_rdx_l
 {
 	struct rdx_pool *pl = &c->pools[p];
 	if (pl->budget != SRT_RDX_UNBOUNDED) {
-		if (pl->page_bytes > pl->budget ||
-		    srt_rdx_evict(c, p, pl->budget - pl->page_bytes, NULL)) {
+		if (pl->page_bytes > pl->budget) {
+			seterr(err, errlen,
+			       "pool '%s': budget of %llu bytes is smaller than one page (%llu bytes): "
+			       "no request can run; raise the budget", pl->name,
+			       (unsigned long long)pl->budget, (unsigned long long)pl->page_bytes);
+			return SRT_ENOMEM;
+		}
+		if (srt_rdx_evict(c, p, pl->budget - pl->page_bytes, NULL)) {
 			seterr(err, errlen,
 			       "pool '%s': budget of %llu bytes reached (%llu bytes in use, page %llu "
 			       "bytes); the rest is locked by running requests",

@@ -430,6 +430,25 @@ START_TEST(budget_evicts_the_least_recently_used_leaf)
 }
 END_TEST
 
+START_TEST(a_budget_below_one_page_is_refused_saying_so)
+{
+	uint64_t budgets[NPOOLS] = {SRT_RDX_UNBOUNDED, 1, SRT_RDX_UNBOUNDED, SRT_RDX_UNBOUNDED};
+	struct srt_rdx_cache *c = mk(budgets);
+	int32_t t[32];
+	seq(t, 32, 15);
+	struct srt_rdx_req *r;
+	uint64_t hit;
+	ck_assert_int_eq(srt_rdx_req_start(c, t, 32, &r, &hit, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_rdx_req_extend(r, t, 32, err, sizeof(err)), SRT_ENOMEM);
+	/* not "locked by running requests": nothing is in use, the budget cannot hold a page */
+	ck_assert_msg(strstr(err, "'c4'") && strstr(err, "smaller than one page"), "%s", err);
+	ck_assert_uint_eq(srt_rdx_req_len(r), 0);
+	ck_assert_int_eq(srt_rdx_req_abort(r, err, sizeof(err)), 0);
+	srt_rdx_req_free(r);
+	done(c);
+}
+END_TEST
+
 START_TEST(allocation_over_a_locked_budget_fails_cleanly)
 {
 	uint64_t budgets[NPOOLS] = {SRT_RDX_UNBOUNDED, 2 * 256, SRT_RDX_UNBOUNDED, SRT_RDX_UNBOUNDED};
@@ -506,6 +525,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, committed_pages_are_protected_from_window_release);
 	tcase_add_test(tc, budget_evicts_the_least_recently_used_leaf);
 	tcase_add_test(tc, allocation_over_a_locked_budget_fails_cleanly);
+	tcase_add_test(tc, a_budget_below_one_page_is_refused_saying_so);
 	tcase_add_test(tc, drop_hook_sees_every_evicted_tree_page_before_it_is_freed);
 	suite_add_tcase(s, tc);
 	return s;

@@ -4,6 +4,10 @@
  * rate as a ratio of this machine's memory read bandwidth measured in the same run.
  *
  *   exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] [--threads-max N] [--runs N]
+ *              [--batch N]
+ *
+ * --batch N decodes N sequences together (each prefilled alone first); decode tokens/s then
+ * counts the tokens of the whole batch, and the byte rate counts the weights once per step.
  *
  * Each thread count runs --runs times (a new prompt each time, so the prefix cache never
  * hits) and prints every run, then the best and the median of prefill and decode tokens/s
@@ -132,45 +136,61 @@ static double best(const double *v, int n)
 	return b;
 }
 
-/* One prefill of `prompt` tokens then `steps` decode steps; tokens/s and the KV bytes. */
-static int run_once(struct srt_engine *e, int prompt, int steps, int run, double *pf, double *dc,
-		    uint64_t *kvb)
+/*
+ * `batch` sequences (prompts of run `run`), each prefilled alone (prefill tokens/s of the
+ * first), then `steps` batched decode steps; decode tokens/s over the batch and the KV bytes
+ * the batch's sequences hold.
+ */
+static int run_once(struct srt_engine *e, int prompt, int steps, int batch, int run, double *pf,
+		    double *dc, uint64_t *kvb)
 {
-	char err[2048];
+	char err[2048] = "";
 	size_t V = (size_t)srt_engine_model(e)->vocab_size;
-	int32_t *t = make_prompt(prompt + steps, (int32_t)V, run);
-	float *lg = malloc(sizeof(float) * V);
-	struct srt_seq *s = NULL;
+	int32_t *t[16] = {NULL}, tok[16];
+	struct srt_seq *s[16] = {NULL};
+	float *lg = malloc(sizeof(float) * V * (size_t)batch);
 	int rc = 1;
-	if (!t || !lg) {
+	uint64_t kv0 = kv_bytes(e); /* pages earlier runs left in the cache */
+	for (int b = 0; b < batch; b++)
+		if (!(t[b] = make_prompt(prompt + steps, (int32_t)V, run * 16 + b)))
+			lg = (free(lg), NULL);
+	if (!lg) {
 		fprintf(stderr, "exec_bench: out of memory\n");
 		goto out;
 	}
-	uint64_t kv0 = kv_bytes(e); /* pages earlier runs left in the cache */
-	if (srt_engine_seq_start(e, t, (uint64_t)prompt, 0, &s, NULL, err, sizeof(err)))
-		goto fail;
-	double t0 = now_s();
-	if (srt_engine_prefill(e, s, lg, 0, err, sizeof(err)))
-		goto fail;
-	*pf = prompt / (now_s() - t0);
-	*kvb = kv_bytes(e) - kv0;
-	t0 = now_s();
-	for (int k = 0; k < steps; k++)
-		if (srt_engine_decode(e, &s, 1, &t[prompt + k], lg, err, sizeof(err)))
+	for (int b = 0; b < batch; b++) {
+		if (srt_engine_seq_start(e, t[b], (uint64_t)prompt, 0, &s[b], NULL, err, sizeof(err)))
 			goto fail;
-	*dc = steps / (now_s() - t0);
+		double t0 = now_s();
+		if (srt_engine_prefill(e, s[b], lg, 0, err, sizeof(err)))
+			goto fail;
+		if (b == 0)
+			*pf = prompt / (now_s() - t0);
+	}
+	*kvb = kv_bytes(e) - kv0;
+	double t0 = now_s();
+	for (int k = 0; k < steps; k++) {
+		for (int b = 0; b < batch; b++)
+			tok[b] = t[b][prompt + k];
+		if (srt_engine_decode(e, s, (uint32_t)batch, tok, lg, err, sizeof(err)))
+			goto fail;
+	}
+	*dc = (double)steps * batch / (now_s() - t0);
 	rc = 0;
 	goto out;
 fail:
 	fprintf(stderr, "exec_bench: %s\n", err);
 out:
-	srt_engine_seq_free(s);
-	free(t);
+	for (int b = 0; b < batch; b++) {
+		srt_engine_seq_free(s[b]);
+		free(t[b]);
+	}
 	free(lg);
 	return rc;
 }
 
-static int bench(const char *model, int threads, int prompt, int steps, int runs, double bw)
+static int bench(const char *model, int threads, int prompt, int steps, int runs, int batch,
+		 double bw)
 {
 	char err[2048];
 	struct srt_engine_opts o = {.model = model, .threads = threads, .profile = -1, .quiet = 0};
@@ -186,21 +206,25 @@ static int bench(const char *model, int threads, int prompt, int steps, int runs
 	       srt_engine_threads(e), srt_profile_name(srt_engine_profile(e)), srt_engine_chunk(e),
 	       bw / 1e9);
 	for (int r = 0; r < runs; r++) {
-		if (run_once(e, prompt, steps, r, &pf[r], &dc[r], &kv)) {
+		if (run_once(e, prompt, steps, batch, r, &pf[r], &dc[r], &kv)) {
 			srt_engine_close(e);
 			return 1;
 		}
-		ratio[r] = dc[r] * (double)(wb + kv) / bw;
-		printf("  run %d: prefill %d tokens %.1f tokens/s; decode %d steps %.2f tokens/s = "
-		       "%.2f GB/s = %.1f%% of the read bandwidth\n", r + 1, prompt, pf[r], steps,
-		       dc[r], dc[r] * (double)(wb + kv) / 1e9, 100.0 * ratio[r]);
+		/* a batched step reads the weights once and every sequence's KV */
+		double steps_s = dc[r] / batch;
+		ratio[r] = steps_s * (double)(wb + kv) / bw;
+		printf("  run %d: prefill %d tokens %.1f tokens/s; decode batch %d, %d steps %.2f "
+		       "tokens/s = %.2f GB/s = %.1f%% of the read bandwidth\n", r + 1, prompt, pf[r],
+		       batch, steps, dc[r], steps_s * (double)(wb + kv) / 1e9, 100.0 * ratio[r]);
 	}
-	printf("  per decode step: weights %.1f MiB + KV held by the sequence %.2f MiB (upper "
-	       "bound of what a step reads)\n", (double)wb / 1048576.0, (double)kv / 1048576.0);
-	printf("  threads %d best / median of %d: prefill %.1f / %.1f tokens/s; decode %.2f / "
-	       "%.2f tokens/s = %.1f%% / %.1f%% of the read bandwidth\n", srt_engine_threads(e),
-	       runs, best(pf, runs), median(pf, runs), best(dc, runs), median(dc, runs),
-	       100.0 * best(ratio, runs), 100.0 * median(ratio, runs));
+	printf("  per decode step: weights %.1f MiB + KV held by the batch's sequences %.2f MiB "
+	       "(upper bound of what a step reads)\n", (double)wb / 1048576.0,
+	       (double)kv / 1048576.0);
+	printf("  threads %d best / median of %d: prefill %.1f / %.1f tokens/s; decode (batch %d) "
+	       "%.2f / %.2f tokens/s = %.1f%% / %.1f%% of the read bandwidth\n",
+	       srt_engine_threads(e), runs, best(pf, runs), median(pf, runs), batch,
+	       best(dc, runs), median(dc, runs), 100.0 * best(ratio, runs),
+	       100.0 * median(ratio, runs));
 	srt_engine_close(e);
 	return 0;
 }
@@ -208,7 +232,7 @@ static int bench(const char *model, int threads, int prompt, int steps, int runs
 int main(int argc, char **argv)
 {
 	const char *model = NULL;
-	int prompt = 256, steps = 8, tmax = 2, runs = 3;
+	int prompt = 256, steps = 8, tmax = 2, runs = 3, batch = 1;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!strcmp(argv[i], "--model"))
 			model = argv[i + 1];
@@ -220,15 +244,18 @@ int main(int argc, char **argv)
 			tmax = atoi(argv[i + 1]);
 		else if (!strcmp(argv[i], "--runs"))
 			runs = atoi(argv[i + 1]);
+		else if (!strcmp(argv[i], "--batch"))
+			batch = atoi(argv[i + 1]);
 		else {
 			fprintf(stderr, "usage: exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] "
-				"[--threads-max N] [--runs N]\n");
+				"[--threads-max N] [--runs N] [--batch N]\n");
 			return 2;
 		}
 	}
-	if (prompt < 1 || steps < 1 || tmax < 1 || tmax > 64 || runs < 1 || runs > 64) {
+	if (prompt < 1 || steps < 1 || tmax < 1 || tmax > 64 || runs < 1 || runs > 64 ||
+	    batch < 1 || batch > 16) {
 		fprintf(stderr, "exec_bench: --prompt, --steps >= 1, --threads-max and --runs in "
-			"[1, 64]\n");
+			"[1, 64], --batch in [1, 16]\n");
 		return 2;
 	}
 	char dir[4096], exe[4096], err[2048];
@@ -251,7 +278,7 @@ int main(int argc, char **argv)
 	}
 	for (int t = 1; t <= tmax; t++) {
 		double bw = read_bandwidth(t);
-		if (bench(model, t, prompt, steps, runs, bw))
+		if (bench(model, t, prompt, steps, runs, batch, bw))
 			return 1;
 	}
 	return 0;

@@ -359,10 +359,14 @@ void srt_attn_tm_decode(const struct srt_attn_tm *m, size_t t0, size_t nt, float
 	if (m->fp8) {
 		const uint8_t *t8 = (const uint8_t *)m->t + t0 * k * 8;
 		const float *sc = m->sc + t0 * (k / 128) * 8;
-		for (size_t i = 0; i < cnt; i++) {
-			size_t j = i / (8 * k), c = i / 8 % k, l = i % 8;
-			out[i] = srt_fp8_e4m3_to_f32(t8[i]) * sc[(j * (k / 128) + c / 128) * 8 + l];
-		}
+		for (size_t j = 0; j < nt; j++)
+			for (size_t c = 0; c < k; c++) {
+				const float *s = sc + (j * (k / 128) + c / 128) * 8;
+				const uint8_t *q = t8 + (j * k + c) * 8;
+				float *o = out + (j * k + c) * 8;
+				for (size_t l = 0; l < 8; l++)
+					o[l] = srt_fp8_e4m3_to_f32(q[l]) * s[l];
+			}
 	} else if (m->bf16) {
 		const uint16_t *t = (const uint16_t *)m->t + t0 * k * 8;
 		for (size_t i = 0; i < cnt; i++)

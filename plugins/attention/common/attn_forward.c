@@ -774,14 +774,14 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 		if (nt > 4)
 			nt = 4;
 		u += (int64_t)nt;
-		/* several rows: decode the tiles once (same floats, same results) */
-		if (nrows > 1)
+		/* many rows (prefill): decode the tiles once (same floats, same results) */
+		if (nrows >= 8)
 			srt_attn_tm_decode(&f->lw->wo_a[g], j0, nt, dec);
 		for (int64_t r = 0; r < f->N; r++) {
 			const float *o = f->o + (size_t)r * H * hd + g * gk;
 			if (f->rpos[r] < 0)
 				continue;
-			if (nrows > 1)
+			if (nrows >= 8)
 				srt_attn_dot_tiles(o, dec, gk, nt, y);
 			else
 				srt_attn_tm_dot(&f->lw->wo_a[g], o, j0, nt, y);

@@ -90,8 +90,10 @@ static void print_runtime(const struct srt_runtime_config *rc)
 	}
 	print_plugin("moe", &rc->moe, "", rc);
 	print_plugin("residual", &rc->residual, "", rc);
+	char wp[48];
 	printf("cache\n  page_size %u tokens, write policy %s, prefetch %s, tenant salt %s\n",
-	       rc->page_size, srt_write_policy_name(rc->write_policy),
+	       rc->page_size,
+	       srt_write_policy_format(rc->write_policy, rc->write_after_hits, wp, sizeof(wp)),
 	       rc->prefetch ? "on" : "off", rc->tenant_salt[0] ? "set" : "(none)");
 	static const char *const names[] = {"tier.l1", "tier.l2", "tier.l3"};
 	for (int t = 0; t < SRT_TIER_COUNT; t++) {

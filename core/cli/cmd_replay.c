@@ -345,7 +345,7 @@ int srt_cmd_replay(int argc, char **argv)
 	}
 	if (tm)
 		srt_tmgr_attach(tm, c);
-	char bb[32];
+	char bb[32], wp[48];
 	fmt_bytes(bb, sizeof(bb), budget);
 	printf("replay %s: %zu requests, model %s, page %" PRIu64 " tokens, budget %s, kv %s\n",
 	       trace_path, t->n, g->model.name, page, bb, kv ? kv : "bf16");
@@ -355,7 +355,8 @@ int srt_cmd_replay(int argc, char **argv)
 		       " B synthetic payload per page (checked on load)\n",
 		       bb, srt_tier_stack_describe(ts, SRT_TIER_L2),
 		       srt_tier_stack_describe(ts, SRT_TIER_L3),
-		       srt_write_policy_name(ov.write_policy >= 0 ? ov.write_policy : rc.write_policy),
+		       srt_write_policy_format(ov.write_policy >= 0 ? ov.write_policy : rc.write_policy,
+					       rc.write_after_hits, wp, sizeof(wp)),
 		       (ov.prefetch >= 0 ? ov.prefetch : rc.prefetch) ? "on" : "off", payload);
 	struct srt_replay_opts ro = {.chunk_tokens = chunk, .progress = quiet ? NULL : stderr,
 				     .tiers = tm};

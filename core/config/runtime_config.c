@@ -551,13 +551,17 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 		if (!strcmp(k, "write_policy")) {
 			if (!strcmp(v, "write_through"))
 				c->write_policy = SRT_WRITE_THROUGH;
-			else if (!strcmp(v, "write_through_after_2"))
+			else if (!strncmp(v, "write_through_after_", 20)) {
+				if (!rc_int(v + 20, 1, 1000000, &iv))
+					RC_FAIL(e, "'%s': expected write_through_after_N with N an "
+						"integer in [1, 1000000] (hits before the copy)", v);
 				c->write_policy = SRT_WRITE_THROUGH_AFTER_2;
-			else if (!strcmp(v, "write_back"))
+				c->write_after_hits = (uint32_t)iv;
+			} else if (!strcmp(v, "write_back"))
 				c->write_policy = SRT_WRITE_BACK;
 			else
 				RC_FAIL(e, "'%s' is not a policy (expected write_through, "
-					"write_through_after_2 or write_back)", v);
+					"write_through_after_N or write_back)", v);
 			return 0;
 		}
 		if (!strcmp(k, "prefetch")) {
@@ -694,6 +698,7 @@ static void rc_defaults(struct srt_runtime_config *c)
 	c->prefill_chunk = 256;
 	c->page_size = 256;
 	c->write_policy = SRT_WRITE_THROUGH;
+	c->write_after_hits = 2;
 	c->prefetch = 1;
 	c->tenant_salt = "";
 	c->temperature = 0;
@@ -974,6 +979,15 @@ const char *srt_write_policy_name(int p)
 	case SRT_WRITE_BACK: return "write_back";
 	}
 	return "?";
+}
+
+const char *srt_write_policy_format(int p, uint32_t after_hits, char *buf, size_t len)
+{
+	if (p == SRT_WRITE_THROUGH_AFTER_2)
+		snprintf(buf, len, "write_through_after_%u", after_hits ? after_hits : 2);
+	else
+		snprintf(buf, len, "%s", srt_write_policy_name(p));
+	return buf;
 }
 
 const char *srt_profile_name(int p)

@@ -10,7 +10,8 @@
  *   [residual]  plugin = mhc       + free options
  *   [tier.l1] [tier.l2] [tier.l3]  plugin = host|file|sqlite|redis|none, budget = 4GiB
  *               + free options (path, host, port, max_bytes, ...)
- *   [cache]     page_size = 256   write_policy = write_through|write_through_after_2|write_back
+ *   [cache]     page_size = 256   write_policy = write_through|write_through_after_N|write_back
+ *               (write_through_after_N: N >= 1 hits before the copy; _after_2 is the usual one)
  *               prefetch = on|off   tenant_salt = <string>
  *   [sampling]  temperature = 0.7   top_p = 0.95   seed = 42   max_new_tokens = 128
  *
@@ -41,7 +42,7 @@ struct srt_model_config;
 
 enum srt_write_policy {
 	SRT_WRITE_THROUGH = 0,         /* every page goes to the next tier at once */
-	SRT_WRITE_THROUGH_AFTER_2 = 1, /* ... once it has been hit twice */
+	SRT_WRITE_THROUGH_AFTER_2 = 1, /* ... once it has been hit write_after_hits times */
 	SRT_WRITE_BACK = 2,            /* only when evicted */
 };
 
@@ -92,6 +93,7 @@ struct srt_runtime_config {
 	/* [cache] */
 	uint32_t page_size;
 	int write_policy; /* enum srt_write_policy */
+	uint32_t write_after_hits; /* N of write_through_after_N (2 unless set) */
 	int prefetch;     /* 0/1 */
 	const char *tenant_salt; /* "" when not set */
 
@@ -167,6 +169,8 @@ const char *srt_format_size(uint64_t bytes, char *buf, size_t len);
 
 /* Names for printing. */
 const char *srt_write_policy_name(int policy);
+/* The policy as written in the config ("write_through_after_3") into buf. Returns buf. */
+const char *srt_write_policy_format(int policy, uint32_t after_hits, char *buf, size_t len);
 const char *srt_profile_name(int profile);
 
 #endif /* SRT_CONFIG_RUNTIME_CONFIG_H */

@@ -136,6 +136,7 @@ int srt_tier_stack_open(const struct srt_tier_stack_opts *o, struct srt_tier_sta
 		.pools = o->pools,
 		.n_pools = o->n_pools,
 		.write_policy = ov && ov->write_policy >= 0 ? ov->write_policy : rc->write_policy,
+		.write_after_hits = rc->write_after_hits,
 		.prefetch = ov && ov->prefetch >= 0 ? ov->prefetch : rc->prefetch,
 		.payload_bytes = o->payload_bytes,
 		.tail_stride = o->tail_stride,

@@ -462,6 +462,7 @@ START_TEST(a_file_section_replaces_the_default_section)
 	ck_assert_str_eq(p->section, "attention.my_csa");
 	ck_assert_str_eq(srt_runtime_config_option(&c, p->section, "block"), "64");
 	ck_assert_int_eq(c.write_policy, SRT_WRITE_THROUGH_AFTER_2);
+	ck_assert_uint_eq(c.write_after_hits, 2);
 	ck_assert_int_eq(c.prefetch, 0);
 	ck_assert_uint_eq(c.page_size, 256); /* [cache] replaced: the code default */
 	ck_assert_double_eq(c.temperature, 0.7);
@@ -469,6 +470,33 @@ START_TEST(a_file_section_replaces_the_default_section)
 	ck_assert_int_eq(c.max_new_tokens, 128);
 	srt_runtime_config_free(&c);
 	unlink(path);
+}
+END_TEST
+
+START_TEST(write_through_after_n_takes_any_n_and_refuses_a_bad_one)
+{
+	char path[256];
+	struct srt_runtime_config c;
+	char wp[48];
+	write_tmp(path, sizeof(path), ".ini", "[cache]\nwrite_policy = write_through_after_5\n");
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.write_policy, SRT_WRITE_THROUGH_AFTER_2);
+	ck_assert_uint_eq(c.write_after_hits, 5);
+	ck_assert_str_eq(srt_write_policy_format(c.write_policy, c.write_after_hits, wp, sizeof(wp)),
+			 "write_through_after_5");
+	srt_runtime_config_free(&c);
+	unlink(path);
+	static const char *const bad[] = {"write_through_after_0", "write_through_after_x",
+					  "write_through_after_", "write_through_after_2x"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char text[128];
+		snprintf(text, sizeof(text), "[cache]\nwrite_policy = %s\n", bad[i]);
+		write_tmp(path, sizeof(path), ".ini", text);
+		ck_assert_int_eq(srt_runtime_config_load(path, &c, err, sizeof(err)), SRT_EINVAL);
+		ck_assert_msg(strstr(err, bad[i]) && strstr(err, ":2:") && strstr(err, "N"),
+			      "message: %s", err);
+		unlink(path);
+	}
 }
 END_TEST
 
@@ -605,6 +633,7 @@ static Suite *config_suite(void)
 	tcase_add_test(r, default_runtime_config_has_the_documented_values);
 	tcase_add_test(r, default_ini_file_round_trips_to_the_embedded_default);
 	tcase_add_test(r, a_file_section_replaces_the_default_section);
+	tcase_add_test(r, write_through_after_n_takes_any_n_and_refuses_a_bad_one);
 	tcase_add_test(r, runtime_config_errors_name_file_line_and_key);
 	tcase_add_test(r, long_line_is_rejected_not_cut);
 	tcase_add_test(r, model_ratios_must_be_mapped_and_divide_the_page);

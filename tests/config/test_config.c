@@ -72,7 +72,10 @@ static void flash_with(const char *key, const char *repl, char *path, size_t len
 				strcat(out, "\n");
 			}
 		} else {
-			strncat(out, s, n);
+			/* memcpy, not strncat: gcc -O3 rejects a bound computed from the source */
+			size_t used = strlen(out);
+			memcpy(out + used, s, n);
+			out[used + n] = '\0';
 		}
 		s += n;
 	}

@@ -41,24 +41,6 @@ static void generate_usage(FILE *out)
 		"  -q, --quiet          print only the generated token ids\n");
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_long(const char *s, long lo, long hi, long *out)
-{
-	errno = 0;
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = v;
-	return 0;
-}
-
 static int parse_double(const char *s, double *out)
 {
 	errno = 0;
@@ -144,7 +126,7 @@ int srt_cmd_generate(int argc, char **argv)
 			prompt_text = val;
 		} else if (!strcmp(a, "--max-new-tokens")) {
 			NEED();
-			if (parse_long(val, 0, 1 << 24, &max_new))
+			if (srt_cli_parse_long(val, 0, 1 << 24, &max_new))
 				BAD("an integer in [0, 16777216]");
 		} else if (!strcmp(a, "--temperature")) {
 			NEED();
@@ -156,7 +138,7 @@ int srt_cmd_generate(int argc, char **argv)
 				BAD("a number in (0, 1]");
 		} else if (!strcmp(a, "--seed")) {
 			NEED();
-			if (parse_long(val, 0, LONG_MAX, &v))
+			if (srt_cli_parse_long(val, 0, LONG_MAX, &v))
 				BAD("a non-negative integer");
 			seed = v;
 		} else if (!strcmp(a, "--profile")) {
@@ -169,12 +151,12 @@ int srt_cmd_generate(int argc, char **argv)
 				BAD("reference or f32");
 		} else if (!strcmp(a, "--chunk")) {
 			NEED();
-			if (parse_long(val, 1, 1 << 20, &v))
+			if (srt_cli_parse_long(val, 1, 1 << 20, &v))
 				BAD("an integer in [1, 1048576]");
 			o.chunk = (int)v;
 		} else if (!strcmp(a, "--threads")) {
 			NEED();
-			if (parse_long(val, 0, 4096, &v))
+			if (srt_cli_parse_long(val, 0, 4096, &v))
 				BAD("an integer in [0, 4096]");
 			o.threads = (int)v;
 		} else if (!strcmp(a, "--logits")) {
@@ -225,12 +207,12 @@ int srt_cmd_generate(int argc, char **argv)
 	void *scratch = NULL;
 	int32_t *gen = NULL;
 	FILE *lf = NULL;
-	double t0 = now_s();
+	double t0 = srt_cli_now();
 	if (srt_engine_open(&o, &e, err, sizeof(err))) {
 		fprintf(stderr, "shadowrt generate: %s\n", err);
 		goto out;
 	}
-	double t_open = now_s() - t0;
+	double t_open = srt_cli_now() - t0;
 	const struct srt_model_config *m = srt_engine_model(e);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
 	size_t V = (size_t)m->vocab_size;
@@ -258,7 +240,7 @@ int srt_cmd_generate(int argc, char **argv)
 		fprintf(stderr, "shadowrt generate: %s\n", err);
 		goto out;
 	}
-	double t1 = now_s();
+	double t1 = srt_cli_now();
 	if (srt_engine_prefill(e, s, all ? all : logits, all != NULL, err, sizeof(err))) {
 		fprintf(stderr, "shadowrt generate: prefill: %s\n", err);
 		goto out;
@@ -266,9 +248,9 @@ int srt_cmd_generate(int argc, char **argv)
 	const float *last = all ? all + (n - 1) * V : logits;
 	if (lf && write_all(lf, all, V * n))
 		goto write_fail;
-	double t_prefill = now_s() - t1;
+	double t_prefill = srt_cli_now() - t1;
 	long n_gen = 0, steps = 0;
-	double t2 = now_s();
+	double t2 = srt_cli_now();
 	while (n_gen < max_new) {
 		int32_t tok = srt_sample(&smp, last, (int32_t)V, scratch);
 		gen[n_gen++] = tok;
@@ -287,7 +269,7 @@ int srt_cmd_generate(int argc, char **argv)
 		if (stop)
 			break;
 	}
-	double t_decode = now_s() - t2;
+	double t_decode = srt_cli_now() - t2;
 	if (lf) {
 		if (fclose(lf)) {
 			lf = NULL;

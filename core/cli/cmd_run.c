@@ -72,24 +72,6 @@ static const char *const user_msgs[] = {
 };
 #define N_MSGS (sizeof(user_msgs) / sizeof(user_msgs[0]))
 
-static double now_s(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int parse_int(const char *s, long lo, long hi, int *out)
-{
-	errno = 0;
-	char *end;
-	long v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
-		return -1;
-	*out = (int)v;
-	return 0;
-}
-
 struct conv {
 	int32_t *hist;
 	size_t n, cap;
@@ -171,13 +153,13 @@ int srt_cmd_run(int argc, char **argv)
 		else if (!strcmp(a, "--config"))
 			o.config_path = val;
 		else if (!strcmp(a, "--turns"))
-			bad = parse_int(val, 1, 1000, &turns);
+			bad = srt_cli_parse_int(val, 1, 1000, &turns);
 		else if (!strcmp(a, "--conversations"))
-			bad = parse_int(val, 1, 4096, &nconv);
+			bad = srt_cli_parse_int(val, 1, 4096, &nconv);
 		else if (!strcmp(a, "--reply-tokens"))
-			bad = parse_int(val, 1, 1 << 20, &reply);
+			bad = srt_cli_parse_int(val, 1, 1 << 20, &reply);
 		else if (!strcmp(a, "--threads"))
-			bad = parse_int(val, 0, 4096, &o.threads);
+			bad = srt_cli_parse_int(val, 0, 4096, &o.threads);
 		else if (!strcmp(a, "--profile")) {
 			if (!strcmp(val, "reference"))
 				o.profile = 0;
@@ -245,10 +227,10 @@ int srt_cmd_run(int argc, char **argv)
 			goto oom;
 	}
 	uint64_t tot_prompt = 0, tot_hit = 0, tot_computed = 0, tot_decoded = 0;
-	double t_all = now_s(), t_prefill_all = 0, t_decode_all = 0;
+	double t_all = srt_cli_now(), t_prefill_all = 0, t_decode_all = 0;
 	int work = turns * (nconv + reply), done = 0;
 	for (int t = 0; t < turns; t++) {
-		double t0 = now_s();
+		double t0 = srt_cli_now();
 		double ttft[4096];
 		uint64_t hits[4096], tiers[4096][3];
 		for (int c = 0; c < nconv; c++) {
@@ -269,16 +251,16 @@ int srt_cmd_run(int argc, char **argv)
 			srt_seq_hit_tiers(cv[c].seq, tiers[c]);
 			cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
 						scratch);
-			ttft[c] = now_s() - t0;
+			ttft[c] = srt_cli_now() - t0;
 			seqs[c] = cv[c].seq;
 			tot_prompt += cv[c].n;
 			tot_hit += hits[c];
 			tot_computed += cv[c].n - hits[c];
 			progress(bar, ++done, work, "prefill");
 		}
-		double t_pre = now_s() - t0;
+		double t_pre = srt_cli_now() - t0;
 		t_prefill_all += t_pre;
-		double t1 = now_s();
+		double t1 = srt_cli_now();
 		for (int k = 0; k < reply; k++) {
 			for (int c = 0; c < nconv; c++) {
 				toks[c] = cv[c].next;
@@ -301,7 +283,7 @@ int srt_cmd_run(int argc, char **argv)
 			progress(bar, ++done, work, "decode");
 		}
 		done = (t + 1) * (nconv + reply);
-		double t_dec = now_s() - t1;
+		double t_dec = srt_cli_now() - t1;
 		t_decode_all += t_dec;
 		double rate = t_dec > 0 ? (double)(reply - 1) * nconv / t_dec : 0;
 		progress_clear(bar);
@@ -322,7 +304,7 @@ int srt_cmd_run(int argc, char **argv)
 		}
 		fflush(stdout);
 	}
-	double wall = now_s() - t_all;
+	double wall = srt_cli_now() - t_all;
 	progress_clear(bar);
 	printf("\nwall %.2f s: prefill %.2f s (%llu tokens computed, %.1f tokens/s), decode %.2f s "
 	       "(%llu tokens, %.1f tokens/s over %d sequences)\n",

@@ -18,6 +18,13 @@ extern const struct srt_command srt_commands[];
 /* True when argv holds -h or --help (commands use it before parsing anything else). */
 int srt_cli_wants_help(int argc, char **argv);
 
+/* Seconds on the monotonic clock (for durations). */
+double srt_cli_now(void);
+
+/* A whole decimal number in [lo, hi]: 0 and *out, or -1 (nothing set) on anything else. */
+int srt_cli_parse_long(const char *s, long lo, long hi, long *out);
+int srt_cli_parse_int(const char *s, int lo, int hi, int *out);
+
 /* The commands (one cmd_<name>.c each). */
 int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);

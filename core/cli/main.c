@@ -1,6 +1,9 @@
 /* shadowrt — entry point: dispatch to a subcommand (see commands.h). */
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "commands.h"
 
@@ -27,6 +30,33 @@ int srt_cli_wants_help(int argc, char **argv)
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help"))
 			return 1;
 	}
+	return 0;
+}
+
+double srt_cli_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int srt_cli_parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int srt_cli_parse_int(const char *s, int lo, int hi, int *out)
+{
+	long v;
+	if (srt_cli_parse_long(s, lo, hi, &v))
+		return -1;
+	*out = (int)v;
 	return 0;
 }
 

@@ -324,6 +324,7 @@ struct srt_tmgr {
 	struct srt_tmgr_stats st;
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
+	uint64_t l3_put_failures; /* consecutive failed L3 puts other than outages (main thread) */
 };
 
 #define LOG(m, lvl, ...)                                                                       \
@@ -442,9 +443,16 @@ static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	int rc = srt_tier_store_put(&m->store, key, 1, bufs, lens);
 	l3_result(m, rc == SRT_EIO ? SRT_EIO : 0, "put");
 	if (rc) {
-		if (rc != SRT_EIO)
-			LOG(m, SRT_LOG_WARN, "L3 put failed (%d): page not stored", rc);
+		/* a full store fails every put: say so once per run of failures */
+		if (rc != SRT_EIO && m->l3_put_failures++ == 0)
+			LOG(m, SRT_LOG_WARN, "L3 put failed (%d): page not stored (further failures "
+			    "of this run are counted, not logged)", rc);
 		return 0;
+	}
+	if (m->l3_put_failures) {
+		LOG(m, SRT_LOG_WARN, "L3 puts work again after %" PRIu64 " failed",
+		    m->l3_put_failures);
+		m->l3_put_failures = 0;
 	}
 	l3_note(m, key, pool);
 	return 1;

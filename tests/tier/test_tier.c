@@ -911,6 +911,30 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 	/* What was stored before the disk filled up is still served intact. */
 	for (uint64_t i = 0; i < (uint64_t)stored; i++)
 		ck_assert(get_raw(&p, i, SZ));
+	if (_i == B_FILE) {
+		/* A run of failures is logged once, not once per put; the first success after it
+		 * says how many failed. */
+		ck_assert_int_eq(tu_log_count("failed:"), 1);
+		for (uint64_t i = 1000; i < 1020; i++) {
+			struct srt_key k = tu_key(i);
+			const void *in[1] = {data};
+			size_t len = SZ;
+			ck_assert_int_ne(p.vt->put(p.inst, &k, 1, in, &len), 0);
+		}
+		ck_assert_int_eq(tu_log_count("failed:"), 1);
+		struct srt_key k0 = tu_key(0);
+		ck_assert_int_eq(p.vt->remove(p.inst, &k0, 1), 0);
+		if (!mounted) { /* lift the simulated limit */
+			struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY};
+			setrlimit(RLIMIT_FSIZE, &rl);
+		}
+		struct srt_key k = tu_key(0);
+		const void *in[1] = {data};
+		size_t len = SZ;
+		tu_fill(data, SZ, 0);
+		ck_assert_int_eq(p.vt->put(p.inst, &k, 1, in, &len), 0);
+		ck_assert(tu_log_has("puts succeed again after 21 failed"));
+	}
 	tu_close(&p);
 	if (mounted)
 		umount(dir);

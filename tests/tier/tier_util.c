@@ -86,6 +86,22 @@ int tu_log_has(const char *needle)
 	return has;
 }
 
+int tu_log_count(const char *needle)
+{
+	int n = 0;
+	pthread_mutex_lock(&log_mu);
+	for (const char *l = log_buf; *l;) {
+		const char *eol = strchr(l, '\n');
+		size_t len = eol ? (size_t)(eol - l) : strlen(l);
+		const char *hit = strstr(l, needle);
+		if (hit && hit < l + len)
+			n++;
+		l += len + (eol ? 1 : 0);
+	}
+	pthread_mutex_unlock(&log_mu);
+	return n;
+}
+
 void tu_log_clear(void)
 {
 	pthread_mutex_lock(&log_mu);

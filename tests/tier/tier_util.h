@@ -26,6 +26,8 @@ const struct srt_host *tu_host(void);
 /* True when a logged line contains needle (since the last tu_log_clear). */
 int tu_log_has(const char *needle);
 void tu_log_clear(void);
+/* Logged lines containing needle (since the last tu_log_clear). */
+int tu_log_count(const char *needle);
 
 /*
  * Load plugins/<file> (e.g. "srt_tier_file.so") and create an instance with options given as

@@ -59,7 +59,37 @@ struct file_store {
 	struct node *head, *tail;
 	uint64_t bytes, objects;
 	atomic_uint_fast64_t tmp_seq;
+	uint64_t put_failures; /* consecutive failed puts (under mu) */
 };
+
+/* Failed puts come in runs (a full disk fails every put until space returns): the first failure
+ * of a run is logged with its reason, then one line per 1000 more, and the first success after a
+ * run says how many failed, so a full disk does not flood the log. */
+#define PUT_FAIL_LOG_EVERY 1000
+
+static void put_failed(struct file_store *fs, const char *hex, const char *what,
+		       const char *target, int e)
+{
+	pthread_mutex_lock(&fs->mu);
+	uint64_t n = ++fs->put_failures;
+	pthread_mutex_unlock(&fs->mu);
+	if (n == 1)
+		fs->host->log(SRT_LOG_ERROR, NAME, "put %s: %s %s failed: %s", hex, what, target,
+			      strerror(e));
+	else if (n % PUT_FAIL_LOG_EVERY == 0)
+		fs->host->log(SRT_LOG_ERROR, NAME, "%" PRIu64 " puts failed in a row (last: %s %s: %s)",
+			      n, what, target, strerror(e));
+}
+
+/* Called under mu after a successful put. */
+static void put_succeeded(struct file_store *fs)
+{
+	if (fs->put_failures) {
+		fs->host->log(SRT_LOG_WARN, NAME, "puts succeed again after %" PRIu64 " failed",
+			      fs->put_failures);
+		fs->put_failures = 0;
+	}
+}
 
 /* --- index ---------------------------------------------------------------------------------- */
 
@@ -590,9 +620,9 @@ static int put_one(struct file_store *fs, const struct srt_key *k, const void *b
 		if (mk) {
 			e = errno;
 			what = "mkdir";
+			snprintf(path, sizeof(path), "%s", dir); /* dir is only ours under mu */
 			pthread_mutex_unlock(&fs->mu);
-			fs->host->log(SRT_LOG_ERROR, NAME, "put %s: mkdir %s failed: %s", hex, dir,
-				      strerror(e));
+			put_failed(fs, hex, what, path, e);
 			unlink(tmp);
 			return errno_code(e);
 		}
@@ -606,6 +636,7 @@ static int put_one(struct file_store *fs, const struct srt_key *k, const void *b
 	}
 	int rc = idx_put(fs, k, len, 1);
 	evict(fs);
+	put_succeeded(fs);
 	pthread_mutex_unlock(&fs->mu);
 	return rc;
 
@@ -614,8 +645,7 @@ fail_close:
 fail_unlink:
 	unlink(tmp);
 fail:
-	fs->host->log(SRT_LOG_ERROR, NAME, "put %s: %s %s failed: %s", hex, what, target,
-		      strerror(e));
+	put_failed(fs, hex, what, target, e);
 	return errno_code(e);
 }
 

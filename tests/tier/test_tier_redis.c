@@ -179,17 +179,40 @@ START_TEST(redis_server_loss_is_eio_logged_then_reconnects)
 }
 END_TEST
 
-START_TEST(redis_unreachable_server_fails_create_with_the_address)
+START_TEST(redis_unreachable_server_is_an_outage_or_with_require_server_fails_create)
 {
 	int port = tu_free_port(); /* nothing listens there */
 	char ps[16], why[512];
 	snprintf(ps, sizeof(ps), "%d", port);
 	struct tu_plugin p;
-	const char *opts[] = {"port", ps, "timeout_ms", "200", NULL};
-	ck_assert_int_eq(tu_open("srt_tier_redis.so", opts, &p, why, sizeof(why)), SRT_EIO);
 	char want[64];
 	snprintf(want, sizeof(want), "127.0.0.1:%d", port);
+	/* require_server = yes: create fails naming the address */
+	const char *req[] = {"port", ps, "timeout_ms", "200", "require_server", "yes", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_redis.so", req, &p, why, sizeof(why)), SRT_EIO);
 	ck_assert_ptr_nonnull(strstr(why, want));
+	/* default: the store opens with a warning naming the address; calls fail with SRT_EIO
+	 * until the server is up, then work */
+	tu_log_clear();
+	const char *opts[] = {"port", ps, "timeout_ms", "200", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_redis.so", opts, &p, why, sizeof(why)), 0);
+	ck_assert(tu_log_has(want));
+	struct srt_key k = tu_key(7);
+	uint32_t present = 9;
+	ck_assert_int_eq(p.vt->exists(p.inst, &k, 1, &present), SRT_EIO);
+	pid_t srv = tu_redis_start(port);
+	ck_assert_int_gt(srv, 0);
+	uint8_t data[64] = {1, 2, 3};
+	const void *in[1] = {data};
+	size_t len = sizeof(data);
+	ck_assert_int_eq(p.vt->put(p.inst, &k, 1, in, &len), 0);
+	ck_assert_int_eq(p.vt->exists(p.inst, &k, 1, &present), 0);
+	ck_assert_uint_eq(present, 1);
+	tu_close(&p);
+	tu_redis_stop(srv);
+	const char *badreq[] = {"port", ps, "require_server", "maybe", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_redis.so", badreq, &p, why, sizeof(why)), SRT_EINVAL);
+	ck_assert_ptr_nonnull(strstr(why, "require_server"));
 	const char *bad[] = {"port", "70000", NULL};
 	ck_assert_int_eq(tu_open("srt_tier_redis.so", bad, &p, why, sizeof(why)), SRT_EINVAL);
 	ck_assert_ptr_nonnull(strstr(why, "port"));
@@ -217,7 +240,7 @@ int main(void)
 	tcase_add_test(tc, redis_exists_returns_the_longest_present_run);
 	tcase_add_test(tc, redis_bad_objects_are_rejected_logged_and_removed);
 	tcase_add_test(tc, redis_server_loss_is_eio_logged_then_reconnects);
-	tcase_add_test(tc, redis_unreachable_server_fails_create_with_the_address);
+	tcase_add_test(tc, redis_unreachable_server_is_an_outage_or_with_require_server_fails_create);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -9,7 +9,8 @@
  * `maxmemory-policy allkeys-lru` on it); a put the server refuses for memory is SRT_ENOSPC.
  *
  * Options: host (default 127.0.0.1), port (6379), db (0), timeout_ms (1000: connect and each
- * reply), prefix ("srt:"), password (none).
+ * reply), prefix ("srt:"), password (none), require_server (no: a server that cannot be reached
+ * at create is logged and treated as an outage; yes: create fails with SRT_EIO).
  *
  * Connection loss (refused, reset, timed out) makes the call return SRT_EIO and log the reason;
  * the connection is dropped and the next call connects again. Thread safety: one connection per
@@ -202,8 +203,20 @@ static int rd_create(const struct srt_host *host, const struct srt_plugin_args *
 		snprintf(why, why_len, "out of memory");
 		goto fail;
 	}
-	if ((rc = ensure(s, why, why_len)))
+	v = opt(args, "require_server");
+	int require = v && (!strcmp(v, "yes") || !strcmp(v, "on") || !strcmp(v, "1"));
+	if (v && !require && strcmp(v, "no") && strcmp(v, "off") && strcmp(v, "0")) {
+		snprintf(why, why_len, "option require_server = '%s': expected yes or no", v);
 		goto fail;
+	}
+	if ((rc = ensure(s, why, why_len))) {
+		/* A shared store that is down when we start is an outage like any later one:
+		 * calls fail with SRT_EIO until it is reachable (the tier manager retries). */
+		if (rc != SRT_EIO || require)
+			goto fail;
+		host->log(SRT_LOG_WARN, NAME, "%s; starting without it, calls fail until it is "
+			  "reachable (require_server = yes makes this fatal)", why);
+	}
 	*instance = s;
 	return 0;
 fail:

@@ -7,6 +7,8 @@
 #include "commands.h"
 #include "config/model_config.h"
 #include "config/runtime_config.h"
+#include "plugin/host.h"
+#include "plugin/registry.h"
 
 static void config_usage(FILE *out)
 {
@@ -42,6 +44,52 @@ static void print_plugin(const char *role, const struct srt_rc_plugin *p, const 
 		first = 0;
 	}
 	printf("%s\n", first ? "" : ")");
+}
+
+/* Find a configured plugin in the registry: 0, or 1 with the reason on stderr. */
+static int check_plugin(struct srt_registry *reg, enum srt_kind kind, const char *role,
+			const struct srt_rc_plugin *p, const struct srt_runtime_config *rc)
+{
+	const struct srt_plugin_info *info;
+	char why[2048];
+	if (!p->name || !srt_registry_find(reg, kind, p->name, &info, why, sizeof(why)))
+		return 0;
+	if (p->line)
+		fprintf(stderr, "shadowrt config: %s:%d: %s plugin '%s': %s\n", rc->source, p->line,
+			role, p->name, why);
+	else
+		fprintf(stderr, "shadowrt config: %s plugin '%s' (built-in default): %s\n", role,
+			p->name, why);
+	return 1;
+}
+
+/* Every plugin the config names exists, is usable and is of the right kind. */
+static int check_plugins(const struct srt_runtime_config *rc)
+{
+	struct srt_host *host = NULL;
+	struct srt_registry *reg = NULL;
+	char why[512];
+	int bad = 0;
+	if (srt_host_create(1, &host, why, sizeof(why)) ||
+	    srt_registry_open(&reg, rc->plugin_dirs, (size_t)rc->n_plugin_dirs, host, 0)) {
+		fprintf(stderr, "shadowrt config: cannot search for plugins: %s\n", why);
+		srt_host_destroy(host);
+		return 1;
+	}
+	for (int i = 0; i < rc->n_ratios; i++) {
+		char role[48];
+		snprintf(role, sizeof(role), "attention (ratio %d)", rc->ratios[i].ratio);
+		bad |= check_plugin(reg, SRT_KIND_ATTENTION, role, &rc->ratios[i].plugin, rc);
+	}
+	bad |= check_plugin(reg, SRT_KIND_MOE, "moe", &rc->moe, rc);
+	bad |= check_plugin(reg, SRT_KIND_RESIDUAL, "residual", &rc->residual, rc);
+	static const char *const tiers[] = {"tier.l1", "tier.l2", "tier.l3"};
+	for (int t = 0; t < SRT_TIER_COUNT; t++)
+		if (rc->tiers[t].enabled)
+			bad |= check_plugin(reg, SRT_KIND_TIER, tiers[t], &rc->tiers[t].plugin, rc);
+	srt_registry_close(reg);
+	srt_host_destroy(host);
+	return bad;
 }
 
 static void print_model(const struct srt_model_config *m)
@@ -150,6 +198,8 @@ int srt_cmd_config(int argc, char **argv)
 		fprintf(stderr, "shadowrt config: %s\n", err);
 		goto out;
 	}
+	if (check_plugins(&rc))
+		goto out;
 	print_model(&m);
 	print_runtime(&rc);
 	status = 0;

@@ -32,6 +32,18 @@ rc=$?
 [ $rc -eq 1 ] || fail "broken model exited $rc, expected 1"
 grep -q "m.yaml" "$TMP/err" || fail "model error lacks the file: $(cat "$TMP/err")"
 
+printf '[runtime]\nthreads = 1\n[moe]\nplugin = nosuch\n' > "$TMP/noplugin.ini"
+"$BIN" config --config "$TMP/noplugin.ini" > /dev/null 2> "$TMP/err"
+rc=$?
+[ $rc -eq 1 ] || fail "unknown plugin exited $rc, expected 1"
+grep -q "noplugin.ini:4: moe plugin 'nosuch': no moe plugin named 'nosuch'" "$TMP/err" \
+	|| fail "unknown plugin message: $(cat "$TMP/err")"
+printf '[residual]\nplugin = csa\n' > "$TMP/wrongkind.ini"
+"$BIN" config --config "$TMP/wrongkind.ini" > /dev/null 2> "$TMP/err"
+[ $? -eq 1 ] || fail "plugin of the wrong kind must exit 1"
+grep -q "wrongkind.ini:2: residual plugin 'csa'.*attention plugin" "$TMP/err" \
+	|| fail "wrong-kind message: $(cat "$TMP/err")"
+
 "$BIN" config --bogus > /dev/null 2>&1
 [ $? -eq 2 ] || fail "unknown option must exit 2"
 

@@ -668,11 +668,18 @@ struct head_job {
 	size_t vocab;
 };
 
+#define HEAD_BLOCK 8 /* vocabulary rows per head task: threads split at multiples of 8, which
+		      * keeps srt_gemm's full tiles (results never depend on the split) */
+
+/* tasks [begin, end) = vocabulary rows [begin, end) * HEAD_BLOCK, the last one clipped */
 static void head_range(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct head_job *j = ctx;
+	size_t n0 = (size_t)begin * HEAD_BLOCK, n1 = (size_t)end * HEAD_BLOCK;
 	(void)tid;
-	srt_gemm_exact(j->w, j->y, j->m, j->d, j->logits, j->vocab, (size_t)begin, (size_t)end);
+	if (n1 > j->vocab)
+		n1 = j->vocab;
+	srt_gemm_exact(j->w, j->y, j->m, j->d, j->logits, j->vocab, n0, n1);
 }
 
 /* rows of X[n_rows][S][d] -> logits[n_sel][vocab] for the selected rows sel[0..n_sel) */
@@ -708,7 +715,7 @@ static int head(struct srt_engine *e, const float *X, const int32_t *sel, int32_
 			       .data = e->head, .scales = NULL};
 	struct head_job j = {.w = &w, .y = y, .m = (size_t)n_sel, .d = d, .logits = logits,
 			     .vocab = (size_t)e->vocab};
-	e->host->parallel_for(e->host, e->vocab, head_range, &j);
+	e->host->parallel_for(e->host, (e->vocab + HEAD_BLOCK - 1) / HEAD_BLOCK, head_range, &j);
 out:
 	free(Xs);
 	free(y);

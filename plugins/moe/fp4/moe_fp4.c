@@ -37,10 +37,7 @@
 
 #define MOE_NAME "fp4"
 #define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
-#define MOE_NCOL 16       /* output columns per parallel task for FP4 weights; 8 for wider
-			   * types, so every task streams about the same weight bytes and the
-			   * threads' contiguous task ranges are balanced (multiples of 8 keep
-			   * srt_gemm's full tiles) */
+#define MOE_NCOL 16       /* output columns per parallel task */
 #define MOE_QB 128        /* activation quantisation block */
 
 struct moe_layer {
@@ -61,8 +58,6 @@ struct moe_group {
 	const struct srt_weight *w; /* [3] */
 	int32_t first, count;     /* entries [first, first + count) of inst->ent_row / ent_slot */
 	int routed;               /* 1: scale h by the routing weight */
-	int32_t ncol_up, ncol_down;  /* output columns per task of w1/w3 and of w2 */
-	int64_t task_up, task_down;  /* index of the group's first up_gate / down task */
 };
 
 struct moe_inst {
@@ -93,7 +88,7 @@ struct moe_inst {
 	size_t cap_tok;
 	struct moe_group *groups; /* [E + 1] */
 	int32_t n_groups;
-	int64_t n_tasks_up, n_tasks_down; /* tasks of all groups (phases 3 and 5) */
+	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -543,27 +538,6 @@ static void route_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-/* Output columns per task for weight w: FP4 weights take half the bytes per column of FP8. */
-static int32_t task_cols(const struct srt_weight *w)
-{
-	return w->type == SRT_WT_FP4 ? MOE_NCOL : MOE_NCOL / 2;
-}
-
-/* The group holding task j (of phase 3 if up, else 5): groups' first tasks ascend. */
-static int32_t task_group(const struct moe_inst *in, int64_t j, int up)
-{
-	int32_t lo = 0, hi = in->n_groups - 1;
-	while (lo < hi) {
-		int32_t mid = lo + (hi - lo + 1) / 2;
-		int64_t t = up ? in->groups[mid].task_up : in->groups[mid].task_down;
-		if (t <= j)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
 /*
  * Bucket the chunk's (row, slot) pairs by expert (ascending id), then one shared-expert entry
  * per row; row_ent lists each row's entries in that (ascending expert) order.
@@ -596,16 +570,6 @@ static void build_groups(struct moe_inst *in)
 		in->row_ent[i * (k + 1) + fill[i]++] = pos;
 		pos++;
 	}
-	in->n_tasks_up = in->n_tasks_down = 0;
-	for (int32_t g = 0; g < in->n_groups; g++) {
-		struct moe_group *gr = &in->groups[g];
-		gr->ncol_up = task_cols(&gr->w[0]);
-		gr->ncol_down = task_cols(&gr->w[1]);
-		gr->task_up = in->n_tasks_up;
-		gr->task_down = in->n_tasks_down;
-		in->n_tasks_up += (in->inter + gr->ncol_up - 1) / gr->ncol_up;
-		in->n_tasks_down += (in->d + gr->ncol_down - 1) / gr->ncol_down;
-	}
 }
 
 /* Phase 2, per entry: the GEMM input of its row (FP8 codes + scales in reference). */
@@ -633,21 +597,18 @@ static void gemm(const struct moe_inst *in, const struct srt_weight *w, const fl
 		srt_gemm_exact(w, x, (size_t)count, w->cols, y, ldy, n0, n1);
 }
 
-/* Phase 3, per (group, block of ncol_up inner channels): h = weight * silu(gate) * up. */
+/* Phase 3, per (group, block of MOE_NCOL inner channels): h = weight * silu(gate) * up. */
 static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
-	const int64_t d = in->d, I = in->inter;
+	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_up;
 	const int ref = in->profile == SRT_PROFILE_REFERENCE;
 	const float L = in->limit;
-	int32_t gi = begin < end ? task_group(in, begin, 1) : 0;
 	(void)tid;
 
 	for (int64_t j = begin; j < end; j++) {
-		if (gi + 1 < in->n_groups && in->groups[gi + 1].task_up <= j)
-			gi++;
-		const struct moe_group *g = &in->groups[gi];
-		size_t n0 = (size_t)(j - g->task_up) * (size_t)g->ncol_up, n1 = n0 + (size_t)g->ncol_up;
+		const struct moe_group *g = &in->groups[j / per];
+		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
 		const float *x = in->gx + (int64_t)g->first * d;
 		const float *xs = in->gs + (int64_t)g->first * (d / MOE_QB);
 		if (n1 > (size_t)I)
@@ -691,19 +652,15 @@ static void quant_h(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-/* Phase 5, per (group, block of ncol_down output channels): o = W2 . h. */
+/* Phase 5, per (group, block of MOE_NCOL output channels): o = W2 . h. */
 static void down(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
-	const int64_t d = in->d, I = in->inter;
-	int32_t gi = begin < end ? task_group(in, begin, 0) : 0;
+	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_down;
 	(void)tid;
 	for (int64_t j = begin; j < end; j++) {
-		if (gi + 1 < in->n_groups && in->groups[gi + 1].task_down <= j)
-			gi++;
-		const struct moe_group *g = &in->groups[gi];
-		size_t n0 = (size_t)(j - g->task_down) * (size_t)g->ncol_down,
-		       n1 = n0 + (size_t)g->ncol_down;
+		const struct moe_group *g = &in->groups[j / per];
+		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
 		if (n1 > (size_t)d)
 			n1 = (size_t)d;
 		gemm(in, &g->w[1], in->hq + (int64_t)g->first * I,
@@ -820,6 +777,8 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 	in->cur = l;
 	in->x = x;
 	in->out = out;
+	in->n_tasks_per_group_up = (in->inter + MOE_NCOL - 1) / MOE_NCOL;
+	in->n_tasks_per_group_down = (in->d + MOE_NCOL - 1) / MOE_NCOL;
 	for (int64_t r0 = 0; r0 < n; r0 += MOE_ROW_CHUNK) {
 		int64_t n_ent;
 		in->row0 = r0;
@@ -828,10 +787,10 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		h->parallel_for(h, in->m, route_rows, in);
 		build_groups(in);
 		h->parallel_for(h, n_ent, gather_inputs, in);
-		h->parallel_for(h, in->n_tasks_up, up_gate, in);
+		h->parallel_for(h, in->n_groups * in->n_tasks_per_group_up, up_gate, in);
 		if (in->profile == SRT_PROFILE_REFERENCE)
 			h->parallel_for(h, n_ent, quant_h, in);
-		h->parallel_for(h, in->n_tasks_down, down, in);
+		h->parallel_for(h, in->n_groups * in->n_tasks_per_group_down, down, in);
 		h->parallel_for(h, in->m, combine, in);
 	}
 	return 0;

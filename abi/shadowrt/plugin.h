@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define SRT_ABI_MAJOR 1
-#define SRT_ABI_MINOR 0
+#define SRT_ABI_MINOR 1
 
 /* Name of the one symbol every plugin exports. */
 #define SRT_PLUGIN_ENTRY_SYMBOL "srt_plugin_entry"
@@ -179,6 +179,16 @@ struct srt_plugin_desc {
 
 	/* Required. The kind's vtable (starts with uint32_t struct_size); static and constant. */
 	const void *vtable;
+
+	/* --- ABI 1.1 --------------------------------------------------------------------- */
+	/*
+	 * Optional (NULL when absent, and for plugins built against ABI 1.0). Names the layout
+	 * and meaning of the bytes this plugin writes into cache pages, e.g. "swa-kv/bf16-e4m3/2".
+	 * Change it whenever the same inputs would produce different page bytes. The core puts it
+	 * into every cached page's identity (with name, version and options); without it the core
+	 * derives one from the name, the version and the declared pools.
+	 */
+	const char *layout_id;
 };
 
 #define SRT_PLUGIN_DESC_V1_SIZE (offsetof(struct srt_plugin_desc, vtable) + sizeof(const void *))

@@ -55,7 +55,11 @@ struct srt_ckpt; /* opaque; an open, validated checkpoint */
  * data_offsets [begin <= end] inside the data region, non-overlapping, end - begin = numel x
  * dtype size, no duplicate names (also across shards); a sharded index must match its shards
  * exactly. The checkpoint's sampled fingerprint (see srt_ck_fingerprint) is computed here.
- * On success *out is owned by the caller: release with srt_ck_close().
+ * Headers are read with jansson: strict RFC 8259, valid UTF-8, duplicate keys refused, at most
+ * SRT_CK_HEADER_MAX bytes (an index file too). Tensor data need not be aligned to its element
+ * size: an unaligned tensor is copied once into aligned memory (logged once per file with the
+ * count and bytes; see srt_ck_unaligned_count). On success *out is owned by the caller: release
+ * with srt_ck_close().
  */
 int srt_ck_open(const char *path, struct srt_ckpt **out, char *err, size_t errlen);
 void srt_ck_close(struct srt_ckpt *ck); /* NULL is a no-op; tensor views die with it */
@@ -70,6 +74,15 @@ const char *srt_ck_tensor_file(const struct srt_ckpt *ck, const struct srt_tenso
 size_t srt_ck_file_count(const struct srt_ckpt *ck);
 /* Value of a string key of a file's __metadata__ (file 0 for single files), or NULL. */
 const char *srt_ck_metadata(const struct srt_ckpt *ck, size_t file, const char *key);
+/* Tensors whose data was not aligned to the element size and is read from an aligned copy. */
+size_t srt_ck_unaligned_count(const struct srt_ckpt *ck);
+/*
+ * Validate one safetensors file image held in memory (size bytes at data, borrowed) exactly as
+ * srt_ck_open validates a file: 0, or SRT_ECORRUPT / SRT_ENOMEM with a message naming `name`.
+ * For tools and the fuzz targets.
+ */
+int srt_ck_check_image(const void *data, size_t size, const char *name, char *err,
+		       size_t errlen);
 /* Sum of all tensors' bytes. */
 uint64_t srt_ck_total_bytes(const struct srt_ckpt *ck);
 

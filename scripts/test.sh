@@ -2,7 +2,8 @@
 # The whole test suite: install packages, build, run every test under ctest, then build the
 # unit tests again with AddressSanitizer + UndefinedBehaviorSanitizer and run them (all but
 # the model-level suite, label `model`, whose bitwise-invariance runs take ~10 min under ASan;
-# run it there by hand with `ctest --test-dir build-asan -L model`).
+# run it there by hand with `ctest --test-dir build-asan -L model`), and the libFuzzer targets
+# for a short run each (scripts/fuzz.sh; clang builds them in build-fuzz/).
 #
 # No fixed per-test time limits (a loaded 2-core machine exceeds any): SRT_TEST_TIMEOUT=<s>
 # adds a per-test ctest limit for a CI that wants to bound a hung run (off by default).
@@ -19,6 +20,11 @@ echo "== build (RelWithDebInfo) ==" >&2
 SRT_BUILD_DIR="$root/build" "$root/scripts/build.sh"
 echo "== tests ==" >&2
 (cd "$root/build" && ctest --output-on-failure -j"$jobs" "${limit[@]}")
+
+echo "== fuzz targets (short runs, by execution count) ==" >&2
+if [ "${SRT_SKIP_FUZZ:-0}" != 1 ]; then
+	"$root/scripts/fuzz.sh"
+fi
 
 if [ "${SRT_SKIP_ASAN:-0}" != 1 ]; then
 	echo "== unit tests under ASan + UBSan ==" >&2

@@ -263,7 +263,7 @@ int srt_trace_load_stream(FILE *f, const char *path, size_t limit, struct srt_tr
 	}
 	t->ids_ = ids.v;
 	for (size_t i = 0; i < t->n; i++)
-		t->reqs[i].hash_ids = ids.v + first[i];
+		t->reqs[i].hash_ids = ids.v ? ids.v + first[i] : NULL; /* NULL: no ids at all */
 	free(first);
 	*out = t;
 	return 0;

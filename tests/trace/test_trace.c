@@ -220,6 +220,23 @@ START_TEST(failed_read_is_an_error_not_the_end_of_the_trace)
 }
 END_TEST
 
+/* Found by the trace fuzz target: a trace whose requests have no blocks at all (input_length
+ * 0) made the reader add an offset to a NULL id array (UBSan). They load, with no ids. */
+START_TEST(requests_without_blocks_load_with_no_ids)
+{
+	static const char text[] = "{\"timestamp\": 0, \"input_length\": 0, \"output_length\": 1, "
+				   "\"hash_ids\": []}\n";
+	struct srt_trace *t;
+	char err[256];
+	ck_assert_int_eq(srt_trace_load(write_trace(text, sizeof(text) - 1), 0, &t, err,
+					sizeof(err)), 0);
+	ck_assert_uint_eq(t->n, 1);
+	ck_assert_uint_eq(t->reqs[0].n_hash, 0);
+	ck_assert_ptr_null(t->reqs[0].hash_ids);
+	srt_trace_free(t);
+}
+END_TEST
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/srt-trace-test-XXXXXX");
@@ -239,6 +256,7 @@ int main(void)
 	tcase_add_test(tc, overlong_line_is_refused_at_its_line);
 	tcase_add_test(tc, dev_zero_is_refused);
 	tcase_add_test(tc, failed_read_is_an_error_not_the_end_of_the_trace);
+	tcase_add_test(tc, requests_without_blocks_load_with_no_ids);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

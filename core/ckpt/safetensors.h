@@ -156,6 +156,15 @@ struct srt_ck_write_opts {
 int srt_ck_write(const char *dir, const struct srt_ck_wtensor *tensors, size_t n,
 		 const struct srt_ck_write_opts *opts, size_t *n_files_out, char *err, size_t errlen);
 
+/*
+ * Remove what writers that were killed left in dir: entries named "<stem>.tmp.<pid>" (stem
+ * NULL: any hidden ".<name>.tmp.<pid>") whose process no longer exists; a directory loses its
+ * plain files and is removed. Entries of live processes (and this one) stay. srt_ck_write calls
+ * it on its output directory; callers that write "<stem>.tmp.<pid>" directories call it on
+ * their parent. Returns the number removed (logged at info level).
+ */
+int srt_ck_remove_stale_tmp(const char *dir, const char *stem);
+
 /* Bytes a tensor occupies: 0 and *out, or SRT_EINVAL on a negative dim or overflow. */
 int srt_ck_tensor_bytes(uint32_t dtype, uint32_t ndim, const int64_t *shape, uint64_t *out);
 

@@ -2,7 +2,9 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/ck_util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -12,6 +14,8 @@
 #include <unistd.h>
 
 #include <jansson.h>
+
+#include "plugin/host.h"
 
 /* Set key to a new value in obj; false when out of memory (value is consumed either way). */
 static int jset(json_t *obj, const char *key, json_t *v)
@@ -308,6 +312,7 @@ int srt_ck_write(const char *dir, const struct srt_ck_wtensor *tensors, size_t n
 	struct stat st;
 	if (stat(dir, &st) || !S_ISDIR(st.st_mode))
 		return errf(err, errlen, SRT_ENOENT, "%s: not a directory", dir);
+	srt_ck_remove_stale_tmp(dir, NULL); /* a killed earlier write left these for ever */
 
 	struct writer w = {.dir = dir, .t = tensors, .o = o, .n = n, .err = err, .errlen = errlen};
 	w.items = calloc(n ? n : 1, sizeof(*w.items));
@@ -415,4 +420,75 @@ out:
 	free(w.buf);
 	free(w.items);
 	return rc;
+}
+
+/* ---- leftovers of writers that died -------------------------------------------------------- */
+
+/* "<stem>.tmp.<pid>": 1 and *pid when name has that shape (stem NULL: any hidden ".x"). */
+static int tmp_name_pid(const char *name, const char *stem, long *pid)
+{
+	const char *t = strstr(name, ".tmp.");
+	if (!t || t == name)
+		return 0;
+	while (strstr(t + 1, ".tmp."))
+		t = strstr(t + 1, ".tmp.");
+	if (stem ? (size_t)(t - name) != strlen(stem) || strncmp(name, stem, strlen(stem))
+		 : name[0] != '.')
+		return 0;
+	const char *d = t + 5;
+	if (!*d)
+		return 0;
+	for (const char *c = d; *c; c++)
+		if (*c < '0' || *c > '9')
+			return 0;
+	errno = 0;
+	*pid = strtol(d, NULL, 10);
+	return !errno && *pid > 0;
+}
+
+static int pid_is_dead(long pid)
+{
+	return pid != (long)getpid() && kill((pid_t)pid, 0) && errno == ESRCH;
+}
+
+int srt_ck_remove_stale_tmp(const char *dir, const char *stem)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int removed = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		long pid;
+		if (!tmp_name_pid(de->d_name, stem, &pid) || !pid_is_dead(pid))
+			continue;
+		char *p = NULL;
+		if (asprintf(&p, "%s/%s", dir, de->d_name) < 0)
+			break;
+		struct stat st;
+		if (!lstat(p, &st) && S_ISDIR(st.st_mode)) {
+			/* a private output directory: only plain files of the dead writer inside */
+			DIR *sub = opendir(p);
+			struct dirent *e;
+			while (sub && (e = readdir(sub))) {
+				char *q = NULL;
+				struct stat qs;
+				if (asprintf(&q, "%s/%s", p, e->d_name) >= 0 && !lstat(q, &qs) &&
+				    S_ISREG(qs.st_mode))
+					unlink(q);
+				free(q);
+			}
+			if (sub)
+				closedir(sub);
+			removed += !rmdir(p);
+		} else if (!lstat(p, &st) && S_ISREG(st.st_mode)) {
+			removed += !unlink(p);
+		}
+		free(p);
+	}
+	closedir(d);
+	if (removed)
+		srt_log(SRT_LOG_INFO, "ckpt", "%s: removed %d temporary file%s of writers that died",
+			dir, removed, removed == 1 ? "" : "s");
+	return removed;
 }

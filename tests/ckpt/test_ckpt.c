@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "ckpt/dsv4_tensors.h"
@@ -217,6 +218,50 @@ START_TEST(header_json_deep_nesting_is_refused)
 	char err[256];
 	ck_assert_int_eq(open_err(p, err, sizeof(err)), SRT_ECORRUPT);
 	assert_has(err, "x.safetensors: header: maximum parsing depth");
+}
+END_TEST
+
+/* ---- leftovers of killed writers ----------------------------------------------------------- */
+
+static long dead_pid(void)
+{
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (!pid)
+		_exit(0);
+	ck_assert_int_eq(waitpid(pid, NULL, 0), pid);
+	return (long)pid; /* exited and reaped: no such process (until the number is reused) */
+}
+
+/* A writer killed mid-file leaves ".<name>.tmp.<pid>" (gen-model of a 220 MB preset: for ever).
+ * The next write into that directory removes those of dead processes, not of live ones. */
+START_TEST(next_write_removes_temporary_files_of_killed_writers)
+{
+	char *dir = tmpdir();
+	char dead[128], live[128], other[128], sub[128], inner[192];
+	long dp = dead_pid();
+	snprintf(dead, sizeof(dead), "%s/.model.safetensors.tmp.%ld", dir, dp);
+	snprintf(live, sizeof(live), "%s/.model.safetensors.tmp.%ld", dir, (long)getppid());
+	snprintf(other, sizeof(other), "%s/notes.tmp.%ld", dir, dp); /* not hidden: not ours */
+	snprintf(sub, sizeof(sub), "%s/tiny.tmp.%ld", dir, dp);
+	write_file(dead, "x", 1);
+	write_file(live, "x", 1);
+	write_file(other, "x", 1);
+	ck_assert_int_eq(mkdir(sub, 0755), 0);
+	snprintf(inner, sizeof(inner), "%s/.model.safetensors.tmp.%ld", sub, dp);
+	write_file(inner, "x", 1);
+
+	make_roundtrip_tensors();
+	char err[256];
+	ck_assert_msg(srt_ck_write(dir, rt, N_RT, NULL, NULL, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_ne(access(dead, F_OK), 0);
+	ck_assert_int_eq(access(live, F_OK), 0);
+	ck_assert_int_eq(access(other, F_OK), 0);
+	ck_assert_int_eq(access(sub, F_OK), 0); /* a "<stem>.tmp.<pid>" directory: by stem only */
+	/* The preset cache's private directories, by stem: emptied and removed. */
+	ck_assert_int_eq(srt_ck_remove_stale_tmp(dir, "tiny"), 1);
+	ck_assert_int_ne(access(sub, F_OK), 0);
+	ck_assert_int_eq(srt_ck_remove_stale_tmp(dir, "tiny"), 0);
 }
 END_TEST
 
@@ -1233,6 +1278,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, index_errors_name_the_index_and_tensor);
 	tcase_add_test(tc, file_without_tensors_opens_empty);
 	tcase_add_test(tc, unaligned_tensor_data_is_copied_to_aligned_memory);
+	tcase_add_test(tc, next_write_removes_temporary_files_of_killed_writers);
 	tcase_add_test(tc, unlisted_and_duplicate_tensors_across_shards_are_errors);
 	tcase_add_test(tc, directory_without_checkpoint_is_enoent);
 	tcase_add_test(tc, fingerprint_tracks_sampled_bytes_and_full_hash_every_byte);

@@ -2,6 +2,7 @@
  * Model description loader (see model_config.h).
  *
  * Three passes over the text:
+ *   0. a .json file is first checked to be JSON by jansson (no YAML-only syntax);
  *   1. libyaml events -> a table of every key path with its line and scalar text
  *      ("rope_scaling.factor", "compress_ratios[3]"). It catches syntax errors with their
  *      position, checks scalar types against the field table below (libcyaml 1.3.1 accepts
@@ -28,6 +29,7 @@
 #include <unistd.h>
 
 #include <cyaml/cyaml.h>
+#include <jansson.h>
 #include <yaml.h>
 
 #include <shadowrt/plugin.h>
@@ -274,7 +276,6 @@ struct mc_expand {
 	size_t nodes;
 	struct mc_anchor anchors[MC_MAX_ANCHORS];
 	size_t n_anchors;
-	bool json; /* the file is a .json: anchors and aliases are not JSON */
 };
 
 static const char *mc_event_anchor(const yaml_event_t *ev)
@@ -303,12 +304,6 @@ static int mc_anchor_set(struct mc_expand *x, const char *name, size_t weight, c
 static int mc_count(struct mc_expand *x, const yaml_event_t *ev, char *msg, size_t msglen)
 {
 	const char *anchor = mc_event_anchor(ev);
-	if (x->json && (anchor || ev->type == YAML_ALIAS_EVENT)) {
-		snprintf(msg, msglen, "YAML %s '%s' in a .json file (JSON has no anchors or aliases)",
-			 anchor ? "anchor" : "alias",
-			 anchor ? anchor : (const char *)ev->data.alias.anchor);
-		return SRT_EINVAL;
-	}
 	size_t w = 1;
 	if (ev->type == YAML_ALIAS_EVENT) {
 		w = 0;
@@ -370,8 +365,6 @@ static int mc_scan(struct mc_doc *d, const char *text, size_t len, char *msg, si
 	struct mc_expand *x = calloc(1, sizeof(*x));
 	if (!x)
 		return SRT_ENOMEM;
-	size_t ol = strlen(d->origin);
-	x->json = ol >= 5 && !strcmp(d->origin + ol - 5, ".json");
 
 	*line = 0;
 	if (!yaml_parser_initialize(&parser))
@@ -1072,6 +1065,19 @@ int srt_model_config_load_text(const char *text, size_t len, const char *origin,
 
 	assert(text && out);
 	memset(out, 0, sizeof(*out));
+	/* A .json file must be JSON (jansson: strict RFC 8259, no duplicate keys): YAML-only
+	 * syntax such as anchors and aliases is refused before the YAML reader sees it. */
+	size_t ol = strlen(doc.origin);
+	if (ol >= 5 && !strcmp(doc.origin + ol - 5, ".json")) {
+		json_error_t je;
+		json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+		if (!j) {
+			snprintf(err, errlen, "%s:%d: not valid JSON: %s (column %d)", doc.origin,
+				 je.line, je.text, je.column);
+			return SRT_EINVAL;
+		}
+		json_decref(j);
+	}
 	rc = mc_scan(&doc, text, len, msg, sizeof(msg), &line);
 	if (rc == SRT_ENOMEM) {
 		snprintf(err, errlen, "%s: out of memory", doc.origin);

@@ -169,13 +169,21 @@ START_TEST(small_aliases_in_yaml_are_accepted)
 }
 END_TEST
 
-/* config.json is JSON: an anchor or alias there is refused outright. */
+/* config.json is JSON (checked by jansson): an anchor or alias there is refused outright,
+ * and so is a key given twice; the real config.json of the flash release still loads. */
 START_TEST(aliases_in_a_json_file_are_refused)
 {
-	char *t = flash_with(NULL, NULL, "architectures:\n  a: &a [x, y]\n  b: [*a, *a]\n");
-	ck_assert_int_eq(load_text(t, "/m/config.json"), SRT_EINVAL);
-	assert_has(err, "YAML anchor 'a' in a .json file");
-	free(t);
+	static const char bomb[] = "{\"architectures\": {\"a\": &a [1, 2], \"b\": [*a, *a]}}";
+	ck_assert_int_eq(load_text(bomb, "/m/config.json"), SRT_EINVAL);
+	assert_has(err, "/m/config.json:1: not valid JSON: ");
+	static const char dup[] = "{\"hidden_size\": 4096, \"hidden_size\": 8}";
+	ck_assert_int_eq(load_text(dup, "/m/config.json"), SRT_EINVAL);
+	assert_has(err, "duplicate object key near '\"hidden_size\"'");
+	char path[1024];
+	snprintf(path, sizeof(path), "%s/tests/config/fixtures/flash-hf/config.json",
+		 getenv("SRT_SOURCE_DIR"));
+	struct srt_model_config c;
+	ck_assert_msg(srt_model_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
 }
 END_TEST
 

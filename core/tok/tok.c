@@ -190,17 +190,57 @@ static int trie_add(struct srt_tok *t, struct tk_trie *tr, uint32_t added_idx)
 
 /*
  * HF compiles Split regexes with Oniguruma (Ruby syntax). PCRE2 (UTF + UCP) reads nearly all
- * of them the same; the differences translated here: \h / \H (Oniguruma: hex digit, PCRE2:
- * horizontal space) and \uHHHH (Ruby; PCRE2 spells it \x{HHHH}). Everything else, including
- * \p{..} classes, is passed through.
+ * of them the same; what is translated here:
+ *   - \h / \H (Oniguruma: hex digit; PCRE2: horizontal space), \uHHHH (PCRE2: \x{HHHH});
+ *   - general-category classes \p{L}, \p{Lu}, \pL, \p{^L}, \P{L}, and \d: the code points the
+ *     category gained between PCRE2's Unicode tables and the reference's (ucd_delta.c) are
+ *     added, so a Unicode 16 emoji is \p{S} here as it is there. (A negated category inside a
+ *     bracket class cannot be widened and is passed through.)
+ * Everything else is passed through.
  */
+static bool ucd_needed(void)
+{
+	char v[32] = "";
+	if (pcre2_config(PCRE2_CONFIG_UNICODE_VERSION, v) < 0)
+		return true;
+	return atoi(v) < atoi(tk_ucd_delta_version);
+}
+
+/* Append the gained ranges of category cat (one or two letters) to out. */
+static int ucd_append(struct srt_tok_text *out, const char *cat, size_t len)
+{
+	static int need = -1;
+	if (need < 0)
+		need = ucd_needed();
+	if (!need)
+		return 0;
+	for (const struct tk_ucd_delta *d = tk_ucd_delta; d->cat; d++) {
+		if (len == 1 ? d->cat[0] != cat[0] : (len != 2 || memcmp(d->cat, cat, 2)))
+			continue;
+		int rc = srt_tok_text_append(out, d->ranges, strlen(d->ranges));
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static bool is_gc_name(const char *s, size_t n)
+{
+	static const char *const one = "CLMNPSZ";
+	if (n == 1)
+		return strchr(one, s[0]) != NULL;
+	if (n == 2 && strchr(one, s[0]))
+		return s[1] >= 'a' && s[1] <= 'z';
+	return false;
+}
+
 static int translate_regex(const char *in, size_t len, struct srt_tok_text *out, char *why,
 			   size_t whylen)
 {
 	bool in_class = false;
-	for (size_t i = 0; i < len; i++) {
+	int rc = 0;
+	for (size_t i = 0; i < len && !rc; i++) {
 		char c = in[i];
-		int rc;
 		if (c == '\\' && i + 1 < len) {
 			char d = in[i + 1];
 			if (d == 'h') {
@@ -214,38 +254,83 @@ static int translate_regex(const char *in, size_t len, struct srt_tok_text *out,
 				}
 				rc = srt_tok_text_append(out, "[^0-9a-fA-F]", 12);
 				i++;
-			} else if (d == 'u' && i + 5 < len + 0 && i + 6 <= len) {
+			} else if (d == 'u' && i + 6 <= len) {
 				char buf[16];
 				snprintf(buf, sizeof(buf), "\\x{%.4s}", in + i + 2);
 				rc = srt_tok_text_append(out, buf, strlen(buf));
 				i += 5;
+			} else if (d == 'p' || d == 'P' || d == 'd') {
+				/* \p{Name}, \p{^Name}, \P{Name}, \pL, \d */
+				const char *name = "Nd";
+				size_t nlen = 2, end = i + 2;
+				bool neg = d == 'P';
+				if (d != 'd') {
+					if (i + 2 < len && in[i + 2] == '{') {
+						const char *close = memchr(in + i + 3, '}', len - i - 3);
+						if (!close) {
+							snprintf(why, whylen, "unterminated \\%c{ (offset %zu)", d, i);
+							return SRT_EINVAL;
+						}
+						name = in + i + 3;
+						nlen = (size_t)(close - name);
+						end = (size_t)(close - in) + 1;
+						if (nlen && name[0] == '^') {
+							neg = !neg;
+							name++;
+							nlen--;
+						}
+					} else if (i + 2 < len) {
+						name = in + i + 2;
+						nlen = 1;
+						end = i + 3;
+					}
+				}
+				if (!is_gc_name(name, nlen) || (neg && in_class)) {
+					rc = srt_tok_text_append(out, in + i, end - i);
+				} else {
+					if (!in_class)
+						rc = srt_tok_text_append(out, neg ? "[^" : "[", neg ? 2 : 1);
+					if (!rc)
+						rc = srt_tok_text_append(out, in + i, end - i);
+					if (!rc && neg && d == 'P') {
+						/* inside [^...] the class itself is positive */
+						out->data[out->len - (end - i) + 1] = 'p';
+					} else if (!rc && neg) {
+						/* \p{^X} -> \p{X} inside [^...] */
+						char tmp[16];
+						snprintf(tmp, sizeof(tmp), "\\p{%.*s}", (int)nlen, name);
+						out->len -= end - i;
+						rc = srt_tok_text_append(out, tmp, strlen(tmp));
+					}
+					if (!rc)
+						rc = ucd_append(out, name, nlen);
+					if (!rc && !in_class)
+						rc = srt_tok_text_append(out, "]", 1);
+				}
+				i = end - 1;
 			} else {
 				rc = srt_tok_text_append(out, in + i, 2);
 				i++;
 			}
-		} else {
-			if (c == '[' && !in_class) {
-				in_class = true;
-				/* a ']' right after '[' or '[^' is a literal */
-				rc = srt_tok_text_append(out, &c, 1);
-				if (!rc && i + 1 < len && in[i + 1] == '^') {
-					rc = srt_tok_text_append(out, "^", 1);
-					i++;
-				}
-				if (!rc && i + 1 < len && in[i + 1] == ']') {
-					rc = srt_tok_text_append(out, "]", 1);
-					i++;
-				}
-			} else {
-				if (c == ']' && in_class)
-					in_class = false;
-				rc = srt_tok_text_append(out, &c, 1);
+		} else if (c == '[' && !in_class) {
+			in_class = true;
+			/* a ']' right after '[' or '[^' is a literal */
+			rc = srt_tok_text_append(out, &c, 1);
+			if (!rc && i + 1 < len && in[i + 1] == '^') {
+				rc = srt_tok_text_append(out, "^", 1);
+				i++;
 			}
+			if (!rc && i + 1 < len && in[i + 1] == ']') {
+				rc = srt_tok_text_append(out, "]", 1);
+				i++;
+			}
+		} else {
+			if (c == ']' && in_class)
+				in_class = false;
+			rc = srt_tok_text_append(out, &c, 1);
 		}
-		if (rc)
-			return rc;
 	}
-	return srt_tok_text_append(out, "", 0);
+	return rc ? rc : srt_tok_text_append(out, "", 0);
 }
 
 static int compile_split(struct srt_tok *t, struct tk_split *sp, const char *pat, size_t len,

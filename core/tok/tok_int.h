@@ -145,6 +145,16 @@ static inline int32_t tk_merge_find(const struct srt_tok *t, int32_t a, int32_t 
  * reaches the end of the input (*sub = n). */
 int tk_utf8_next(const unsigned char *s, size_t n, size_t *sub);
 
+/* Code points each general category gained from PCRE2's Unicode tables (14.0 on Debian 12)
+ * to the reference's (16.0), as a PCRE2 class fragment (ucd_delta.c, generated). */
+struct tk_ucd_delta {
+	const char *cat;    /* two-letter general category */
+	unsigned count;     /* code points */
+	const char *ranges; /* "\x{..}-\x{..}..." */
+};
+extern const struct tk_ucd_delta tk_ucd_delta[];
+extern const char tk_ucd_delta_version[];
+
 /* Unicode White_Space (Rust char::is_whitespace), for lstrip / rstrip. */
 bool tk_is_space(uint32_t cp);
 

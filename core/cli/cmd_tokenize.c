@@ -13,46 +13,6 @@
 #include "tok/chat.h"
 #include "tok_cli.h"
 
-int srt_cli_shipped_tokenizer(char *buf, size_t len)
-{
-	const char *env = getenv("SHADOWRT_TOKENIZER_DIR");
-	if (env && *env) {
-		snprintf(buf, len, "%s", env);
-	} else {
-		char exe[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		if (n <= 0)
-			return -1;
-		exe[n] = 0;
-		char *slash = strrchr(exe, '/');
-		if (!slash)
-			return -1;
-		*slash = 0;
-		snprintf(buf, len, "%s/../share/shadowrt/tokenizers/deepseek-v4", exe);
-	}
-	char probe[PATH_MAX + 32];
-	snprintf(probe, sizeof(probe), "%s/tokenizer.json", buf);
-	return access(probe, R_OK) ? -1 : 0;
-}
-
-int srt_cli_open_tokenizer(const char *path, const char *model_dir, struct srt_tok **out,
-			   char *err, size_t errlen)
-{
-	if (path)
-		return srt_tok_load(path, out, err, errlen);
-	if (model_dir)
-		return srt_tok_load_dir(model_dir, out, err, errlen);
-	char dir[PATH_MAX];
-	if (srt_cli_shipped_tokenizer(dir, sizeof(dir))) {
-		snprintf(err, errlen,
-			 "no tokenizer given and the shipped one is missing (looked in %s; set "
-			 "SHADOWRT_TOKENIZER_DIR or pass --tokenizer FILE)",
-			 dir);
-		return SRT_ENOENT;
-	}
-	return srt_tok_load_dir(dir, out, err, errlen);
-}
-
 /* Whole stream into memory. */
 static int slurp(FILE *f, struct srt_tok_text *out)
 {

@@ -21,6 +21,7 @@ const struct srt_command srt_commands[] = {
 	{"run", "the main job: a built-in multi-turn chat workload, batched decode, prefix hits, KV per pool", srt_cmd_run},
 	{"tokenize", "encode text into token ids with the model's tokenizer (--json for scripts)", srt_cmd_tokenize},
 	{"detokenize", "decode token ids into text with the model's tokenizer (--json for scripts)", srt_cmd_detokenize},
+	{"serve", "OpenAI-compatible HTTP server: completions, chat, streaming, /metrics", srt_cmd_serve},
 	{NULL, NULL, NULL},
 };
 

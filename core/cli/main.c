@@ -22,6 +22,7 @@ const struct srt_command srt_commands[] = {
 	{"chat", "an interactive multi-turn conversation in the terminal, streamed, with the prefix-cache hit per turn", srt_cmd_chat},
 	{"tokenize", "encode text into token ids with the model's tokenizer (--json for scripts)", srt_cmd_tokenize},
 	{"detokenize", "decode token ids into text with the model's tokenizer (--json for scripts)", srt_cmd_detokenize},
+	{"serve", "OpenAI-compatible HTTP server: completions, chat, streaming, /metrics", srt_cmd_serve},
 	{NULL, NULL, NULL},
 };
 

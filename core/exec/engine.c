@@ -242,6 +242,8 @@ static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct sr
 		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
 		return rc;
 	}
+	if ((rc = srt_runtime_config_check_options(&e->rc, p->section, info->desc, err, errlen)))
+		return rc;
 	scope->config = &e->rc;
 	scope->section = p->section;
 	struct srt_plugin_args args = {

@@ -42,5 +42,6 @@ int srt_cmd_gen_model(int argc, char **argv);
 int srt_cmd_replay(int argc, char **argv);
 int srt_cmd_generate(int argc, char **argv);
 int srt_cmd_run(int argc, char **argv);
+int srt_cmd_check_plugin(int argc, char **argv);
 
 #endif

@@ -959,6 +959,12 @@ oom:
 	return SRT_ENOMEM;
 }
 
+const char *const *srt_runtime_config_overrides(size_t *n)
+{
+	*n = rc_global.n;
+	return (const char *const *)rc_global.sets;
+}
+
 unsigned long srt_runtime_config_load_count(void)
 {
 	return rc_global.loads;

@@ -151,6 +151,9 @@ int srt_runtime_config_load_ex(const char *path, const char *const *sets, size_t
 int srt_runtime_config_set_overrides(const char *const *sets, size_t n, char *err,
 				     size_t errlen);
 
+/* The process-wide --set list (borrowed until the next set_overrides); *n gets its length. */
+const char *const *srt_runtime_config_overrides(size_t *n);
+
 /* Configs loaded so far in this process (the CLI warns when --set was given and none was). */
 unsigned long srt_runtime_config_load_count(void);
 

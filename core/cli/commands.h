@@ -43,5 +43,6 @@ int srt_cmd_replay(int argc, char **argv);
 int srt_cmd_generate(int argc, char **argv);
 int srt_cmd_run(int argc, char **argv);
 int srt_cmd_check_plugin(int argc, char **argv);
+int srt_cmd_ab(int argc, char **argv);
 
 #endif

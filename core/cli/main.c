@@ -22,6 +22,7 @@ const struct srt_command srt_commands[] = {
 	{"replay", "cache-only replay of a request trace through ShadowRadix: hit rate vs ceiling", srt_cmd_replay},
 	{"generate", "run one prompt through the model: generated tokens, TTFT, tokens/s, --logits", srt_cmd_generate},
 	{"run", "the main job: a built-in multi-turn chat workload, batched decode, prefix hits, KV per pool", srt_cmd_run},
+	{"ab", "compare two configurations over one workload: divergence, agreement, speed ratios", srt_cmd_ab},
 	{"check-plugin", "conformance suite for an attention, MoE or residual plugin (.so or name)", srt_cmd_check_plugin},
 	{NULL, NULL, NULL},
 };

@@ -514,18 +514,31 @@ static void check_divergence(const struct srt_conf_opts *o, struct srt_conf_resu
 	struct srt_engine *ref = NULL, *cand = NULL;
 	float *lr = NULL, *lc = NULL;
 	int32_t *t = NULL;
-	TRY(open_engine(o, 0, NULL, 0, o->threads, 0, NULL, &ref, err, sizeof(err)));
-	const struct srt_runtime_config *rc = srt_engine_runtime(ref);
-	const char *builtin = o->kind == SRT_KIND_ATTENTION
-				      ? (srt_runtime_config_attention(rc, o->ratio)
-						 ? srt_runtime_config_attention(rc, o->ratio)->name
-						 : NULL)
-				      : o->kind == SRT_KIND_MOE ? rc->moe.name : rc->residual.name;
-	if (!builtin) {
-		set(r, SRT_CONF_SKIP, "no built-in plugin serves ratio %d in this config: nothing "
-		    "to compare with", (int)o->ratio);
+	struct srt_runtime_config rcfg;
+	struct side sd;
+	memset(&rcfg, 0, sizeof(rcfg));
+	TRY(side_sets(o, 0, NULL, 0, &sd, err, sizeof(err)));
+	TRY(srt_runtime_config_load_ex(o->config_path, sd.sets, sd.n, &rcfg, err, sizeof(err)));
+	const struct srt_rc_plugin *bp = o->kind == SRT_KIND_ATTENTION
+						 ? srt_runtime_config_attention(&rcfg, o->ratio)
+					 : o->kind == SRT_KIND_MOE ? &rcfg.moe : &rcfg.residual;
+	const char *builtin = bp ? bp->name : NULL;
+	char stem[128] = "";
+	if (builtin) {
+		const char *b = strrchr(builtin, '/');
+		snprintf(stem, sizeof(stem), "%s", b ? b + 1 : builtin);
+		char *so = strstr(stem, ".so");
+		if (so && !so[3])
+			*so = 0;
+	}
+	if (!builtin || (o->name && !strcmp(stem, o->name))) {
+		set(r, SRT_CONF_SKIP, "the config maps %s to %s: no other plugin to compare with "
+		    "(map the role to a built-in, e.g. --set attention.ratio.N=hca, to measure it)",
+		    o->kind == SRT_KIND_ATTENTION ? "that ratio" : "the role",
+		    builtin ? "the candidate itself" : "nothing");
 		goto out;
 	}
+	TRY(open_engine(o, 0, NULL, 0, o->threads, 0, NULL, &ref, err, sizeof(err)));
 	TRY(open_engine(o, 1, NULL, 0, o->threads, 0, NULL, &cand, err, sizeof(err)));
 	t = prompt(ref, o->tokens, o->seed + 6);
 	TRY(prefill_all(ref, t, o->tokens, &lr, err, sizeof(err)));
@@ -546,6 +559,7 @@ out:
 	free(t), free(lr), free(lc);
 	srt_engine_close(ref);
 	srt_engine_close(cand);
+	srt_runtime_config_free(&rcfg);
 }
 
 /* ---------------------------------------------------------------------------------------- */

@@ -23,8 +23,8 @@
  *               prefix hit and decode steps faults (reported) or damages no canary
  *   divergence  teacher-forced logits against the built-in plugin of the same role (the
  *               config's mapping without the candidate): KL, top-1 agreement, max |Δlogit|;
- *               informational (PASS) unless max_kl >= 0 is exceeded; SKIP when no built-in
- *               plugin serves that role
+ *               informational (PASS) unless max_kl >= 0 is exceeded; SKIP when no other
+ *               plugin serves that role in the config (none, or the candidate itself by name)
  *
  * Every check runs in a child process (fork), so a plugin that crashes fails its check with
  * the signal instead of ending the run. Deterministic: fixed prompts (srt_div_prompt).
@@ -42,6 +42,7 @@ enum srt_conf_status { SRT_CONF_PASS = 0, SRT_CONF_FAIL = 1, SRT_CONF_SKIP = 2, 
 struct srt_conf_opts {
 	uint32_t kind;          /* SRT_KIND_ATTENTION / _MOE / _RESIDUAL */
 	const char *plugin;     /* name or path of the candidate */
+	const char *name;       /* the candidate's descriptor name (for the divergence check) */
 	int32_t ratio;          /* attention: the compress ratio it serves */
 	const char *config_path; /* runtime INI (NULL = built-in default) */
 	const char *const *sets; /* the user's --set overrides (borrowed) */

@@ -220,8 +220,18 @@ int srt_cmd_check_plugin(int argc, char **argv)
 	int status = 1;
 	char tmp[4096] = "";
 	json_t *report = NULL;
-	if (srt_runtime_config_load(config, &rc, err, sizeof(err))) {
+	/* first without the [attention.<plugin>] options (the candidate is not mapped yet) */
+	const char **early = calloc(n_sets + 1, sizeof(char *));
+	size_t n_early = 0;
+	for (size_t i = 0; early && i < n_sets; i++)
+		if (strncmp(sets[i], "attention.", 10) || !strncmp(sets[i], "attention.ratio.", 16))
+			early[n_early++] = sets[i];
+	int lrc = srt_runtime_config_load_ex(config, early, n_early, &rc, err, sizeof(err));
+	free(early);
+	if (lrc) {
 		fprintf(stderr, "shadowrt check-plugin: %s\n", err);
+		for (size_t i = 0; sets && i < n_sets; i++)
+			free(sets[i]);
 		free(sets);
 		return 1;
 	}
@@ -261,6 +271,31 @@ int srt_cmd_check_plugin(int argc, char **argv)
 			goto out;
 		}
 	}
+	{
+		/* the whole config, with the candidate in place, must load */
+		char cand[4200];
+		if (kind == SRT_KIND_ATTENTION)
+			snprintf(cand, sizeof(cand), "attention.ratio.%d=%s", ratio, plugin);
+		else
+			snprintf(cand, sizeof(cand), "%s.plugin=%s",
+				 kind == SRT_KIND_MOE ? "moe" : "residual", plugin);
+		const char **all = calloc(n_sets + 2, sizeof(char *));
+		struct srt_runtime_config full;
+		if (!all) {
+			fprintf(stderr, "shadowrt check-plugin: out of memory\n");
+			goto out;
+		}
+		for (size_t i = 0; i < n_sets; i++)
+			all[i] = sets[i];
+		all[n_sets] = cand;
+		lrc = srt_runtime_config_load_ex(config, all, n_sets + 1, &full, err, sizeof(err));
+		free(all);
+		if (lrc) {
+			fprintf(stderr, "shadowrt check-plugin: %s\n", err);
+			goto out;
+		}
+		srt_runtime_config_free(&full);
+	}
 	snprintf(tmp, sizeof(tmp), "%s/srt-check-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR")
 									    : "/tmp");
 	if (!mkdtemp(tmp)) {
@@ -268,7 +303,7 @@ int srt_cmd_check_plugin(int argc, char **argv)
 		tmp[0] = 0;
 		goto out;
 	}
-	struct srt_conf_opts o = {.kind = kind, .plugin = plugin, .ratio = ratio,
+	struct srt_conf_opts o = {.kind = kind, .plugin = plugin, .name = name, .ratio = ratio,
 				  .config_path = config, .sets = (const char *const *)sets,
 				  .n_sets = n_sets, .model = model, .profile = profile,
 				  .threads = threads, .tokens = (uint64_t)tokens, .seed = 13,

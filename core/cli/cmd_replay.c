@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "radix/geometry.h"
 #include "config/runtime_config.h"
+#include "config/size.h"
 #include "radix/radix.h"
 #include "tier/manager.h"
 #include "tier/stack.h"
@@ -28,8 +29,9 @@ static void replay_usage(FILE *out)
 		"\n"
 		"options:\n"
 		"  --model NAME       model preset or config path (default deepseek-v4-flash)\n"
-		"  --budget B         total L1 KV bytes (suffix K, M, G, T = 2^10..2^40) or 'unbounded'\n"
-		"                     (default); split over the pools so that TAIL pools (windows,\n"
+		"  --budget B         total L1 KV bytes or 'unbounded' (default); sizes: KB, MB, GB, TB =\n"
+		"                     10^3..10^12, KiB, MiB, GiB, TiB (or K, M, G, T) = 2^10..2^40\n"
+		"                     split over the pools so that TAIL pools (windows,\n"
 		"                     carry state) get --tail-share pages per page of the ALL pools\n"
 		"  --tail-share F     TAIL-pool pages per ALL-pool page under a budget (default 0.1)\n"
 		"  --page-size N      tokens per page, a multiple of every pool ratio (default 256)\n"
@@ -50,6 +52,11 @@ static void replay_usage(FILE *out)
 		"  --l3-opt K=V       another L3 plugin option (host=, port=, ...); repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
+		"  --l3-writes M      async (default): L3 writes go through a bounded queue that a\n"
+		"                     writer thread stores in batches; sync: inline, one by one\n"
+		"  --write-queue B    bound of the L3 write queue (default 64MiB)\n"
+		"  --write-batch N    puts per store call (default 64)\n"
+		"  --write-full P     when the queue is full: wait (default; counted) or drop (counted)\n"
 		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
 		"                     (default 0: only before resume points)\n"
 		"  --payload-bytes N  bytes stored per page (default 64): pages carry no KV in a replay;\n"
@@ -58,33 +65,14 @@ static void replay_usage(FILE *out)
 		"  -q, --quiet        no progress on stderr\n");
 }
 
-static int parse_bytes(const char *s, uint64_t *out)
+/* --budget: "unbounded" or a size (config/size.h); err says why not */
+static int parse_budget(const char *s, uint64_t *out, char *err, size_t errlen)
 {
-	if (!strcmp(s, "unbounded") || !strcmp(s, "inf")) {
+	if (!strcmp(s, "unbounded")) {
 		*out = SRT_RDX_UNBOUNDED;
 		return 0;
 	}
-	errno = 0;
-	char *end;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double m = 1;
-	switch (*end) {
-	case 'K': case 'k': m = 1024.0; end++; break;
-	case 'M': case 'm': m = 1048576.0; end++; break;
-	case 'G': case 'g': m = 1073741824.0; end++; break;
-	case 'T': case 't': m = 1099511627776.0; end++; break;
-	default: break;
-	}
-	if (*end == 'i')
-		end++;
-	if (*end == 'B')
-		end++;
-	if (*end)
-		return -1;
-	*out = (uint64_t)(v * m);
-	return 0;
+	return srt_size_parse(s, out, err, errlen);
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -143,6 +131,12 @@ static void print_tiers(struct srt_tmgr *tm, const struct srt_replay_result *res
 	       " L3 outages (%" PRIu64 " ops skipped), %" PRIu64 " TAIL pages not kept\n",
 	       ts.loads_failed, ts.l3_rejected, ts.l3_outages, ts.l3_skipped,
 	       ts.skipped_tail_pages);
+	fmt_bytes(a, sizeof(a), ts.l3_queue_peak);
+	printf("L3 writes       %" PRIu64 " puts queued, %" PRIu64 " written in %" PRIu64
+	       " batches, %" PRIu64 " lost (%" PRIu64 " dropped on a full queue); queue peak %s,"
+	       " %" PRIu64 " waits for space (%.2f s), %" PRIu64 " loads served from the queue\n",
+	       ts.l3_puts_queued, ts.l3_puts_written, ts.l3_write_batches, ts.l3_puts_lost,
+	       ts.l3_puts_dropped, a, ts.l3_write_waits, ts.l3_write_wait_s, ts.l3_queue_reads);
 	char why[256];
 	if (srt_tmgr_check(tm, why, sizeof(why)))
 		printf("tier check      FAILED: %s\n", why);
@@ -168,6 +162,7 @@ int srt_cmd_replay(int argc, char **argv)
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
+		char why[256] = "";
 		if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			quiet = 1;
 			continue;
@@ -189,7 +184,7 @@ int srt_cmd_replay(int argc, char **argv)
 		if (!strcmp(a, "--model"))
 			model = v;
 		else if (!strcmp(a, "--budget"))
-			bad = parse_bytes(v, &budget), budget_given = 1;
+			bad = parse_budget(v, &budget, why, sizeof(why)), budget_given = 1;
 		else if (!strcmp(a, "--config"))
 			config = v, tiers_on = 1;
 		else if (!strcmp(a, "--l2")) {
@@ -197,12 +192,14 @@ int srt_cmd_replay(int argc, char **argv)
 			if (!strcmp(v, "none"))
 				ov.l2_plugin = "none";
 			else
-				bad = srt_parse_size(v, &ov.l2_budget) || !ov.l2_budget,
+				bad = srt_size_parse(v, &ov.l2_budget, why, sizeof(why)) ||
+				      (!ov.l2_budget && snprintf(why, sizeof(why), "a zero L2 (use none)")),
 				ov.l2_plugin = "host";
 		} else if (!strcmp(a, "--l3"))
 			ov.l3_plugin = v, tiers_on = 1;
 		else if (!strcmp(a, "--l3-budget"))
-			bad = srt_parse_size(v, &ov.l3_budget) || !ov.l3_budget;
+			bad = srt_size_parse(v, &ov.l3_budget, why, sizeof(why)) ||
+			      (!ov.l3_budget && snprintf(why, sizeof(why), "a zero L3 budget"));
 		else if (!strcmp(a, "--l3-path") || !strcmp(a, "--l3-opt")) {
 			const char *k = "path", *val = v;
 			char *eq = strchr(v, '=');
@@ -229,6 +226,19 @@ int srt_cmd_replay(int argc, char **argv)
 		} else if (!strcmp(a, "--prefetch")) {
 			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = ov.prefetch < 0;
+		} else if (!strcmp(a, "--l3-writes")) {
+			ov.write_sync = !strcmp(v, "sync") ? 1 : !strcmp(v, "async") ? 0 : -1;
+			bad = ov.write_sync < 0;
+		} else if (!strcmp(a, "--write-queue")) {
+			bad = srt_size_parse(v, &ov.write_queue_bytes, why, sizeof(why)) ||
+			      (!ov.write_queue_bytes && snprintf(why, sizeof(why), "a zero queue"));
+		} else if (!strcmp(a, "--write-batch")) {
+			uint64_t wb;
+			bad = parse_u64(v, &wb) || !wb || wb > 4096;
+			ov.write_batch = (uint32_t)wb;
+		} else if (!strcmp(a, "--write-full")) {
+			ov.write_full = !strcmp(v, "wait") ? SRT_TWR_WAIT : !strcmp(v, "drop") ? SRT_TWR_DROP : -1;
+			bad = ov.write_full < 0;
 		} else if (!strcmp(a, "--tail-stride"))
 			bad = parse_u64(v, &stride) || stride > (1u << 20);
 		else if (!strcmp(a, "--payload-bytes"))
@@ -251,6 +261,10 @@ int srt_cmd_replay(int argc, char **argv)
 			bad = *end || !(share > 0 && share <= 1);
 		} else {
 			fprintf(stderr, "replay: unknown option '%s' (see --help)\n", a);
+			return 2;
+		}
+		if (bad && why[0]) {
+			fprintf(stderr, "replay: option %s: %s\n", a, why);
 			return 2;
 		}
 		if (bad) {

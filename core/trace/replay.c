@@ -188,6 +188,8 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 	}
 	if (prog && tty)
 		fprintf(prog, "\n");
+	if (tm) /* the wall time includes writing every queued L3 page */
+		srt_tmgr_flush(tm);
 	res->wall_s = now_s() - t0;
 	free(tok);
 	if (rc) {

@@ -318,7 +318,8 @@ static void l3_round_trip(const char *store)
 	srt_tmgr_stats(e.m, &st);
 	ck_assert_uint_eq(st.pages_l3_to_l1, 10 + 2);
 	ck_assert_uint_eq(st.loads_failed, 0);
-	/* the store holds exactly what the manager accounts */
+	/* once flushed, the store holds exactly what the manager accounts */
+	srt_tmgr_flush(e.m);
 	const struct srt_tier_vtable *vt = e.l3->vtable;
 	uint64_t bytes, objs;
 	if (vt->usage && !vt->usage(e.l3->ctx, &bytes, &objs))
@@ -552,6 +553,7 @@ START_TEST(a_corrupt_l3_object_is_a_miss_and_never_served)
 	flush_l1(&e, 900, 3, 10);
 	/* exists() still finds the objects; the loads fail validation, so the tier hit turns
 	 * into a miss and the request computes the prefix (run() checks what is served) */
+	srt_tmgr_flush(e.m); /* every object on disk, none left in the write queue */
 	corrupt_every_object(e.dir);
 	struct srt_tmgr_hit h = run(&e, a, 8 * P);
 	ck_assert_uint_eq(h.l2_tokens + h.l3_tokens, 0);

@@ -675,6 +675,19 @@ static void twr_result(void *ctx, int rc, const char *what)
 	l3_result(ctx, rc, what);
 }
 
+void srt_tmgr_hold_writes(struct srt_tmgr *m, int hold)
+{
+	if (m->w)
+		srt_twr_hold(m->w, hold);
+}
+
+void srt_tmgr_write_stats(struct srt_tmgr *m, struct srt_twr_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (m->w)
+		srt_twr_stats(m->w, out);
+}
+
 uint64_t srt_tmgr_flush(struct srt_tmgr *m)
 {
 	if (!m->w)

@@ -153,6 +153,11 @@ void srt_tmgr_destroy(struct srt_tmgr *m);
  */
 uint64_t srt_tmgr_flush(struct srt_tmgr *m);
 
+/* Hold / release the L3 writer before its next batch (tests); srt_tmgr_flush waits while held. */
+void srt_tmgr_hold_writes(struct srt_tmgr *m, int hold);
+/* The L3 writer's counters; thread safe (any thread may poll them). Zeros without L3. */
+void srt_tmgr_write_stats(struct srt_tmgr *m, struct srt_twr_stats *out);
+
 /* Hold / release the prefetch thread before it starts the next load (tests, maintenance). */
 void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold);
 

@@ -34,7 +34,7 @@ struct srt_twr {
 	struct wop *idx[IDX_BUCKETS];
 	uint64_t bytes; /* charged bytes of operations queued or in flight */
 	uint64_t ops;   /* operations queued or in flight */
-	int stop;
+	int stop, hold;
 	struct srt_key *fkeys; /* failed puts for srt_twr_reap */
 	uint32_t *fpools;
 	size_t fn, fcap;
@@ -252,7 +252,7 @@ static void *writer_main(void *arg)
 	}
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		while (!w->head && !w->stop)
+		while ((!w->head || w->hold) && !w->stop)
 			pthread_cond_wait(&w->work, &w->mu);
 		if (!w->head)
 			break;
@@ -342,6 +342,7 @@ void srt_twr_destroy(struct srt_twr *w)
 	if (w->thr_on) {
 		pthread_mutex_lock(&w->mu);
 		w->stop = 1;
+		w->hold = 0;
 		pthread_cond_broadcast(&w->work);
 		pthread_mutex_unlock(&w->mu);
 		pthread_join(w->thr, NULL);
@@ -523,5 +524,13 @@ void srt_twr_stats(struct srt_twr *w, struct srt_twr_stats *out)
 	pthread_mutex_lock(&w->mu);
 	*out = w->st;
 	out->queued_now = w->ops;
+	pthread_mutex_unlock(&w->mu);
+}
+
+void srt_twr_hold(struct srt_twr *w, int hold)
+{
+	pthread_mutex_lock(&w->mu);
+	w->hold = hold;
+	pthread_cond_broadcast(&w->work);
 	pthread_mutex_unlock(&w->mu);
 }

@@ -108,5 +108,7 @@ size_t srt_twr_reap(struct srt_twr *w, struct srt_key *keys, uint32_t *pools, si
  */
 uint64_t srt_twr_flush(struct srt_twr *w);
 void srt_twr_stats(struct srt_twr *w, struct srt_twr_stats *out);
+/* Hold (1) / release (0) the writer before its next batch (tests); flush waits while held. */
+void srt_twr_hold(struct srt_twr *w, int hold);
 
 #endif

@@ -54,6 +54,8 @@ int srt_size_parse(const char *s, uint64_t *out, char *err, size_t errlen)
 			   "GB, GiB, ...)");
 	while (*p == ' ')
 		p++;
+	if ((*p == 'e' || *p == 'E') && (isdigit((unsigned char)p[1]) || p[1] == '-' || p[1] == '+'))
+		return bad(s, err, errlen, "exponents are not accepted (write e.g. 200GB or 1.5TiB)");
 	uint64_t base = 1;
 	int power = 0;
 	const char *u = *p ? strchr(units, toupper((unsigned char)*p)) : NULL;

@@ -789,7 +789,7 @@ static uint64_t run_replay(const char *trace, const char *store, const char *whe
 		if (!strncmp(line, field, strlen(field)))
 			v = strtoull(line + strlen(field), NULL, 10);
 		failed_check |= strstr(line, "FAILED") != NULL;
-		if (!strncmp(line, "requests", 8) && !strstr(line, "(0 rejected"))
+		if (strstr(line, "does not fit"))
 			snprintf(rejected, sizeof(rejected), "%s", line);
 	}
 	ck_assert_int_eq(pclose(p), 0);

@@ -754,6 +754,38 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
  * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
  * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
  */
+/*
+ * Reference profile: outputs [n0, n1) of group g's wo_a product for every row, float32
+ * accumulation in srt_gemm's fixed blocked order on the stored E4M3 weights (whose values are
+ * the bf16 weights convert.py makes, exactly), rounded to bf16. The reference's bf16 einsum
+ * accumulates in float32 too; the order is fixed, so rows, chunks and threads do not change a
+ * bit. (The f32 profile keeps the double-accumulated tiles: its 1e-5 bound on the logits.)
+ */
+static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1)
+{
+	const struct srt_model_config *m = f->a->m;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
+	const struct srt_weight *w8 = &f->lw->wo_a8;
+	const struct srt_weight wg = {
+		.type = SRT_WT_FP8, .rows = ol, .cols = gk,
+		.data = (const uint8_t *)w8->data + g * ol * gk,
+		.scales = w8->scales + (g * ol / 128) * (gk / 128)};
+	for (int64_t r = 0; r < f->N;) {
+		int64_t r1 = r;
+		while (r1 < f->N && f->rpos[r1] >= 0)
+			r1++;
+		if (r1 > r) {
+			float *y = f->og + (size_t)r * G * ol + g * ol;
+			srt_gemm_exact(&wg, f->o + (size_t)r * H * hd + g * gk, (size_t)(r1 - r), H * hd,
+				       y, G * ol, n0, n1);
+			for (int64_t i = 0; i < r1 - r; i++)
+				srt_round_bf16_n(y + (size_t)i * G * ol + n0, n1 - n0);
+		}
+		r = r1 + 1;
+	}
+}
+
 static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -774,6 +806,10 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 		if (nt > 4)
 			nt = 4;
 		u += (int64_t)nt;
+		if (f->lw->wo_a8_ok) {
+			woa_f32(f, g, j0 * 8, (j0 + nt) * 8 < ol ? (j0 + nt) * 8 : ol);
+			continue;
+		}
 		/* many rows (prefill): decode the tiles once (same floats, same results) */
 		if (nrows >= 8)
 			srt_attn_tm_decode(&f->lw->wo_a[g], j0, nt, dec);
@@ -808,6 +844,35 @@ static void phase_d(void *ctx, int64_t b, int64_t e, int tid)
 			memset(f->out + r * d, 0, d * sizeof(float));
 		else if (a->ref)
 			srt_round_bf16_n(f->out + r * d, d);
+	}
+}
+
+/*
+ * wo_b for a block of fewer rows than threads (decode): thread u computes output features
+ * [u·d/n, (u+1)·d/n) (multiples of 8) of every row; srt_gemm's results do not depend on the
+ * column range, so the bits are those of phase_d.
+ */
+static void phase_d_cols(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	size_t d = (size_t)a->m->hidden_size, gol = (size_t)(a->m->o_groups * a->m->o_lora_rank);
+	size_t nu = (size_t)a->host->nthreads, t8 = (d + 7) / 8;
+	(void)tid;
+	for (int64_t u = b; u < e; u++) {
+		size_t n0 = t8 * (size_t)u / nu * 8, n1 = t8 * (size_t)(u + 1) / nu * 8;
+		n1 = n1 < d ? n1 : d;
+		if (n0 >= n1)
+			continue;
+		if (srt_gemm(&f->lw->wo_b, f->og, (size_t)f->N, gol, f->out, d, n0, n1,
+			     a->ref ? SRT_GEMM_REFERENCE : SRT_GEMM_EXACT))
+			__atomic_store_n(&f->err, SRT_ENOMEM, __ATOMIC_RELAXED);
+		for (int64_t r = 0; r < f->N; r++) {
+			if (f->rpos[r] < 0)
+				memset(f->out + r * d + n0, 0, (n1 - n0) * sizeof(float));
+			else if (a->ref)
+				srt_round_bf16_n(f->out + r * d + n0, n1 - n0);
+		}
 	}
 }
 
@@ -935,7 +1000,10 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
 	}
-	h->parallel_for(h, f->N, phase_d, f);
+	if (f->N < h->nthreads)
+		h->parallel_for(h, h->nthreads, phase_d_cols, f);
+	else
+		h->parallel_for(h, f->N, phase_d, f);
 	if (f->err) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
 		return f->err;

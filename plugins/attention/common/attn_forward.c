@@ -70,6 +70,7 @@ struct fwd {
 	int64_t cg0;
 	float *ck, *ckt;
 	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
+	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
 	int err;
@@ -77,6 +78,7 @@ struct fwd {
 
 #define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
 #define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
+#define ATTN_IXB 64   /* indexer keys scored per task */
 
 struct ipair {
 	double s;
@@ -172,14 +174,6 @@ static void hadamard(float *x, size_t n, int ref)
 	double sc = pow((double)n, -0.5);
 	for (size_t i = 0; i < n; i++)
 		x[i] = ref ? srt_round_bf16((float)y[i] * (float)sc) : (float)(y[i] * sc);
-}
-
-static double dot(const float *a, const float *b, size_t n)
-{
-	double s = 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)a[i] * b[i];
-	return s;
 }
 
 /* ---- pages -------------------------------------------------------------------------------- */
@@ -612,32 +606,126 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 
 /* ---- phase C: attention per row ------------------------------------------------------------ */
 
-/* The indexer's selection for the row at position t: sel[0..k) ascending; returns k. */
-static int64_t select_c4(struct fwd *f, const struct srt_seq_view *s, int64_t row, int64_t t,
-			 float *kbuf, struct ipair *pairs, int32_t *sel)
+/* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 by table. */
+static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 {
+	size_t d = (size_t)a->m->index_head_dim;
+	if (a->ix_store != SRT_ATTN_ST_FP4) {
+		srt_attn_ix_decode(a, e, v);
+		return;
+	}
+	for (size_t b = 0; b < d / 32; b++) {
+		const float s = srt_e8m0_to_f32(e[d / 2 + b]);
+		for (size_t i = 0; i < 16; i++) {
+			const uint8_t c = e[b * 16 + i];
+			v[b * 32 + 2 * i] = srt_fp4_e2m1_to_f32(c & 15u) * s;
+			v[b * 32 + 2 * i + 1] = srt_fp4_e2m1_to_f32(c >> 4) * s;
+		}
+	}
+}
+
+/*
+ * Indexer scores, per (row of the group, block of ATTN_IXB keys): I[t, j] = Σ_h w[h] ·
+ * ReLU(q[h] · k[j]) for the visible keys j of the row, into f->isc. The q·k products run
+ * in double with heads in vector lanes (srt_attn_qk_heads: each head's sum in ascending
+ * dims, as the scalar loop), the head sum in ascending heads: each score's bits depend only
+ * on its row and key, so splitting keys between threads changes nothing.
+ */
+static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
-	const float *iq = f->iq + row * ih * idim, *iw = f->iw + row * ih;
+	int64_t nblk = (f->c4max + ATTN_IXB - 1) / ATTN_IXB;
+	double *qt = (double *)(f->tbuf + (size_t)tid * f->tfloats);
+	double *y = qt + ih * idim;
+	float *keys = (float *)(y + ATTN_IXB * ih);
+	int64_t qrow = -1;
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t ur = u / nblk, j0 = (u % nblk) * ATTN_IXB, r = f->cg0 + ur, t = f->rpos[r];
+		if (t < 0)
+			continue;
+		int64_t nvis = (t + 1) / 4, j1 = j0 + ATTN_IXB < nvis ? j0 + ATTN_IXB : nvis;
+		if (j0 >= j1)
+			continue;
+		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
+		const float *iq = f->iq + r * (int64_t)(ih * idim), *iw = f->iw + r * (int64_t)ih;
+		if (qrow != r) { /* the row's query, transposed: [dim][head] */
+			for (size_t h = 0; h < ih; h++)
+				for (size_t c = 0; c < idim; c++)
+					qt[c * ih + h] = (double)iq[h * idim + c];
+			qrow = r;
+		}
+		for (int64_t j = j0; j < j1; j++)
+			ix_key(a, entry(a, s, a->pool_ix, f->slot, j), keys + (size_t)(j - j0) * idim);
+		srt_attn_qk_heads(qt, ih, keys, idim, (size_t)(j1 - j0), y);
+		double *out = f->isc + ur * f->c4max;
+		for (int64_t j = j0; j < j1; j++) {
+			const double *qk = y + (size_t)(j - j0) * ih;
+			double tot = 0;
+			for (size_t h = 0; h < ih; h++) {
+				if (a->ref) {
+					float sc = srt_round_bf16((float)qk[h]);
+					tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * iw[h]);
+				} else {
+					tot += (qk[h] > 0 ? qk[h] : 0.0) * iw[h];
+				}
+			}
+			out[j] = a->ref ? srt_round_bf16((float)tot) : tot;
+		}
+	}
+}
+
+/* pairs[0..k) := the k first of pairs[0..n) in cmp_pair order (any order among them):
+ * quickselect, O(n); cmp_pair is a total order (distinct j), so the set is that of a sort. */
+static void select_top(struct ipair *p, int64_t n, int64_t k)
+{
+	int64_t lo = 0, hi = n - 1;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		/* median of three to p[hi] */
+		if (cmp_pair(&p[mid], &p[lo]) < 0) {
+			struct ipair x = p[mid]; p[mid] = p[lo]; p[lo] = x;
+		}
+		if (cmp_pair(&p[hi], &p[lo]) < 0) {
+			struct ipair x = p[hi]; p[hi] = p[lo]; p[lo] = x;
+		}
+		if (cmp_pair(&p[mid], &p[hi]) < 0) {
+			struct ipair x = p[mid]; p[mid] = p[hi]; p[hi] = x;
+		}
+		const struct ipair piv = p[hi];
+		int64_t st = lo;
+		for (int64_t i = lo; i < hi; i++)
+			if (cmp_pair(&p[i], &piv) < 0) {
+				struct ipair x = p[i]; p[i] = p[st]; p[st] = x;
+				st++;
+			}
+		p[hi] = p[st];
+		p[st] = piv;
+		if (st == k - 1 || st == k)
+			return;
+		if (st < k)
+			lo = st + 1;
+		else
+			hi = st - 1;
+	}
+}
+
+/* The indexer's selection for the row at position t from its scores (phase_ix): sel[0..k)
+ * ascending; returns k. */
+static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct ipair *pairs,
+			 int32_t *sel)
+{
+	const struct srt_model_config *m = f->a->m;
 	int64_t nvis = (t + 1) / 4, k = nvis < m->index_topk ? nvis : m->index_topk;
 	for (int64_t j = 0; j < nvis; j++) {
-		double tot = 0;
-		srt_attn_ix_decode(a, entry(a, s, a->pool_ix, f->slot, j), kbuf);
-		for (size_t h = 0; h < ih; h++) {
-			double qk = dot(iq + h * idim, kbuf, idim);
-			if (a->ref) {
-				float sc = srt_round_bf16((float)qk);
-				tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * iw[h]);
-			} else {
-				tot += (qk > 0 ? qk : 0.0) * iw[h];
-			}
-		}
-		pairs[j].s = a->ref ? srt_round_bf16((float)tot) : tot;
+		pairs[j].s = score[j];
 		pairs[j].j = (int32_t)j;
 	}
 	if (k < nvis)
-		qsort(pairs, (size_t)nvis, sizeof(*pairs), cmp_pair);
+		select_top(pairs, nvis, k);
 	for (int64_t i = 0; i < k; i++)
 		sel[i] = pairs[i].j;
 	qsort(sel, (size_t)k, sizeof(*sel), cmp_i32);
@@ -663,7 +751,6 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 	double *sc = (double *)tb;
 	struct ipair *pairs = (struct ipair *)(sc + f->kmax);
 	int32_t *sel = (int32_t *)(pairs + f->c4max);
-	float *ikey = (float *)(sel + (m->index_topk > 0 ? m->index_topk : 1));
 
 	for (int64_t u = b; u < e; u++) {
 		int64_t r = f->cg0 + u, t = f->rpos[r], nk = 0, ns = 0;
@@ -681,7 +768,7 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, j),
 						   keys + (size_t)nk++ * hd);
 		} else if (a->ratio == 4) {
-			ns = select_c4(f, s, r, t, ikey, pairs, sel);
+			ns = select_c4(f, t, f->isc + u * f->c4max, pairs, sel);
 			for (int64_t i = 0; i < ns; i++)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, sel[i]),
 						   keys + (size_t)nk++ * hd);
@@ -995,6 +1082,9 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		for (int64_t g0 = 0; g0 < f->N; g0 += ATTN_CROWS) {
 			int64_t n = f->N - g0 < ATTN_CROWS ? f->N - g0 : ATTN_CROWS;
 			f->cg0 = g0;
+			if (a->ratio == 4)
+				h->parallel_for(h, n * ((f->c4max + ATTN_IXB - 1) / ATTN_IXB), phase_ix,
+						f);
 			h->parallel_for(h, n, phase_c1, f);
 			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
 		}
@@ -1066,6 +1156,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.tfloats = 2 * ((size_t)f.kmax8 + hd) /* doubles */ +
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
 		    idim + 16;
+	if (a->ratio == 4 && f.tfloats < 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim)
+		f.tfloats = 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim; /* phase_ix */
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
@@ -1075,14 +1167,15 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[10] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[11] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
-			(size_t)h->nthreads * 32 * gk * sizeof(float)};
-	size_t off[10], total = 0;
-	for (int i = 0; i < 10; i++) {
+			(size_t)h->nthreads * 32 * gk * sizeof(float),
+			ATTN_CROWS * (size_t)f.c4max * sizeof(double)};
+	size_t off[11], total = 0;
+	for (int i = 0; i < 11; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1106,6 +1199,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.cnk = (int64_t *)(void *)(a->scratch + off[7]);
 	views = (struct srt_seq_view *)(void *)(a->scratch + off[8]);
 	f.dbuf = (float *)(a->scratch + off[9]);
+	f.isc = (double *)(void *)(a->scratch + off[10]);
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;

@@ -43,6 +43,7 @@
 #include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
+#include "ops/prof.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
 
@@ -75,6 +76,15 @@ struct fwd {
 	int64_t row0; /* first batch row of the block being computed */
 	int err;
 };
+
+/* Phase timings for benchmarks (core/ops/prof.h); one copy per attention plugin module. */
+static struct srt_prof attn_prof;
+
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void);
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
+{
+	return &attn_prof;
+}
 
 #define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
 #define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
@@ -1056,6 +1066,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	struct srt_attn *a = f->a;
 	const struct srt_host *h = a->host;
 	size_t hd = (size_t)a->m->head_dim;
+	uint64_t t0 = srt_prof_t0(&attn_prof);
 	map_rows(f);
 	{
 		size_t H = (size_t)a->m->num_attention_heads;
@@ -1066,6 +1077,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		h->parallel_for(h, pj_units(f, PJ_WQB, PJ_COUNT), phase_a4, f);
 		h->parallel_for(h, f->N * (int64_t)(H + ih), phase_a5, f);
 	}
+	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_PROJ, t0);
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		for (int32_t k = 0; k < s->n_tokens; k++)
@@ -1076,17 +1088,21 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		if (a->ratio == 4)
 			run_comp(f, s, 1, ringbuf);
 	}
+	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
 	{
 		size_t H = (size_t)a->m->num_attention_heads, G = (size_t)a->m->o_groups;
 		size_t tg = ((size_t)a->m->o_lora_rank + 7) / 8;
 		for (int64_t g0 = 0; g0 < f->N; g0 += ATTN_CROWS) {
 			int64_t n = f->N - g0 < ATTN_CROWS ? f->N - g0 : ATTN_CROWS;
 			f->cg0 = g0;
-			if (a->ratio == 4)
+			if (a->ratio == 4) {
 				h->parallel_for(h, n * ((f->c4max + ATTN_IXB - 1) / ATTN_IXB), phase_ix,
 						f);
+				t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_INDEXER, t0);
+			}
 			h->parallel_for(h, n, phase_c1, f);
 			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
+			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
 	}
@@ -1094,6 +1110,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		h->parallel_for(h, h->nthreads, phase_d_cols, f);
 	else
 		h->parallel_for(h, f->N, phase_d, f);
+	srt_prof_add(&attn_prof, SRT_PROF_ATTN_OUT, t0);
 	if (f->err) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
 		return f->err;

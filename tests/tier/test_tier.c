@@ -886,8 +886,12 @@ END_TEST
 
 /* --- faults ---------------------------------------------------------------------------------- */
 
+/* Loop index: backend, plus N_BACKENDS for puts of 16 objects per call (the L3 writer's
+ * batches: one transaction, one pipeline, one file-system sync per batch). */
 START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 {
+	int b = _i % N_BACKENDS;
+	uint32_t batch = _i >= N_BACKENDS ? 16 : 1;
 	char *dir = tu_tmpdir("kill");
 	enum { SZ = 37376 }; /* C4 page */
 	pid_t pid = fork();
@@ -897,15 +901,22 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 		struct srt_tier_store st;
 		char why[256];
 		static uint8_t data[SZ];
-		if (open_store(_i, dir, NULL, &p) ||
+		if (open_store(b, dir, NULL, &p) ||
 		    srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "w", 1, why, sizeof(why)))
 			_exit(3);
-		for (uint64_t i = 0;; i++) {
-			struct srt_key k = tu_key(i % 4000);
-			const void *in[1] = {data};
-			size_t len = SZ;
-			tu_fill(data, SZ, i % 4000);
-			srt_tier_store_put(&st, &k, 1, in, &len);
+		static uint8_t many[16][SZ];
+		(void)data;
+		for (uint64_t i = 0;; i += batch) {
+			struct srt_key k[16];
+			const void *in[16];
+			size_t len[16];
+			for (uint32_t j = 0; j < batch; j++) {
+				k[j] = tu_key((i + j) % 4000);
+				in[j] = many[j];
+				len[j] = SZ;
+				tu_fill(many[j], SZ, (i + j) % 4000);
+			}
+			srt_tier_store_put(&st, k, batch, in, len);
 		}
 	}
 	usleep(400000);
@@ -917,7 +928,7 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 	struct tu_plugin p;
 	struct srt_tier_store st;
 	char why[256];
-	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(open_store(b, dir, NULL, &p), 0);
 	ck_assert_int_eq(srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "r", 1, why, sizeof(why)), 0);
 	static uint8_t back[SZ], want[SZ];
 	void *out[1] = {back};
@@ -942,7 +953,7 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 	ck_assert_int_eq(srt_tier_store_put(&st, &k, 1, in, &len), 0);
 	ck_assert_int_eq(srt_tier_store_get(&st, &k, 1, out, &cap, &got), 0);
 	ck_assert_uint_eq(got, SZ);
-	if (_i == B_FILE) { /* the temp file of the killed write was cleaned up */
+	if (b == B_FILE) { /* the temp file of the killed write was cleaned up */
 		char tmp[4200];
 		snprintf(tmp, sizeof(tmp), "%s/store/tmp", dir);
 		ck_assert_int_eq(rmdir(tmp), 0); /* empty */
@@ -996,8 +1007,11 @@ static int private_mounts(void)
 	return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 }
 
+/* Loop index as for the kill test: plus N_BACKENDS for batches of 8 objects per put. */
 START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 {
+	int b = _i % N_BACKENDS;
+	uint32_t batch = _i >= N_BACKENDS ? 8 : 1;
 	char *dir = tu_tmpdir("full");
 	int mounted = 0;
 	if (!private_mounts() && !mount("tmpfs", dir, "tmpfs", 0, "size=1m"))
@@ -1005,7 +1019,7 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 	else /* no mount rights: a file-size limit makes writes fail with EFBIG instead */
 		fprintf(stderr, "note: no tmpfs mount here; simulating a full disk with RLIMIT_FSIZE\n");
 	struct tu_plugin p;
-	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(open_store(b, dir, NULL, &p), 0);
 	enum { SZ = 37376 };
 	static uint8_t data[SZ];
 	int rc = 0, stored = 0;
@@ -1016,6 +1030,24 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 			struct rlimit rl = {16384, 16384};
 			ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
 		}
+		if (batch > 1) { /* objects i..i+batch-1 in one call */
+			static uint8_t many[8][SZ];
+			struct srt_key k[8];
+			const void *in[8];
+			size_t len[8];
+			for (uint32_t j = 0; j < batch; j++) {
+				k[j] = tu_key(i + j);
+				in[j] = many[j];
+				len[j] = SZ;
+				tu_fill(many[j], SZ, i + j);
+			}
+			rc = p.vt->put(p.inst, k, batch, in, len);
+			for (uint32_t j = 0; j < batch; j++) /* get_raw fails on wrong bytes */
+				if (get_raw(&p, i + j, SZ))
+					stored++;
+			i += batch - 1;
+			continue;
+		}
 		struct srt_key k = tu_key(i);
 		const void *in[1] = {data};
 		size_t len = SZ;
@@ -1024,7 +1056,7 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 		if (!rc)
 			stored++;
 	}
-	if (mounted || _i == B_FILE)
+	if (mounted || b == B_FILE)
 		ck_assert_int_eq(rc, SRT_ENOSPC);
 	else /* SQLite reports a write past RLIMIT_FSIZE as a plain I/O error, without errno */
 		ck_assert(rc == SRT_ENOSPC || rc == SRT_EIO);
@@ -1033,8 +1065,8 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 			  : tu_log_has("too large") || tu_log_has("I/O error"));
 	/* What was stored before the disk filled up is still served intact. */
 	for (uint64_t i = 0; i < (uint64_t)stored; i++)
-		ck_assert(get_raw(&p, i, SZ));
-	if (_i == B_FILE) {
+		ck_assert(get_raw(&p, i, SZ) || batch > 1); /* a failed batch may leave holes */
+	if (b == B_FILE && batch == 1) {
 		/* A run of failures is logged once, not once per put; the first success after it
 		 * says how many failed. */
 		ck_assert_int_eq(tu_log_count("failed:"), 1);
@@ -1140,9 +1172,11 @@ static Suite *tier_suite(void)
 
 	tc = tcase_create("faults");
 	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0,
+			    2 * N_BACKENDS);
 	tcase_add_test(tc, file_store_open_keeps_the_temp_files_of_live_writers);
-	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0,
+			    2 * N_BACKENDS);
 	tcase_add_loop_test(tc, store_read_only_directory_fails_with_eio_and_a_logged_reason, 0,
 			    N_BACKENDS);
 	suite_add_tcase(s, tc);

@@ -465,7 +465,6 @@ static Suite *identity_suite(void)
 {
 	Suite *s = suite_create("identity");
 	TCase *l3 = tcase_create("l3");
-	tcase_set_timeout(l3, 600);
 	tcase_add_test(l3, control_the_same_setup_resumes_512_tokens_from_l3_even_from_a_copied_directory);
 	tcase_add_test(l3, residual_plain_after_an_mhc_run_resumes_nothing);
 	tcase_add_test(l3, an_edited_rope_theta_in_config_json_resumes_nothing);
@@ -474,7 +473,6 @@ static Suite *identity_suite(void)
 	tcase_add_test(l3, the_same_plugin_resumes_but_another_version_option_or_layout_id_resumes_nothing);
 	suite_add_tcase(s, l3);
 	TCase *fp = tcase_create("fingerprint");
-	tcase_set_timeout(fp, 600);
 	tcase_add_test(fp, the_sidecar_is_reused_without_rehashing_and_invalidated_by_size_or_mtime);
 	tcase_add_test(fp, a_corrupt_or_foreign_sidecar_is_ignored_said_and_rewritten);
 	tcase_add_test(fp, a_read_only_checkpoint_directory_remembers_the_fingerprint_in_the_cache_dir);

@@ -31,6 +31,7 @@
 #include "ckpt/fingerprint.h"
 #include "ckpt/safetensors.h"
 #include "exec/engine.h"
+#include "exec/identity.h"
 #include "plugin/host.h"
 
 static const char *env_or(const char *name, const char *dflt)
@@ -461,6 +462,41 @@ START_TEST(a_read_only_checkpoint_directory_remembers_the_fingerprint_in_the_cac
 }
 END_TEST
 
+/* --- the identity builder ------------------------------------------------------------------- */
+
+static void ident_of_config(const char *path, const char *text, char hex[65])
+{
+	char err[512];
+	write_text(path, text);
+	struct srt_ident b;
+	srt_ident_begin(&b);
+	ck_assert_msg(!srt_ident_add_model_config(&b, path, err, sizeof(err)), "%s", err);
+	srt_ident_end(&b);
+	memcpy(hex, b.hex, 65);
+}
+
+START_TEST(config_key_order_and_spacing_keep_the_identity_and_any_value_changes_it)
+{
+	char base[4096], path[4200], a[65], b[65], c[65], d[65], y[65], y2[65];
+	snprintf(base, sizeof(base), "%s/tests/identity-XXXXXX", env_or("SRT_BUILD_DIR", "."));
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	snprintf(path, sizeof(path), "%s/config.json", base);
+	ident_of_config(path, "{\"rope_theta\": 10000.0, \"x\": {\"k\": [1, 2]}}", a);
+	ident_of_config(path, "{\n  \"x\": {\"k\": [1,2]},\n  \"rope_theta\": 1e4\n}\n", b);
+	ident_of_config(path, "{\"rope_theta\": 10000.0, \"x\": {\"k\": [1, 3]}}", c);
+	ident_of_config(path, "{\"rope_theta\": 10000.0, \"x\": {\"k\": [1, 2]}, \"new\": 0}", d);
+	ck_assert_str_eq(a, b);
+	ck_assert_str_ne(a, c);
+	ck_assert_str_ne(a, d);
+	/* not strict JSON (YAML): raw bytes, so any change counts */
+	ident_of_config(path, "rope_theta: 10000.0\n", y);
+	ident_of_config(path, "rope_theta: 10001.0\n", y2);
+	ck_assert_str_ne(y, y2);
+	ck_assert_str_ne(y, a);
+	cleanup(base);
+}
+END_TEST
+
 static Suite *identity_suite(void)
 {
 	Suite *s = suite_create("identity");
@@ -476,6 +512,7 @@ static Suite *identity_suite(void)
 	tcase_add_test(fp, the_sidecar_is_reused_without_rehashing_and_invalidated_by_size_or_mtime);
 	tcase_add_test(fp, a_corrupt_or_foreign_sidecar_is_ignored_said_and_rewritten);
 	tcase_add_test(fp, a_read_only_checkpoint_directory_remembers_the_fingerprint_in_the_cache_dir);
+	tcase_add_test(fp, config_key_order_and_spacing_keep_the_identity_and_any_value_changes_it);
 	suite_add_tcase(s, fp);
 	return s;
 }

@@ -662,6 +662,127 @@ void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold)
 	pthread_mutex_unlock(&m->mu);
 }
 
+/* --- the L3 index across runs ----------------------------------------------------------------- */
+
+/*
+ * The manager's L3 index (which pages it accounts in L3, least recent first) is saved as objects
+ * of the store itself at flush and shutdown and read back at create, so the L3 budget bounds the
+ * store across runs, also in synthetic mode where the store has no byte bound of its own. Chunk c
+ * is an object under a key derived from the scope (model, layout, tenant) and c:
+ *     "SRTL3IX1" | u32 chunk | u32 chunks | u64 entries | u32 n | u32 0 | n x (key, u32 pool)
+ */
+#define IDX_MAGIC "SRTL3IX1"
+#define IDX_HDR 32u
+#define IDX_ENT 36u
+#define IDX_PER_CHUNK 16384u
+
+static void idx_key(const struct srt_tmgr *m, uint32_t chunk, struct srt_key *out)
+{
+	struct srt_tier_sha256 s;
+	srt_tier_sha256_init(&s);
+	srt_tier_sha256_update(&s, "shadowrt/l3-index/v1", 20);
+	srt_tier_sha256_update(&s, &m->cfg.scope, sizeof(m->cfg.scope));
+	put_u32(&s, chunk);
+	srt_tier_sha256_final(&s, out->b);
+}
+
+static void idx_save(struct srt_tmgr *m)
+{
+	if (!m->has_l3 || !l3_usable(m))
+		return;
+	uint64_t total = m->l3.n;
+	uint32_t chunks = (uint32_t)((total + IDX_PER_CHUNK - 1) / IDX_PER_CHUNK);
+	if (!chunks)
+		chunks = 1;
+	uint8_t *buf = malloc(IDX_HDR + (size_t)IDX_PER_CHUNK * IDX_ENT);
+	if (!buf)
+		return;
+	const struct kent *e = m->l3.tail; /* least recent first */
+	for (uint32_t c = 0; c < chunks; c++) {
+		uint32_t n = 0;
+		for (; e && n < IDX_PER_CHUNK; e = e->prev, n++) {
+			memcpy(buf + IDX_HDR + (size_t)n * IDX_ENT, e->key.b, SRT_KEY_BYTES);
+			memcpy(buf + IDX_HDR + (size_t)n * IDX_ENT + SRT_KEY_BYTES, &e->pool, 4);
+		}
+		memcpy(buf, IDX_MAGIC, 8);
+		memcpy(buf + 8, &c, 4);
+		memcpy(buf + 12, &chunks, 4);
+		memcpy(buf + 16, &total, 8);
+		memcpy(buf + 24, &n, 4);
+		memset(buf + 28, 0, 4);
+		struct srt_key k;
+		idx_key(m, c, &k);
+		const void *bufs[1] = {buf};
+		size_t len = IDX_HDR + (size_t)n * IDX_ENT;
+		int rc = srt_tier_store_put(&m->store, &k, 1, bufs, &len);
+		if (rc) {
+			LOG(m, SRT_LOG_WARN, "L3 (%s): saving the L3 index failed (%d): the next run "
+			    "accounts only what it finds", m->cfg.l3_name ? m->cfg.l3_name : "store", rc);
+			break;
+		}
+	}
+	free(buf);
+}
+
+static void idx_load(struct srt_tmgr *m)
+{
+	size_t cap = IDX_HDR + (size_t)IDX_PER_CHUNK * IDX_ENT, len = 0;
+	uint8_t *buf = malloc(cap);
+	if (!buf)
+		return;
+	uint32_t chunks = 1;
+	uint64_t loaded = 0;
+	for (uint32_t c = 0; c < chunks; c++) {
+		struct srt_key k;
+		idx_key(m, c, &k);
+		void *bufs[1] = {buf};
+		if (srt_tier_store_get(&m->store, &k, 1, bufs, &cap, &len) || len < IDX_HDR ||
+		    memcmp(buf, IDX_MAGIC, 8))
+			break;
+		uint32_t cc, cn, n;
+		memcpy(&cc, buf + 8, 4);
+		memcpy(&cn, buf + 12, 4);
+		memcpy(&n, buf + 24, 4);
+		if (cc != c || (c == 0 ? !cn || cn > (1u << 20) : cn != chunks) ||
+		    len != IDX_HDR + (size_t)n * IDX_ENT)
+			break; /* a chunk of another save: stop, keep what is consistent */
+		chunks = cn;
+		for (uint32_t i = 0; i < n; i++) {
+			struct srt_key key;
+			uint32_t pool;
+			memcpy(key.b, buf + IDX_HDR + (size_t)i * IDX_ENT, SRT_KEY_BYTES);
+			memcpy(&pool, buf + IDX_HDR + (size_t)i * IDX_ENT + SRT_KEY_BYTES, 4);
+			if (pool >= m->np || kt_find(&m->l3, &key))
+				continue;
+			struct kent *e = calloc(1, sizeof(*e));
+			if (!e)
+				break;
+			e->key = key;
+			e->pool = pool;
+			e->bytes = l3_acct(m, pool);
+			if (kt_insert(&m->l3, e)) { /* at the front: read oldest first */
+				free(e);
+				break;
+			}
+			loaded++;
+		}
+	}
+	free(buf);
+	/* a smaller budget than the last run's: evict down to it now */
+	while (m->l3.bytes > m->l3.budget && m->l3.tail) {
+		struct kent *v = m->l3.tail;
+		kt_remove(&m->l3, v);
+		srt_twr_remove(m->w, &v->key);
+		m->st.l3_evicted++;
+		free(v);
+	}
+	m->l3.peak = m->l3.bytes;
+	if (loaded)
+		LOG(m, SRT_LOG_INFO, "L3 (%s): %" PRIu64 " pages of earlier runs accounted (%" PRIu64
+		    " bytes of a %" PRIu64 " byte budget)", m->cfg.l3_name ? m->cfg.l3_name : "store",
+		    loaded, m->l3.bytes, m->l3.budget);
+}
+
 /* --- create / destroy ---------------------------------------------------------------------- */
 
 /* The writer's L3 gate: the manager's outage logic. */
@@ -785,6 +906,7 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 			srt_tmgr_destroy(m);
 			return wrc;
 		}
+		idx_load(m);
 		if (cfg->prefetch) {
 			if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
 				snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
@@ -827,7 +949,12 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 		pthread_mutex_unlock(&m->mu);
 		pthread_join(m->thr, NULL);
 	}
-	srt_twr_destroy(m->w); /* flushes: every queued write reaches the store */
+	if (m->w) {
+		srt_twr_flush(m->w); /* every queued write reaches the store */
+		l3_reap(m);
+		idx_save(m);
+	}
+	srt_twr_destroy(m->w);
 	for (size_t i = 0; i < m->l1.cap; i++)
 		for (struct l1ent *e = m->l1.b[i], *n; e; e = n) {
 			n = e->hnext;

@@ -55,6 +55,12 @@
  * refuses is removed again and forgotten (the page is a miss later, never served wrong).
  * write_sync = 1 runs every write inline instead (the old behaviour, for comparisons).
  *
+ * L3 accounting across runs: srt_tmgr_destroy saves the L3 index (the pages this manager
+ * accounts in L3, in LRU order) as a few objects of the store itself, under keys derived from the
+ * scope; srt_tmgr_create reads them back (and evicts down to a smaller budget), so the L3 budget
+ * bounds the store across runs and restarts, also in synthetic mode where the store itself has no
+ * byte bound. Processes sharing one store at once each save their own view (the last one wins).
+ *
  * L3 faults: a store call that fails with SRT_EIO marks L3 down (logged once); while down the
  * manager runs without L3 (misses, no writes) and tries again after l3_retry_ms; the first call
  * that succeeds logs that L3 is back. Puts that are not stored (failed, skipped while L3 is

@@ -89,6 +89,7 @@ struct env {
 	struct srt_tmgr *m;
 	struct srt_rdx_cache *c;
 	char *dir;
+	int keep_dir;
 	pid_t redis;
 	int port;
 	FILE *log;
@@ -128,6 +129,8 @@ struct setup {
 	int full;             /* SRT_TWR_WAIT / SRT_TWR_DROP */
 	uint32_t report_ms;   /* lost-put summaries (0 = default) */
 	int sync_writes;
+	uint32_t payload;     /* synthetic payload bytes (0 = real pages) */
+	const char *dir;      /* L3 directory to reuse (NULL = a fresh one, removed at close) */
 };
 
 static void env_open(struct env *e, const struct setup *s)
@@ -149,7 +152,8 @@ static void env_open(struct env *e, const struct setup *s)
 				     .l3_budget = s->l3_budget ? s->l3_budget : UINT64_MAX,
 				     .l3_retry_ms = s->retry_ms, .host = e->host,
 				     .write_queue_bytes = s->queue_bytes, .write_full = s->full,
-				     .l3_report_ms = s->report_ms, .write_sync = s->sync_writes};
+				     .l3_report_ms = s->report_ms, .write_sync = s->sync_writes,
+				     .payload_bytes = s->payload};
 	mc.scope.layout_version = 1;
 	srt_tmgr_fingerprint("test-model kv=bf16", P, pools, 3, mc.scope.model_fp);
 	if (s->l2_budget) {
@@ -160,7 +164,8 @@ static void env_open(struct env *e, const struct setup *s)
 	}
 	if (s->l3) {
 		char port[16];
-		e->dir = tu_tmpdir("tmgr");
+		e->dir = s->dir ? strdup(s->dir) : tu_tmpdir("tmgr");
+		e->keep_dir = s->dir != NULL;
 		char db[4096];
 		snprintf(db, sizeof(db), "%s/l3.db", e->dir);
 		const char *opts[8] = {"path", !strcmp(s->l3, "sqlite") ? db : e->dir, NULL};
@@ -200,7 +205,8 @@ static void env_close(struct env *e)
 	if (e->redis > 0)
 		tu_redis_stop(e->redis);
 	if (e->dir) {
-		tu_rmrf(e->dir);
+		if (!e->keep_dir)
+			tu_rmrf(e->dir);
 		free(e->dir);
 	}
 	srt_log_set_stream(NULL);
@@ -748,6 +754,46 @@ START_TEST(puts_lost_while_l3_never_recovers_are_reported_periodically_and_at_fl
 }
 END_TEST
 
+/* --- L3 budget across runs ---------------------------------------------------------------- */
+
+/* Synthetic payloads (as replay uses): the store has no byte bound of its own, so only the
+ * manager's budget bounds it; a second run on the same store must not add a budget's worth. */
+START_TEST(the_l3_budget_bounds_the_store_across_runs_in_synthetic_mode)
+{
+	char *dir = tu_tmpdir("tmgrruns");
+	init_pools();
+	uint64_t l3b = 40 * (page_bytes(0) + 64);
+	uint64_t objs[2];
+	int32_t t[10 * P];
+	for (int runs = 0; runs < 2; runs++) {
+		struct env e;
+		env_open(&e, &(struct setup){.l1_pages = 24, .l3 = "file", .l3_budget = l3b,
+					     .policy = SRT_TMGR_WRITE_THROUGH, .payload = 64,
+					     .dir = dir});
+		struct srt_tmgr_stats st;
+		srt_tmgr_stats(e.m, &st);
+		if (runs)
+			ck_assert_uint_gt(st.l3_objects, 0); /* the first run's pages are accounted */
+		for (int i = 0; i < 12; i++) { /* distinct sequences: 12 x (10 kv + ...) pages */
+			seq(t, 10 * P, 5000 + 100 * (uint64_t)runs + (uint64_t)i);
+			run(&e, t, 10 * P);
+		}
+		srt_tmgr_flush(e.m);
+		srt_tmgr_stats(e.m, &st);
+		ck_assert_uint_gt(st.l3_evicted, 0); /* the budget binds within each run */
+		ck_assert_uint_le(st.l3_bytes, l3b);
+		objs[runs] = store_objects(&e);
+		/* plus the saved index of the earlier run (one object) */
+		ck_assert_uint_eq(objs[runs], st.l3_objects + (runs > 0));
+		env_close(&e);
+	}
+	/* the second run evicted the first run's pages instead of adding to them */
+	ck_assert_uint_le(objs[1], objs[0] + 2);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 /* --- two processes on one L3 (the real CLI) --------------------------------------------- */
 
 /* The KV layout these budgets were sized for (replay's default is bf16, twice the window
@@ -886,6 +932,7 @@ int main(void)
 	tcase_add_test(tc, a_full_write_queue_drops_with_policy_drop_and_never_exceeds_its_bound);
 	tcase_add_test(tc, a_full_write_queue_makes_the_producer_wait_with_policy_wait_and_loses_nothing);
 	tcase_add_test(tc, puts_lost_while_l3_never_recovers_are_reported_periodically_and_at_flush);
+	tcase_add_test(tc, the_l3_budget_bounds_the_store_across_runs_in_synthetic_mode);
 	tcase_add_test(tc, a_second_replay_process_hits_the_file_l3_the_first_wrote);
 	tcase_add_test(tc, a_second_replay_process_hits_the_sqlite_l3_the_first_wrote);
 	tcase_add_test(tc, replay_takes_its_tiers_from_a_config_file);

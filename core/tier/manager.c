@@ -296,6 +296,7 @@ struct srt_tmgr_req {
 	int branch_done;
 	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
 	uint64_t lower_run; /* end of the ALL pools' run in L2/L3: where an older prefix left off */
+	uint32_t attempts;  /* loads that failed and were looked up again */
 };
 
 struct srt_tmgr {
@@ -1191,38 +1192,27 @@ static void req_free_load(struct srt_tmgr_req *r)
 	r->n_items = 0;
 }
 
-int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
-		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
-		       size_t errlen)
+/*
+ * Match L1, look the following pages up in L2 / L3 and start loading them (the request's rdx
+ * request is new). Used at start and again when a load failed (see srt_tmgr_req_wait).
+ */
+static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err, size_t errlen)
 {
-	assert(m->c);
-	*out = NULL;
+	struct srt_tmgr *m = r->m;
+	const int32_t *tokens = r->tokens;
+	uint64_t n = r->n, h1;
 	memset(hit, 0, sizeof(*hit));
-	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
-	if (!r || !(r->keys = calloc(m->np, sizeof(*r->keys))) ||
-	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
-		if (r)
-			free(r->keys);
-		free(r);
-		snprintf(err, errlen, "tier manager: out of memory");
-		return SRT_ENOMEM;
-	}
-	r->m = m;
-	l3_reap(m);
-	memcpy(r->tokens, tokens, n * sizeof(int32_t));
-	r->n = n;
-	uint64_t h1;
+	atomic_store(&r->done, 0);
 	int rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
-	if (rc) {
-		srt_tmgr_req_free(r);
+	if (rc)
 		return rc;
-	}
 	uint64_t P = m->P, hp = h1 / P, np = n / P;
 	r->recorded = hp;
 	hit->l1_tokens = h1;
 	if ((rc = req_keys(r, tokens, np > hp ? np : hp)))
 		goto fail;
-	req_count_hits(r, hp);
+	if (!r->attempts)
+		req_count_hits(r, hp);
 	if (!(m->has_l2 || m->has_l3) || np <= hp)
 		goto done;
 	uint64_t t = lower_lookup(m, r, hp, np);
@@ -1324,11 +1314,39 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 done:
 	r->hit = *hit;
 	r->hit_pages = (hit->l1_tokens + hit->l2_tokens + hit->l3_tokens) / P;
-	*out = r;
 	return 0;
 fail:
-	srt_tmgr_req_free(r);
 	return rc;
+}
+
+
+int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
+		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
+		       size_t errlen)
+{
+	assert(m->c);
+	*out = NULL;
+	memset(hit, 0, sizeof(*hit));
+	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
+	if (!r || !(r->keys = calloc(m->np, sizeof(*r->keys))) ||
+	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
+		if (r)
+			free(r->keys);
+		free(r);
+		snprintf(err, errlen, "tier manager: out of memory");
+		return SRT_ENOMEM;
+	}
+	r->m = m;
+	l3_reap(m);
+	memcpy(r->tokens, tokens, n * sizeof(int32_t));
+	r->n = n;
+	int rc = req_begin(r, hit, err, errlen);
+	if (rc) {
+		srt_tmgr_req_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
 }
 
 int srt_tmgr_req_ready(const struct srt_tmgr_req *r)
@@ -1377,6 +1395,26 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 	}
 	req_free_load(r);
 	int rc = 0;
+	if (failed && !r->attempts) {
+		/* the pages that failed are gone from the store (a corrupt object is removed, an
+		 * absent one is absent): a second lookup finds the longest prefix that L1 + L2 + L3
+		 * can still serve, which is what this request falls back to */
+		uint64_t had = r->hit.l2_tokens + r->hit.l3_tokens;
+		m->st.loads_failed++;
+		m->st.loads_retried++;
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		r->attempts++;
+		struct srt_tmgr_hit h2;
+		rc = req_begin(r, &h2, err, errlen);
+		if (rc)
+			return rc;
+		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: falling back "
+		    "to the longest prefix still held (%" PRIu64 " tokens from L2/L3)", had,
+		    h2.l2_tokens + h2.l3_tokens);
+		return srt_tmgr_req_wait(r, hit, err, errlen);
+	}
 	if (failed) {
 		m->st.loads_failed++;
 		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: recomputing",
@@ -1463,6 +1501,20 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	free(r->keys);
 	free(r->tokens);
 	free(r);
+}
+
+int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *tokens,
+		      uint64_t page, struct srt_key *out)
+{
+	if (pool >= m->np)
+		return SRT_EINVAL;
+	struct srt_key prev;
+	for (uint64_t j = 0; j <= page; j++) {
+		srt_tier_key_next(&m->pools[pool].keyer, j ? &prev : NULL, tokens + j * m->P, m->P,
+				  out);
+		prev = *out;
+	}
+	return 0;
 }
 
 /* --- stats and checks --------------------------------------------------------------------- */

@@ -29,8 +29,10 @@
  *    pages, in a background thread when prefetch is on. The loaded pages are private to the
  *    request until srt_tmgr_req_wait has seen every page arrive and verified it; only then are
  *    they committed to the tree, where other requests can hit them. A page that fails to load
- *    (absent after all, corrupt, store down) turns the tier hit into a miss: the request falls
- *    back to its L1 hit and computes the rest. L2 copies stay after promotion (inclusive).
+ *    (absent after all, corrupt, store down) is gone from the store afterwards (corrupt objects
+ *    are removed), so srt_tmgr_req_wait looks the request up once more and loads the longest
+ *    prefix that L1 + L2 + L3 still hold and verify; only if that fails too does it fall back
+ *    to the L1 hit. L2 copies stay after promotion (inclusive).
  *
  * Budgets are hard: L1 per pool (the radix cache), L2 and L3 in bytes, counted in page bytes
  * (payload + the 64-byte object header for L3). L3 accounting covers the objects this process
@@ -186,7 +188,8 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 int srt_tmgr_req_ready(const struct srt_tmgr_req *r);
 /*
  * Wait for the request's loads, verify them and commit them to the tree. If a page failed,
- * the request restarts at its L1 hit and *hit is updated (l2/l3 tokens become 0). Returns 0 or
+ * the request looks the lower tiers up again and waits for the longest prefix still held (if
+ * that fails as well it restarts at its L1 hit); *hit is updated. Returns 0 or
  * a radix error (SRT_ENOMEM when restarting could not lock, with a message).
  */
 int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err,
@@ -211,7 +214,8 @@ struct srt_tmgr_stats {
 	uint64_t bytes_l2_to_l1, bytes_l3_to_l1;
 	uint64_t l2_bytes, l2_peak, l2_budget, l2_pages, l2_evicted;
 	uint64_t l3_bytes, l3_peak, l3_budget, l3_objects, l3_evicted;
-	uint64_t loads_failed;     /* tier hits turned into misses at wait */
+	uint64_t loads_failed;     /* tier hits that failed to load at wait */
+	uint64_t loads_retried;    /* of which looked up again: the longest prefix still held */
 	uint64_t pages_verified;   /* loaded payloads checked byte for byte (synthetic mode) */
 	uint64_t l3_rejected;      /* corrupt / foreign objects seen (removed, not served) */
 	uint64_t l3_outages;       /* times L3 went down */
@@ -233,6 +237,14 @@ void srt_tmgr_stats(const struct srt_tmgr *m, struct srt_tmgr_stats *out);
 
 /* 0 when L2 and L3 byte counts are within budget and L2's index matches its byte count. */
 int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen);
+
+/*
+ * The L2/L3 key of page `page` (tokens [page * P, (page + 1) * P)) of pool `pool` for a prefix
+ * whose tokens are tokens[0 .. (page + 1) * P): which object holds that page (tools, tests).
+ * 0 or SRT_EINVAL (no such pool).
+ */
+int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *tokens,
+		      uint64_t page, struct srt_key *out);
 
 /* The synthetic payload of a page: n bytes derived from its key. */
 void srt_tmgr_synth_payload(const struct srt_key *key, void *buf, size_t n);

@@ -21,6 +21,7 @@
 #include "plugin/host.h"
 #include "plugin/registry.h"
 #include "radix/radix.h"
+#include "tier/key.h"
 #include "tier/manager.h"
 #include "tier/xxh64.h"
 #include "tier_util.h"
@@ -131,6 +132,7 @@ struct setup {
 	int sync_writes;
 	uint32_t payload;     /* synthetic payload bytes (0 = real pages) */
 	const char *dir;      /* L3 directory to reuse (NULL = a fresh one, removed at close) */
+	uint32_t tail_stride;
 };
 
 static void env_open(struct env *e, const struct setup *s)
@@ -153,7 +155,7 @@ static void env_open(struct env *e, const struct setup *s)
 				     .l3_retry_ms = s->retry_ms, .host = e->host,
 				     .write_queue_bytes = s->queue_bytes, .write_full = s->full,
 				     .l3_report_ms = s->report_ms, .write_sync = s->sync_writes,
-				     .payload_bytes = s->payload};
+				     .payload_bytes = s->payload, .tail_stride = s->tail_stride};
 	mc.scope.layout_version = 1;
 	srt_tmgr_fingerprint("test-model kv=bf16", P, pools, 3, mc.scope.model_fp);
 	if (s->l2_budget) {
@@ -754,6 +756,42 @@ START_TEST(puts_lost_while_l3_never_recovers_are_reported_periodically_and_at_fl
 }
 END_TEST
 
+/* A load that fails part way falls back to the longest prefix still held, not to the L1 hit:
+ * with TAIL windows kept every 4 pages, corrupting the kv objects of pages 4..7 leaves 4 pages
+ * that L3 can still serve (and run() checks every byte of them). */
+START_TEST(a_failed_load_falls_back_to_the_longest_verified_prefix)
+{
+	struct env e;
+	env_open(&e, &(struct setup){.l1_pages = 24, .l3 = "file", .policy = SRT_TMGR_WRITE_BACK,
+				     .prefetch = 1, .tail_stride = 4});
+	int32_t a[8 * P];
+	seq(a, 8 * P, 24);
+	run(&e, a, 8 * P);
+	flush_l1(&e, 2400, 3, 10);
+	srt_tmgr_flush(e.m);
+	for (uint64_t j = 4; j < 8; j++) {
+		struct srt_key k;
+		char hex[65], path[4400];
+		ck_assert_int_eq(srt_tmgr_page_key(e.m, 0, a, j, &k), 0);
+		srt_tier_key_hex(&k, hex);
+		snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s", e.dir, hex, hex + 2, hex);
+		FILE *f = fopen(path, "r+b");
+		ck_assert_msg(f != NULL, "page %" PRIu64 " of pool kv is not in L3 (%s)", j, path);
+		ck_assert_int_eq(fseek(f, 100, SEEK_SET), 0);
+		ck_assert_int_eq(fputc('X', f), 'X');
+		fclose(f);
+	}
+	struct srt_tmgr_hit h = run(&e, a, 8 * P);
+	ck_assert_uint_eq(h.l1_tokens + h.l2_tokens + h.l3_tokens, 4 * P);
+	struct srt_tmgr_stats st;
+	srt_tmgr_stats(e.m, &st);
+	ck_assert_uint_eq(st.loads_failed, 1);
+	ck_assert_uint_eq(st.loads_retried, 1);
+	ck_assert_uint_ge(st.l3_rejected, 1);
+	env_close(&e);
+}
+END_TEST
+
 /* --- L3 budget across runs ---------------------------------------------------------------- */
 
 /* Synthetic payloads (as replay uses): the store has no byte bound of its own, so only the
@@ -928,6 +966,7 @@ int main(void)
 	tcase_add_test(tc, prefetched_pages_are_not_served_before_they_arrive);
 	tcase_add_test(tc, a_corrupt_l3_object_is_a_miss_and_never_served);
 	tcase_add_test(tc, redis_stopped_mid_run_runs_on_without_l3_and_uses_it_again_when_back);
+	tcase_add_test(tc, a_failed_load_falls_back_to_the_longest_verified_prefix);
 	tcase_add_test(tc, l3_writes_leave_the_request_path_and_queued_pages_are_served_from_the_queue);
 	tcase_add_test(tc, a_full_write_queue_drops_with_policy_drop_and_never_exceeds_its_bound);
 	tcase_add_test(tc, a_full_write_queue_makes_the_producer_wait_with_policy_wait_and_loses_nothing);

@@ -297,6 +297,14 @@ struct srt_tmgr_req {
 	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
 	uint64_t lower_run; /* end of the ALL pools' run in L2/L3: where an older prefix left off */
 	uint32_t attempts;  /* loads that failed and were looked up again */
+	/* shared loads: a request loading pages [load_from, load_to) from L3 is a "loader" (on the
+	 * manager's list); a later request whose lookup starts inside that range follows it: it
+	 * loads nothing, and at its wait it waits for the loader, then matches its pages in L1 */
+	uint64_t load_from, load_to;
+	struct srt_tmgr_req *lprev, *lnext;  /* loaders list */
+	struct srt_tmgr_req *follow;         /* the loader followed (NULL once it is gone) */
+	int following;
+	struct srt_tmgr_req *followers, *fnext; /* requests following this one */
 };
 
 struct srt_tmgr {
@@ -325,6 +333,7 @@ struct srt_tmgr {
 	int stop, hold;
 	uint8_t *tscratch; /* payload buffer (prefetch thread) */
 	struct srt_tmgr_stats st;
+	struct srt_tmgr_req *loaders; /* requests with L3 loads not yet waited for */
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
 };
@@ -1192,6 +1201,47 @@ static void req_free_load(struct srt_tmgr_req *r)
 	r->n_items = 0;
 }
 
+static void loader_unlink(struct srt_tmgr_req *r)
+{
+	struct srt_tmgr *m = r->m;
+	if (!r->load_to)
+		return;
+	if (r->lprev)
+		r->lprev->lnext = r->lnext;
+	else
+		m->loaders = r->lnext;
+	if (r->lnext)
+		r->lnext->lprev = r->lprev;
+	r->lprev = r->lnext = NULL;
+	r->load_to = 0;
+	for (struct srt_tmgr_req *f = r->followers; f; f = f->fnext)
+		f->follow = NULL; /* they look up again at their wait */
+	r->followers = NULL;
+}
+
+static void follower_unlink(struct srt_tmgr_req *r)
+{
+	if (!r->follow)
+		return;
+	struct srt_tmgr_req **pp = &r->follow->followers;
+	while (*pp != r)
+		pp = &(*pp)->fnext;
+	*pp = r->fnext;
+	r->follow = NULL;
+	r->fnext = NULL;
+}
+
+/* A request loading page j of this prefix (same key chain) from L3, or NULL. */
+static struct srt_tmgr_req *find_loader(struct srt_tmgr *m, const struct srt_tmgr_req *r,
+					uint64_t j)
+{
+	for (struct srt_tmgr_req *a = m->loaders; a; a = a->lnext)
+		if (a != r && a->load_from <= j && j < a->load_to && a->nkeys > j &&
+		    !memcmp(a->keys[0][j].b, r->keys[0][j].b, SRT_KEY_BYTES))
+			return a;
+	return NULL;
+}
+
 /*
  * Match L1, look the following pages up in L2 / L3 and start loading them (the request's rdx
  * request is new). Used at start and again when a load failed (see srt_tmgr_req_wait).
@@ -1218,6 +1268,18 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 	uint64_t t = lower_lookup(m, r, hp, np);
 	if (t <= hp)
 		goto done;
+	struct srt_tmgr_req *lead = find_loader(m, r, hp);
+	if (lead) { /* the same pages are on their way for another request: share them */
+		r->follow = lead;
+		r->following = 1;
+		r->fnext = lead->followers;
+		lead->followers = r;
+		r->pending = 1;
+		m->st.loads_shared++;
+		uint64_t upto = lead->load_to < t ? lead->load_to : t;
+		hit->l3_tokens = (upto - hp) * P;
+		goto done;
+	}
 	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
 	for (uint32_t p = 0; p < m->np; p++)
 		for (uint64_t j = hp; j < t; j++) {
@@ -1295,6 +1357,15 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 	}
 	free(from_l3);
 	r->pending = 1;
+	if (r->n_items) { /* a loader: later requests of this prefix follow it */
+		r->load_from = hp;
+		r->load_to = t;
+		r->lprev = NULL;
+		r->lnext = m->loaders;
+		if (m->loaders)
+			m->loaders->lprev = r;
+		m->loaders = r;
+	}
 	if (r->n_items && m->thr_on) {
 		r->queued = 1;
 		pthread_mutex_lock(&m->mu);
@@ -1379,7 +1450,28 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 			*hit = r->hit;
 		return 0;
 	}
+	if (r->following) {
+		/* wait for the loader, which commits the shared pages to the tree, then match
+		 * again: they are an L1 hit now (or, if the loader went away, found again below) */
+		struct srt_tmgr_req *lead = r->follow;
+		follower_unlink(r);
+		r->following = 0;
+		r->pending = 0;
+		if (lead) {
+			char why[256];
+			srt_tmgr_req_wait(lead, NULL, why, sizeof(why));
+		}
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		struct srt_tmgr_hit h2;
+		int rc = req_begin(r, &h2, err, errlen);
+		if (rc)
+			return rc;
+		return srt_tmgr_req_wait(r, hit, err, errlen);
+	}
 	wait_done(r);
+	loader_unlink(r);
 	r->pending = 0;
 	int failed = 0;
 	for (uint32_t i = 0; i < r->n_items; i++) {
@@ -1482,6 +1574,9 @@ int srt_tmgr_req_finish(struct srt_tmgr_req *r, uint64_t *cached_tokens, char *e
 int srt_tmgr_req_abort(struct srt_tmgr_req *r, char *err, size_t errlen)
 {
 	wait_done(r);
+	loader_unlink(r);
+	follower_unlink(r);
+	r->following = 0;
 	r->pending = 0;
 	req_free_load(r);
 	return srt_rdx_req_abort(r->r, err, errlen);
@@ -1492,6 +1587,8 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	if (!r)
 		return;
 	wait_done(r);
+	loader_unlink(r);
+	follower_unlink(r);
 	req_free_load(r);
 	if (r->r)
 		srt_rdx_req_free(r->r);

@@ -32,7 +32,10 @@
  *    (absent after all, corrupt, store down) is gone from the store afterwards (corrupt objects
  *    are removed), so srt_tmgr_req_wait looks the request up once more and loads the longest
  *    prefix that L1 + L2 + L3 still hold and verify; only if that fails too does it fall back
- *    to the L1 hit. L2 copies stay after promotion (inclusive).
+ *    to the L1 hit. L2 copies stay after promotion (inclusive). A request whose lookup starts
+ *    inside the pages another request is still loading from L3 (same prefix) loads nothing
+ *    itself: its srt_tmgr_req_wait waits for that load (committing it), then matches those
+ *    pages in L1 (loads_shared counts them).
  *
  * Budgets are hard: L1 per pool (the radix cache), L2 and L3 in bytes, counted in page bytes
  * (payload + the 64-byte object header for L3). L3 accounting covers the objects this process
@@ -216,6 +219,8 @@ struct srt_tmgr_stats {
 	uint64_t l3_bytes, l3_peak, l3_budget, l3_objects, l3_evicted;
 	uint64_t loads_failed;     /* tier hits that failed to load at wait */
 	uint64_t loads_retried;    /* of which looked up again: the longest prefix still held */
+	uint64_t loads_shared;     /* requests that waited for another request's load of the same
+				    * pages instead of loading them again */
 	uint64_t pages_verified;   /* loaded payloads checked byte for byte (synthetic mode) */
 	uint64_t l3_rejected;      /* corrupt / foreign objects seen (removed, not served) */
 	uint64_t l3_outages;       /* times L3 went down */

@@ -792,6 +792,60 @@ START_TEST(a_failed_load_falls_back_to_the_longest_verified_prefix)
 }
 END_TEST
 
+/* Two requests of one prefix while its pages are still loading from L3: the second loads
+ * nothing itself; its wait waits for the first load and hits those pages in L1. */
+START_TEST(in_flight_loads_of_the_same_pages_are_shared_between_requests)
+{
+	struct env e;
+	env_open(&e, &(struct setup){.l1_pages = 40, .l3 = "file", .policy = SRT_TMGR_WRITE_BACK,
+				     .prefetch = 1});
+	int32_t a[12 * P], b[12 * P];
+	seq(a, 12 * P, 25);
+	memcpy(b, a, 8 * P * sizeof(int32_t));
+	seq(b + 8 * P, 4 * P, 26);
+	run(&e, a, 8 * P);
+	flush_l1(&e, 2500, 5, 10);
+	struct srt_tmgr_stats st0, st;
+	srt_tmgr_stats(e.m, &st0);
+	srt_tmgr_hold_prefetch(e.m, 1);
+	char why[256];
+	struct srt_tmgr_req *ra, *rb;
+	struct srt_tmgr_hit ha, hb;
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, a, 12 * P, &ra, &ha, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ha.l3_tokens, 8 * P);
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, b, 12 * P, &rb, &hb, why, sizeof(why)), 0);
+	ck_assert_uint_eq(hb.l3_tokens, 8 * P); /* on its way, for a */
+	ck_assert(!srt_tmgr_req_ready(rb));
+	srt_tmgr_stats(e.m, &st);
+	ck_assert_uint_eq(st.loads_shared, 1);
+	srt_tmgr_hold_prefetch(e.m, 0);
+	ck_assert_int_eq(srt_tmgr_req_wait(rb, &hb, why, sizeof(why)), 0); /* b first */
+	ck_assert_uint_eq(hb.l1_tokens, 8 * P);
+	verify_hit(&e, rb, b, 8 * P);
+	ck_assert_int_eq(srt_tmgr_req_wait(ra, &ha, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ha.l3_tokens, 8 * P);
+	verify_hit(&e, ra, a, 8 * P);
+	srt_tmgr_stats(e.m, &st);
+	ck_assert_uint_eq(st.pages_l3_to_l1 - st0.pages_l3_to_l1, 8 + 2); /* loaded once */
+	srt_tmgr_req_free(ra);
+	srt_tmgr_req_free(rb);
+	check_all(&e);
+	/* a follower whose loader is freed before it arrives looks up again by itself */
+	flush_l1(&e, 2600, 5, 10);
+	srt_tmgr_hold_prefetch(e.m, 1);
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, a, 12 * P, &ra, &ha, why, sizeof(why)), 0);
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, b, 12 * P, &rb, &hb, why, sizeof(why)), 0);
+	srt_tmgr_hold_prefetch(e.m, 0);
+	srt_tmgr_req_free(ra);
+	ck_assert_int_eq(srt_tmgr_req_wait(rb, &hb, why, sizeof(why)), 0);
+	ck_assert_uint_eq(hb.l1_tokens + hb.l2_tokens + hb.l3_tokens, 8 * P);
+	verify_hit(&e, rb, b, 8 * P);
+	srt_tmgr_req_free(rb);
+	check_all(&e);
+	env_close(&e);
+}
+END_TEST
+
 /* --- L3 budget across runs ---------------------------------------------------------------- */
 
 /* Synthetic payloads (as replay uses): the store has no byte bound of its own, so only the
@@ -967,6 +1021,7 @@ int main(void)
 	tcase_add_test(tc, a_corrupt_l3_object_is_a_miss_and_never_served);
 	tcase_add_test(tc, redis_stopped_mid_run_runs_on_without_l3_and_uses_it_again_when_back);
 	tcase_add_test(tc, a_failed_load_falls_back_to_the_longest_verified_prefix);
+	tcase_add_test(tc, in_flight_loads_of_the_same_pages_are_shared_between_requests);
 	tcase_add_test(tc, l3_writes_leave_the_request_path_and_queued_pages_are_served_from_the_queue);
 	tcase_add_test(tc, a_full_write_queue_drops_with_policy_drop_and_never_exceeds_its_bound);
 	tcase_add_test(tc, a_full_write_queue_makes_the_producer_wait_with_policy_wait_and_loses_nothing);

@@ -85,6 +85,14 @@ static void rec_fill(struct rec *r, uint32_t type, const struct srt_key *k, uint
 	r->check = check_of(r);
 }
 
+/* Write a record header at dst, which may be unaligned. */
+static void put_rec(void *dst, uint32_t type, const struct srt_key *k, uint32_t len)
+{
+	struct rec r;
+	rec_fill(&r, type, k, len);
+	memcpy(dst, &r, sizeof(r));
+}
+
 static int rec_ok(const struct rec *r)
 {
 	return !memcmp(r->magic, MAGIC, 8) && r->check == check_of(r) && r->type >= R_PUT &&
@@ -532,7 +540,7 @@ int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *c
 		}
 		lens[i] = len;
 		if (nt < 32) /* recency survives a restart; not synced: it is only an order */
-			rec_fill((struct rec *)(touches + HDR * nt++), R_TOUCH, &keys[i], 0);
+			put_rec(touches + HDR * nt++, R_TOUCH, &keys[i], 0);
 	}
 	/* recency records wait for no put: skipped while a put holds the write path */
 	if (nt && !pthread_mutex_trylock(&s->wmu)) {
@@ -552,7 +560,7 @@ static int evict_locked(struct seg_store *s, char *dels, size_t *ndel, size_t ca
 	while (s->bytes > s->max_bytes && s->tail) {
 		if (*ndel == cap)
 			return 1;
-		rec_fill((struct rec *)(dels + HDR * (*ndel)++), R_DEL, &s->tail->key, 0);
+		put_rec(dels + HDR * (*ndel)++, R_DEL, &s->tail->key, 0);
 		drop(s, s->tail);
 	}
 	return 0;
@@ -583,7 +591,7 @@ static void compact(struct seg_store *s)
 		for (struct ent *e = s->tail; e && nm < old.live; e = e->prev) {
 			if (e->seg != old.id)
 				continue;
-			rec_fill((struct rec *)(buf + n), R_PUT, &e->key, e->len);
+			put_rec(buf + n, R_PUT, &e->key, e->len);
 			if (pread(fd, buf + n + HDR, e->len, (off_t)e->off) != (ssize_t)e->len)
 				goto out;
 			moved[nm++] = e;
@@ -631,7 +639,7 @@ int seg_put(struct seg_store *s, const struct srt_key *keys, uint32_t n, const v
 		return SRT_ENOMEM;
 	size_t off = 0;
 	for (uint32_t i = 0; i < n; i++) {
-		rec_fill((struct rec *)(buf + off), R_PUT, &keys[i], (uint32_t)lens[i]);
+		put_rec(buf + off, R_PUT, &keys[i], (uint32_t)lens[i]);
 		memcpy(buf + off + HDR, bufs[i], lens[i]);
 		off += HDR + lens[i];
 	}
@@ -698,7 +706,7 @@ int seg_remove(struct seg_store *s, const struct srt_key *keys, uint32_t n)
 			rc = rc ? rc : (x ? errno_code(x) : 0);
 			nd = 0;
 		}
-		rec_fill((struct rec *)(dels + HDR * nd++), R_DEL, &keys[i], 0);
+		put_rec(dels + HDR * nd++, R_DEL, &keys[i], 0);
 		drop(s, e);
 	}
 	if (nd) {

@@ -267,11 +267,12 @@ struct pinfo {
 	struct srt_tier_keyer keyer;
 };
 
-/* One page to fetch from L3 for a loading request. */
+/* One page to fetch from L3 (or copy from L2) for a loading request. */
 struct item {
 	struct srt_key key;
 	uint32_t pool;
 	void *dst;   /* L1 page (real mode) or NULL (synthetic: verify only) */
+	struct kent *l2; /* a pinned L2 page to copy (in the prefetch thread), else L3 */
 	int ok;
 };
 
@@ -318,6 +319,7 @@ struct srt_tmgr {
 	int has_l2, has_l3;
 	struct srt_tier_store store;
 	struct srt_twr *w; /* L3 writes and removes (writer.h) */
+	pthread_mutex_t l2mu; /* arena calls: the prefetch thread copies L2 pages too */
 	uint8_t *scratch; /* payload buffer (main thread) */
 	size_t scratch_len;
 	/* L3 availability */
@@ -492,7 +494,9 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 			m->st.bytes_l2_to_l3 += m->pools[v->pool].page_bytes;
 		}
 		kt_remove(&m->l2, v);
+		pthread_mutex_lock(&m->l2mu);
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, v->page, m->pools[v->pool].payload);
+		pthread_mutex_unlock(&m->l2mu);
 		m->st.l2_evicted++;
 		free(v);
 		v = prev;
@@ -526,12 +530,14 @@ static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	if (!e)
 		return 0;
 	size_t len = (size_t)m->pools[pool].payload;
-	if (m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page)) {
-		free(e);
-		return 0;
-	}
-	if (m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
+	pthread_mutex_lock(&m->l2mu);
+	int arc = m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page);
+	if (!arc && m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		arc = SRT_EIO;
+	}
+	pthread_mutex_unlock(&m->l2mu);
+	if (arc) {
 		free(e);
 		return 0;
 	}
@@ -540,7 +546,9 @@ static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	e->bytes = pb;
 	e->in_l3 = (uint8_t)in_l3;
 	if (kt_insert(&m->l2, e)) {
+		pthread_mutex_lock(&m->l2mu);
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		pthread_mutex_unlock(&m->l2mu);
 		free(e);
 		return 0;
 	}
@@ -611,11 +619,17 @@ static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 		struct item *it = &r->items[i];
 		it->ok = 0;
 		size_t pl = (size_t)m->pools[it->pool].payload;
+		if (it->l2) { /* an L2 page: the copy overlaps whatever the scheduler does */
+			pthread_mutex_lock(&m->l2mu);
+			it->ok = !m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, it->dst, it->l2->page, pl);
+			pthread_mutex_unlock(&m->l2mu);
+			continue;
+		}
 		void *dst = m->cfg.payload_bytes ? buf : it->dst;
 		void *bufs[1] = {dst};
 		size_t caps[1] = {pl}, lens[1] = {0};
 		/* a page whose put is still queued is read from the queue (read-your-writes) */
-		if (!srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
+		if (!m->w || !srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
 			if (!l3_usable(m))
 				continue;
 			int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
@@ -859,6 +873,7 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 	m->P = P;
 	m->np = cfg->n_pools;
 	pthread_mutex_init(&m->l3mu, NULL);
+	pthread_mutex_init(&m->l2mu, NULL);
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
 	pthread_cond_init(&m->done_cv, NULL);
@@ -917,14 +932,15 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 			return wrc;
 		}
 		idx_load(m);
-		if (cfg->prefetch) {
-			if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
-				snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
-				srt_tmgr_destroy(m);
-				return SRT_EIO;
-			}
-			m->thr_on = 1;
+	}
+	/* the loading thread: L3 gets and, in real mode, L2 -> L1 copies */
+	if (cfg->prefetch && (m->has_l3 || m->has_l2)) {
+		if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
+			snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
+			srt_tmgr_destroy(m);
+			return SRT_EIO;
 		}
+		m->thr_on = 1;
 	}
 	m->hooks.ctx = m;
 	m->hooks.on_drop = on_drop;
@@ -986,6 +1002,7 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 	free(m->scratch);
 	free(m->tscratch);
 	pthread_mutex_destroy(&m->l3mu);
+	pthread_mutex_destroy(&m->l2mu);
 	pthread_mutex_destroy(&m->mu);
 	pthread_cond_destroy(&m->cv);
 	pthread_cond_destroy(&m->done_cv);
@@ -1196,6 +1213,9 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 
 static void req_free_load(struct srt_tmgr_req *r)
 {
+	for (uint32_t i = 0; i < r->n_items; i++)
+		if (r->items[i].l2)
+			r->items[i].l2->pins--;
 	free(r->items);
 	r->items = NULL;
 	r->n_items = 0;
@@ -1310,14 +1330,19 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 				continue;
 			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages < t)
 				continue;
+			int async_l2 = e && !m->cfg.payload_bytes && m->thr_on;
 			if (e) {
-				if (!m->cfg.payload_bytes)
+				if (!m->cfg.payload_bytes && !async_l2) {
+					pthread_mutex_lock(&m->l2mu);
 					m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, buf[j], e->page,
 								   (size_t)pi->payload);
+					pthread_mutex_unlock(&m->l2mu);
+				}
 				kt_touch(&m->l2, e);
 				m->st.pages_l2_to_l1++;
 				m->st.bytes_l2_to_l1 += pi->page_bytes;
-				continue;
+				if (!async_l2)
+					continue;
 			}
 			if (r->n_items == cap) {
 				cap = cap ? 2 * cap : 64;
@@ -1330,7 +1355,12 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 				r->items = it;
 			}
 			r->items[r->n_items++] = (struct item){.key = r->keys[p][j], .pool = p,
-							       .dst = m->cfg.payload_bytes ? NULL : buf[j]};
+							       .dst = m->cfg.payload_bytes ? NULL : buf[j],
+							       .l2 = async_l2 ? e : NULL};
+			if (async_l2) {
+				e->pins++; /* until the copy is waited for (req_free_load) */
+				continue;
+			}
 			from_l3[j] = 1;
 		}
 	}
@@ -1476,6 +1506,10 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 	int failed = 0;
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
+		if (it->l2) {
+			failed |= !it->ok;
+			continue;
+		}
 		if (it->ok) {
 			l3_note(m, &it->key, it->pool);
 			m->st.pages_l3_to_l1++;

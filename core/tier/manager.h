@@ -26,7 +26,9 @@
  *    takes the longest page boundary t at which the match rule holds over L1 + L2 + L3 (every
  *    ALL pool has pages [hit, t), every TAIL pool the pages of its window before t). It then
  *    allocates the request's L1 pages up to t, copies the L2 pages in at once and fetches the L3
- *    pages, in a background thread when prefetch is on. The loaded pages are private to the
+ *    pages, in a background thread when prefetch is on (which, with real pages, also does the
+ *    L2 -> L1 copies, so they overlap whatever the scheduler does between srt_tmgr_req_start
+ *    and srt_tmgr_req_wait; L2 arena calls are serialised by a mutex). The loaded pages are private to the
  *    request until srt_tmgr_req_wait has seen every page arrive and verified it; only then are
  *    they committed to the tree, where other requests can hit them. A page that fails to load
  *    (absent after all, corrupt, store down) is gone from the store afterwards (corrupt objects

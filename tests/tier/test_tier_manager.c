@@ -846,6 +846,39 @@ START_TEST(in_flight_loads_of_the_same_pages_are_shared_between_requests)
 }
 END_TEST
 
+/* With prefetch on, L2 -> L1 copies run in the loading thread: after start nothing has been
+ * copied yet (held), the request is not ready, and its wait delivers every byte. */
+START_TEST(l2_to_l1_copies_run_in_the_background_and_are_waited_for)
+{
+	struct env e;
+	env_open(&e, &(struct setup){.l1_pages = 24, .l2_budget = 1 << 20,
+				     .policy = SRT_TMGR_WRITE_BACK, .prefetch = 1});
+	int32_t a[12 * P];
+	seq(a, 12 * P, 27);
+	run(&e, a, 8 * P);
+	flush_l1(&e, 2700, 4, 10);
+	srt_tmgr_hold_prefetch(e.m, 1);
+	char why[256];
+	struct srt_tmgr_req *tr;
+	struct srt_tmgr_hit h;
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, a, 12 * P, &tr, &h, why, sizeof(why)), 0);
+	ck_assert_uint_eq(h.l2_tokens, 8 * P);
+	ck_assert(!srt_tmgr_req_ready(tr));
+	void *buf[64];
+	struct srt_page_table pt;
+	ck_assert_int_eq(srt_rdx_req_page_table(srt_tmgr_req_rdx(tr), 0, buf, 64, &pt), 0);
+	static const uint8_t zero[512];
+	ck_assert(buf[5] && !memcmp(buf[5], zero, page_bytes(0))); /* not copied yet */
+	srt_tmgr_hold_prefetch(e.m, 0);
+	ck_assert_int_eq(srt_tmgr_req_wait(tr, &h, why, sizeof(why)), 0);
+	ck_assert_uint_eq(h.l2_tokens, 8 * P);
+	verify_hit(&e, tr, a, 8 * P);
+	srt_tmgr_req_free(tr);
+	check_all(&e);
+	env_close(&e);
+}
+END_TEST
+
 /* --- L3 budget across runs ---------------------------------------------------------------- */
 
 /* Synthetic payloads (as replay uses): the store has no byte bound of its own, so only the
@@ -1022,6 +1055,7 @@ int main(void)
 	tcase_add_test(tc, redis_stopped_mid_run_runs_on_without_l3_and_uses_it_again_when_back);
 	tcase_add_test(tc, a_failed_load_falls_back_to_the_longest_verified_prefix);
 	tcase_add_test(tc, in_flight_loads_of_the_same_pages_are_shared_between_requests);
+	tcase_add_test(tc, l2_to_l1_copies_run_in_the_background_and_are_waited_for);
 	tcase_add_test(tc, l3_writes_leave_the_request_path_and_queued_pages_are_served_from_the_queue);
 	tcase_add_test(tc, a_full_write_queue_drops_with_policy_drop_and_never_exceeds_its_bound);
 	tcase_add_test(tc, a_full_write_queue_makes_the_producer_wait_with_policy_wait_and_loses_nothing);

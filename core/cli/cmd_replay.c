@@ -321,6 +321,13 @@ int srt_cmd_replay(int argc, char **argv)
 	struct srt_rdx_geometry_opts go = {.page_tokens = (uint32_t)page, .kv_dtype = kv,
 					   .index_dtype = ix, .dirs = plugin_dir ? dirs : NULL,
 					   .ndirs = plugin_dir ? 1 : 0};
+	/* the attention plugins (and their options) come from the runtime config and --set */
+	struct srt_runtime_config arc = {0};
+	if (srt_runtime_config_load(config, &arc, err, sizeof(err))) {
+		fprintf(stderr, "replay: %s\n", err);
+		goto out;
+	}
+	go.rc = &arc;
 	if (srt_rdx_geometry_load(model, &go, &g, err, sizeof(err))) {
 		fprintf(stderr, "replay: %s\n", err);
 		goto out;
@@ -461,6 +468,7 @@ out:
 	srt_tier_stack_close(ts);
 	srt_runtime_config_free(&rc);
 	srt_rdx_geometry_free(g);
+	srt_runtime_config_free(&arc);
 	srt_trace_free(t);
 	return status;
 }

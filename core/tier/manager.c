@@ -264,7 +264,7 @@ struct pinfo {
 	uint32_t tail_pages; /* K = ceil(w / P) for TAIL pools */
 	uint64_t page_bytes;
 	uint64_t payload;    /* bytes actually stored per page */
-	struct srt_tier_keyer keyer;
+	struct srt_tier_pool_tag tag; /* derives the pool's L3 keys from a page's chain */
 };
 
 /* One page to fetch from L3 (or copy from L2) for a loading request. */
@@ -281,7 +281,7 @@ struct srt_tmgr_req {
 	struct srt_rdx_req *r;
 	int32_t *tokens; /* the start tokens [0, n) */
 	uint64_t n;
-	struct srt_key **keys; /* [pool][page], computed for pages [0, nkeys) */
+	struct srt_key **keys; /* [pool][page] for pages [0, nkeys); keys[np] = the chain */
 	uint64_t nkeys, keys_cap;
 	uint64_t recorded; /* tree pages [0, recorded) are in the L1 index */
 	struct srt_tmgr_hit hit;
@@ -312,6 +312,7 @@ struct srt_tmgr {
 	struct srt_tmgr_config cfg;
 	uint32_t P, np;
 	struct pinfo *pools;
+	struct srt_tier_keyer keyer; /* L3 key chain of the scope */
 	struct srt_rdx_cache *c;
 	struct srt_rdx_hooks hooks;
 	struct l1tab l1;
@@ -898,8 +899,11 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 		pi->payload = cfg->payload_bytes ? cfg->payload_bytes : pi->page_bytes;
 		if (pi->payload > maxpl)
 			maxpl = pi->payload;
-		srt_tier_keyer_init(&pi->keyer, &cfg->scope, pi->name);
+		if (srt_tier_pool_tag(pi->name, &pi->tag))
+			goto nomem;
 	}
+	if (srt_tier_keyer_init(&m->keyer, &cfg->scope))
+		goto nomem;
 	m->scratch_len = (size_t)maxpl;
 	m->scratch = malloc(2 * m->scratch_len + 64);
 	m->tscratch = malloc(2 * m->scratch_len + 64);
@@ -1019,7 +1023,7 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 		return 0;
 	if (np > r->keys_cap) {
 		uint64_t cap = np > 2 * r->keys_cap ? np : 2 * r->keys_cap;
-		for (uint32_t p = 0; p < m->np; p++) {
+		for (uint32_t p = 0; p <= m->np; p++) {
 			struct srt_key *k = realloc(r->keys[p], cap * sizeof(*k));
 			if (!k)
 				return SRT_ENOMEM;
@@ -1027,10 +1031,16 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 		}
 		r->keys_cap = cap;
 	}
-	for (uint32_t p = 0; p < m->np; p++)
-		for (uint64_t j = r->nkeys; j < np; j++)
-			srt_tier_key_next(&m->pools[p].keyer, j ? &r->keys[p][j - 1] : NULL,
-					  t + j * m->P, m->P, &r->keys[p][j]);
+	/* one chain hash per page over its tokens, then one short hash per pool (key.h) */
+	struct srt_key *chain = r->keys[m->np];
+	for (uint64_t j = r->nkeys; j < np; j++) {
+		if (srt_tier_key_chain_next(&m->keyer, j ? &chain[j - 1] : NULL, t + j * m->P,
+					    m->P, &chain[j]))
+			return SRT_ENOMEM;
+		for (uint32_t p = 0; p < m->np; p++)
+			if (srt_tier_key_pool(&chain[j], &m->pools[p].tag, &r->keys[p][j]))
+				return SRT_ENOMEM;
+	}
 	r->nkeys = np;
 	return 0;
 }
@@ -1429,7 +1439,7 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 	*out = NULL;
 	memset(hit, 0, sizeof(*hit));
 	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
-	if (!r || !(r->keys = calloc(m->np, sizeof(*r->keys))) ||
+	if (!r || !(r->keys = calloc(m->np + 1, sizeof(*r->keys))) ||
 	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
 		if (r)
 			free(r->keys);
@@ -1627,7 +1637,7 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	if (r->r)
 		srt_rdx_req_free(r->r);
 	if (r->keys)
-		for (uint32_t p = 0; p < r->m->np; p++)
+		for (uint32_t p = 0; p <= r->m->np; p++)
 			free(r->keys[p]);
 	free(r->keys);
 	free(r->tokens);
@@ -1639,13 +1649,14 @@ int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *to
 {
 	if (pool >= m->np)
 		return SRT_EINVAL;
-	struct srt_key prev;
+	struct srt_key chain, prev;
 	for (uint64_t j = 0; j <= page; j++) {
-		srt_tier_key_next(&m->pools[pool].keyer, j ? &prev : NULL, tokens + j * m->P, m->P,
-				  out);
-		prev = *out;
+		if (srt_tier_key_chain_next(&m->keyer, j ? &prev : NULL, tokens + j * m->P, m->P,
+					    &chain))
+			return SRT_ENOMEM;
+		prev = chain;
 	}
-	return 0;
+	return srt_tier_key_pool(&chain, &m->pools[pool].tag, out) ? SRT_ENOMEM : 0;
 }
 
 /* --- stats and checks --------------------------------------------------------------------- */

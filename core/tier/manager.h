@@ -248,7 +248,7 @@ int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen);
 /*
  * The L2/L3 key of page `page` (tokens [page * P, (page + 1) * P)) of pool `pool` for a prefix
  * whose tokens are tokens[0 .. (page + 1) * P): which object holds that page (tools, tests).
- * 0 or SRT_EINVAL (no such pool).
+ * 0, SRT_EINVAL (no such pool) or SRT_ENOMEM.
  */
 int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *tokens,
 		      uint64_t page, struct srt_key *out);

@@ -67,6 +67,9 @@ static int load_tier(struct srt_tier_stack *s, const struct srt_tier_stack_opts 
 							    : "page arena (L2 needs host)");
 		return SRT_EINVAL;
 	}
+	if (o->rc && (rc = srt_runtime_config_check_options(o->rc, sections[level], pi->desc, err,
+							     errlen)))
+		return rc;
 	struct optscope sc = {o->rc, sections[level], level == SRT_TIER_L3 ? o->over : NULL,
 			      o->payload_bytes > 0, ""};
 	if (level == SRT_TIER_L3 && !o->payload_bytes && budget && budget != UINT64_MAX)

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
 #include <sqlite3.h>
 
 #include "tier/key.h"
@@ -111,26 +112,40 @@ static void scope_init(struct srt_tier_key_scope *sc)
 	tu_fill(sc->tenant_salt, 32, 2);
 }
 
+/* SHA-256 of buf[0..n) by libcrypto's one-shot EVP_Digest, independent of the wrapper. */
+static void evp_sha(const void *buf, size_t n, uint8_t d[32])
+{
+	unsigned len = 0;
+	ck_assert(EVP_Digest(buf, n, d, &len, EVP_sha256(), NULL));
+	ck_assert_uint_eq(len, 32);
+}
+
 START_TEST(key_equals_sha256_of_the_documented_encoding)
 {
 	struct srt_tier_key_scope sc;
 	struct srt_tier_keyer k;
+	struct srt_tier_pool_tag tag;
 	int32_t tok[4] = {11, -2, 300000, 7};
-	struct srt_key first, second;
+	struct srt_key first, second, key;
 	scope_init(&sc);
-	srt_tier_keyer_init(&k, &sc, "c4");
-	srt_tier_key_next(&k, NULL, tok, 4, &first);
-	srt_tier_key_next(&k, &first, tok, 4, &second);
+	ck_assert_int_eq(srt_tier_keyer_init(&k, &sc), 0);
+	ck_assert_int_eq(srt_tier_pool_tag("c4", &tag), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 4, &first), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, &first, tok, 4, &second), 0);
+	ck_assert_int_eq(srt_tier_key_pool(&second, &tag, &key), 0);
 
-	/* Build the byte string of key.h by hand and hash it in one go. */
-	uint8_t buf[512], d[32];
+	/* Build the byte strings of key.h by hand and hash each in one go. */
+	uint8_t buf[512], scope[32], d[32];
 	size_t n = 0;
-	memcpy(buf, "shadowrt/l3-key/v1", 19), n = 19;
+	memcpy(buf, "shadowrt/l3-scope/v2", 21), n = 21;
 	memcpy(buf + n, sc.model_fp, 32), n += 32;
 	buf[n++] = 3, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
 	memcpy(buf + n, sc.tenant_salt, 32), n += 32;
-	buf[n++] = 2, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
-	buf[n++] = 'c', buf[n++] = '4';
+	evp_sha(buf, n, scope);
+	ck_assert_mem_eq(scope, k.scope, 32);
+
+	memcpy(buf, "shadowrt/l3-chain/v2", 21), n = 21;
+	memcpy(buf + n, scope, 32), n += 32;
 	size_t prefix = n;
 	buf[n++] = 0;
 	memset(buf + n, 0, 32), n += 32;
@@ -138,13 +153,24 @@ START_TEST(key_equals_sha256_of_the_documented_encoding)
 	for (int i = 0; i < 4; i++)
 		for (int b = 0; b < 4; b++)
 			buf[n++] = (uint8_t)((uint32_t)tok[i] >> (8 * b));
-	srt_tier_sha256(buf, n, d);
+	evp_sha(buf, n, d);
 	ck_assert_mem_eq(d, first.b, 32);
-	/* Second page: has_prev = 1 and the first key. */
+	/* Second page: has_prev = 1 and the first chain value. */
 	buf[prefix] = 1;
 	memcpy(buf + prefix + 1, first.b, 32);
-	srt_tier_sha256(buf, n, d);
+	evp_sha(buf, n, d);
 	ck_assert_mem_eq(d, second.b, 32);
+
+	/* The pool tag and the pool's key. */
+	memcpy(buf, "shadowrt/l3-pool/v2", 20), n = 20;
+	buf[n++] = 2, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
+	buf[n++] = 'c', buf[n++] = '4';
+	evp_sha(buf, n, d);
+	ck_assert_mem_eq(d, tag.b, 16);
+	memcpy(buf, second.b, 32);
+	memcpy(buf + 32, tag.b, 16);
+	evp_sha(buf, 48, d);
+	ck_assert_mem_eq(d, key.b, 32);
 }
 END_TEST
 
@@ -152,16 +178,31 @@ START_TEST(key_changes_with_every_input_and_chains)
 {
 	struct srt_tier_key_scope sc, sc2;
 	struct srt_tier_keyer k, k2;
+	struct srt_tier_pool_tag tags[2], tag2;
 	int32_t tok[512];
-	struct srt_key base[2], other, chain[2];
+	struct srt_key base[2], chain[2], keys0[2], keys1[2], other, oc;
+	struct srt_key *keys[2] = {keys0, keys1};
 	for (int i = 0; i < 512; i++)
 		tok[i] = i * 7;
 	scope_init(&sc);
-	srt_tier_keyer_init(&k, &sc, "c4");
-	srt_tier_key_chain(&k, tok, 2, 256, chain);
-	srt_tier_key_next(&k, NULL, tok, 256, &base[0]);
-	srt_tier_key_next(&k, &base[0], tok + 256, 256, &base[1]);
+	ck_assert_int_eq(srt_tier_keyer_init(&k, &sc), 0);
+	ck_assert_int_eq(srt_tier_pool_tag("c4", &tags[0]), 0);
+	ck_assert_int_eq(srt_tier_pool_tag("c128", &tags[1]), 0);
+	ck_assert_int_eq(srt_tier_key_pages(&k, NULL, tok, 2, 256, tags, 2, chain, keys), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 256, &base[0]), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, &base[0], tok + 256, 256, &base[1]), 0);
 	ck_assert_mem_eq(chain, base, sizeof(base));
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(srt_tier_key_pool(&chain[i], &tags[0], &other), 0);
+		ck_assert_mem_eq(other.b, keys0[i].b, 32);
+		ck_assert_int_eq(srt_tier_key_pool(&chain[i], &tags[1], &other), 0);
+		ck_assert_mem_eq(other.b, keys1[i].b, 32);
+	}
+	/* a batch continuing after page 0 gives the same page 1 */
+	struct srt_key c1, k01, k11, *kk[2] = {&k01, &k11};
+	ck_assert_int_eq(srt_tier_key_pages(&k, &chain[0], tok + 256, 1, 256, tags, 2, &c1, kk), 0);
+	ck_assert_mem_eq(c1.b, chain[1].b, 32);
+	ck_assert_mem_eq(k11.b, keys1[1].b, 32);
 
 #define DIFFERS(mutate)                                                                        \
 	do {                                                                                   \
@@ -171,9 +212,11 @@ START_TEST(key_changes_with_every_input_and_chains)
 		memcpy(t2, tok + 256, sizeof(t2));                                             \
 		struct srt_key prev = base[0];                                                 \
 		mutate;                                                                        \
-		srt_tier_keyer_init(&k2, &sc2, pool);                                          \
-		srt_tier_key_next(&k2, &prev, t2, 256, &other);                                \
-		ck_assert_msg(memcmp(other.b, base[1].b, 32), "key ignores: %s", #mutate);     \
+		ck_assert_int_eq(srt_tier_keyer_init(&k2, &sc2), 0);                           \
+		ck_assert_int_eq(srt_tier_pool_tag(pool, &tag2), 0);                           \
+		ck_assert_int_eq(srt_tier_key_chain_next(&k2, &prev, t2, 256, &oc), 0);        \
+		ck_assert_int_eq(srt_tier_key_pool(&oc, &tag2, &other), 0);                    \
+		ck_assert_msg(memcmp(other.b, keys0[1].b, 32), "key ignores: %s", #mutate);    \
 	} while (0)
 	DIFFERS(sc2.model_fp[31] ^= 1);
 	DIFFERS(sc2.layout_version++);
@@ -182,14 +225,17 @@ START_TEST(key_changes_with_every_input_and_chains)
 	DIFFERS(pool = "c");
 	DIFFERS(prev.b[5] ^= 1);
 	DIFFERS(t2[255]++);
-	/* The first page and a page after an all-zero key are different keys. */
+	/* The first page and a page after an all-zero chain are different keys. */
 	struct srt_key zero = {{0}}, a, b;
-	srt_tier_key_next(&k, NULL, tok, 256, &a);
-	srt_tier_key_next(&k, &zero, tok, 256, &b);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 256, &a), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, &zero, tok, 256, &b), 0);
 	ck_assert(memcmp(a.b, b.b, 32));
 	/* A page of fewer tokens differs too (length is encoded). */
-	srt_tier_key_next(&k, NULL, tok, 255, &b);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 255, &b), 0);
 	ck_assert(memcmp(a.b, b.b, 32));
+	/* Two pools of one page never share a key, nor a key and the chain value. */
+	ck_assert(memcmp(keys0[0].b, keys1[0].b, 32));
+	ck_assert(memcmp(keys0[0].b, chain[0].b, 32));
 }
 END_TEST
 

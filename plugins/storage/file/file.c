@@ -892,6 +892,14 @@ static const struct srt_tier_vtable vtable = {
 	.usage = file_usage,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option file_options[] = {
+	{"path", "path", NULL, "cache directory (required)"},
+	{"max_bytes", "size", NULL, "LRU bound of the store (set from [tier.l3] budget)"},
+	{"fsync", "on|off", "on", "fsync each object before its rename"},
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -904,6 +912,7 @@ static const struct srt_plugin_desc desc = {
 	.create = file_create,
 	.destroy = file_destroy,
 	.vtable = &vtable,
+	.options = file_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

@@ -416,6 +416,18 @@ static const struct srt_tier_vtable vtable = {
 	.remove = rd_remove,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option redis_options[] = {
+	{"host", "string", "127.0.0.1", "server address"},
+	{"port", "int", "6379", "server port"},
+	{"db", "int", "0", "database number"},
+	{"timeout_ms", "int", NULL, "connect and command timeout"},
+	{"prefix", "string", NULL, "key prefix"},
+	{"password", "string", NULL, "AUTH password"},
+	{"require_server", "bool", "no", "fail at start when the server is down"},
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -428,6 +440,7 @@ static const struct srt_plugin_desc desc = {
 	.create = rd_create,
 	.destroy = rd_destroy,
 	.vtable = &vtable,
+	.options = redis_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

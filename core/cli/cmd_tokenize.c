@@ -10,47 +10,8 @@
 #include <shadowrt/plugin.h>
 
 #include "commands.h"
+#include "tok/chat.h"
 #include "tok_cli.h"
-
-int srt_cli_shipped_tokenizer(char *buf, size_t len)
-{
-	const char *env = getenv("SHADOWRT_TOKENIZER_DIR");
-	if (env && *env) {
-		snprintf(buf, len, "%s", env);
-	} else {
-		char exe[PATH_MAX];
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-		if (n <= 0)
-			return -1;
-		exe[n] = 0;
-		char *slash = strrchr(exe, '/');
-		if (!slash)
-			return -1;
-		*slash = 0;
-		snprintf(buf, len, "%s/../share/shadowrt/tokenizers/deepseek-v4", exe);
-	}
-	char probe[PATH_MAX + 32];
-	snprintf(probe, sizeof(probe), "%s/tokenizer.json", buf);
-	return access(probe, R_OK) ? -1 : 0;
-}
-
-int srt_cli_open_tokenizer(const char *path, const char *model_dir, struct srt_tok **out,
-			   char *err, size_t errlen)
-{
-	if (path)
-		return srt_tok_load(path, out, err, errlen);
-	if (model_dir)
-		return srt_tok_load_dir(model_dir, out, err, errlen);
-	char dir[PATH_MAX];
-	if (srt_cli_shipped_tokenizer(dir, sizeof(dir))) {
-		snprintf(err, errlen,
-			 "no tokenizer given and the shipped one is missing (looked in %s; set "
-			 "SHADOWRT_TOKENIZER_DIR or pass --tokenizer FILE)",
-			 dir);
-		return SRT_ENOENT;
-	}
-	return srt_tok_load_dir(dir, out, err, errlen);
-}
 
 /* Whole stream into memory. */
 static int slurp(FILE *f, struct srt_tok_text *out)
@@ -80,6 +41,11 @@ static void tokenize_usage(FILE *out)
 		"  --lines            encode each line (split at \\n, which is not encoded) separately:\n"
 		"                     one output line per input line\n"
 		"  --no-added         model vocabulary only: added/special token spellings are text\n"
+		"  --chat             the input is OpenAI chat requests, one JSON object per line\n"
+		"                     (messages, tools, tool_choice, thinking, reasoning_effort,\n"
+		"                     response_format): each is rendered with DeepSeek-V4's chat\n"
+		"                     encoding and encoded; one JSON line out per request:\n"
+		"                     {\"text\": prompt, \"ids\": [...]} or {\"error\": message}\n"
 		"  --json             JSON: {\"ids\": [...], \"count\": N}; with --lines one array per line\n");
 }
 
@@ -98,6 +64,42 @@ static int emit_ids(FILE *o, const struct srt_tok_ids *ids, size_t from, bool js
 	return 0;
 }
 
+/* One chat request (a JSON line) -> {"text": ..., "ids": [...]} or {"error": ...}. */
+static void chat_line(const struct srt_tok *tok, const char *s, size_t n)
+{
+	char err[1024];
+	json_error_t je;
+	json_t *q = json_loadb(s, n, 0, &je);
+	json_t *o = json_object();
+	struct srt_tok_chat chat = {0};
+	struct srt_tok_ids ids = {0};
+	int rc;
+	if (!q) {
+		snprintf(err, sizeof(err), "not JSON: %s", je.text);
+		rc = -1;
+	} else {
+		rc = srt_tok_chat_render(q, &chat, err, sizeof(err));
+		if (!rc)
+			rc = srt_tok_chat_encode(tok, &chat, &ids, err, sizeof(err));
+	}
+	if (rc) {
+		json_object_set_new(o, "error", json_string(err));
+	} else {
+		json_t *a = json_array();
+		for (size_t i = 0; i < ids.n; i++)
+			json_array_append_new(a, json_integer(ids.ids[i]));
+		json_object_set_new(o, "text", json_stringn(chat.text.data, chat.text.len));
+		json_object_set_new(o, "ids", a);
+	}
+	char *d = json_dumps(o, JSON_COMPACT);
+	puts(d ? d : "{\"error\": \"out of memory\"}");
+	free(d);
+	json_decref(o);
+	json_decref(q);
+	srt_tok_chat_free(&chat);
+	srt_tok_ids_free(&ids);
+}
+
 int srt_cmd_tokenize(int argc, char **argv)
 {
 	if (srt_cli_wants_help(argc, argv)) {
@@ -105,7 +107,7 @@ int srt_cmd_tokenize(int argc, char **argv)
 		return 0;
 	}
 	const char *tpath = NULL, *mdir = NULL, *file = NULL;
-	bool lines = false, json = false;
+	bool lines = false, json = false, chat = false;
 	unsigned flags = 0;
 	int first_text = argc;
 	for (int i = 1; i < argc; i++) {
@@ -123,6 +125,8 @@ int srt_cmd_tokenize(int argc, char **argv)
 			json = true;
 		else if (!strcmp(a, "--no-added"))
 			flags |= SRT_TOK_NO_ADDED;
+		else if (!strcmp(a, "--chat"))
+			chat = lines = true;
 		else if (!strcmp(a, "--")) {
 			first_text = i + 1;
 			break;
@@ -177,6 +181,11 @@ int srt_cmd_tokenize(int argc, char **argv)
 			size_t end = nl ? (size_t)(nl - in.data) : in.len;
 			ids.n = 0;
 			lineno++;
+			if (chat) {
+				chat_line(tok, in.data + pos, end - pos);
+				pos = end + 1;
+				continue;
+			}
 			rc = srt_tok_encode(tok, in.data + pos, end - pos, flags, &ids, err, sizeof(err));
 			if (!rc)
 				emit_ids(stdout, &ids, 0, json, true);

@@ -34,6 +34,7 @@ int srt_cmd_generate(int argc, char **argv);
 int srt_cmd_run(int argc, char **argv);
 int srt_cmd_serve(int argc, char **argv);
 int srt_cmd_tokenize(int argc, char **argv);
+int srt_cmd_chat(int argc, char **argv);
 int srt_cmd_detokenize(int argc, char **argv);
 
 #endif

@@ -19,6 +19,7 @@ const struct srt_command srt_commands[] = {
 	{"replay", "cache-only replay of a request trace through ShadowRadix: hit rate vs ceiling", srt_cmd_replay},
 	{"generate", "run one prompt through the model: generated tokens, TTFT, tokens/s, --logits", srt_cmd_generate},
 	{"run", "the main job: a built-in multi-turn chat workload, batched decode, prefix hits, KV per pool", srt_cmd_run},
+	{"chat", "an interactive multi-turn conversation in the terminal, streamed, with the prefix-cache hit per turn", srt_cmd_chat},
 	{"tokenize", "encode text into token ids with the model's tokenizer (--json for scripts)", srt_cmd_tokenize},
 	{"detokenize", "decode token ids into text with the model's tokenizer (--json for scripts)", srt_cmd_detokenize},
 	{"serve", "OpenAI-compatible HTTP server: completions, chat, streaming, /metrics", srt_cmd_serve},

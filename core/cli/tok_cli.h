@@ -1,11 +1,13 @@
 /*
  * Command-line helpers around core/tok shared by generate, chat, tokenize and detokenize
- * (defined in cmd_tokenize.c).
+ * (tok_cli.c).
  */
 #ifndef SRT_CLI_TOK_CLI_H
 #define SRT_CLI_TOK_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "tok/tok.h"
 
@@ -23,5 +25,16 @@ int srt_cli_shipped_tokenizer(char *buf, size_t len);
  */
 int srt_cli_open_tokenizer(const char *path, const char *model_dir, struct srt_tok **out,
 			   char *err, size_t errlen);
+
+/*
+ * The tokenizer of checkpoint directory dir for command cmd: 0 and *out (NULL, after a note on
+ * stderr, when dir has no tokenizer.json: the command then works on token ids); -1 after an
+ * error message (malformed tokenizer, or more token ids than the model's vocabulary).
+ */
+int srt_cli_model_tokenizer(const char *dir, uint32_t model_vocab, struct srt_tok **out,
+			    const char *cmd);
+
+/* True when dir's weights were written by `shadowrt gen-model` (random weights). */
+bool srt_cli_synthetic_weights(const char *dir);
 
 #endif

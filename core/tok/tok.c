@@ -6,7 +6,9 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 #include <shadowrt/plugin.h>
@@ -985,4 +987,25 @@ const char *srt_tok_token_bytes(const struct srt_tok *t, int32_t id, size_t *len
 		return NULL;
 	*len = t->tokens[id].len;
 	return t->arena + t->tokens[id].off;
+}
+
+int srt_tok_shipped_dir(char *buf, size_t len)
+{
+	const char *env = getenv("SHADOWRT_TOKENIZER_DIR");
+	if (env && *env) {
+		snprintf(buf, len, "%s", env);
+	} else {
+		char exe[PATH_MAX];
+		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+		char *slash = n > 0 ? (exe[n] = 0, strrchr(exe, '/')) : NULL;
+		if (!slash) {
+			snprintf(buf, len, "(the executable's directory is unknown)");
+			return SRT_ENOENT;
+		}
+		*slash = 0;
+		snprintf(buf, len, "%s/../share/shadowrt/tokenizers/deepseek-v4", exe);
+	}
+	char probe[PATH_MAX + 32];
+	snprintf(probe, sizeof(probe), "%s/tokenizer.json", buf);
+	return access(probe, R_OK) ? SRT_ENOENT : 0;
 }

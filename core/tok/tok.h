@@ -99,6 +99,17 @@ int srt_tok_load_buffer(const char *json, size_t len, const char *name, struct s
 int srt_tok_load_dir(const char *dir, struct srt_tok **out, char *err, size_t errlen);
 void srt_tok_free(struct srt_tok *tok);
 
+/* Vocabulary size of the DeepSeek-V4 tokenizer shipped with shadowrt (conf/tokenizers/). */
+#define SRT_TOK_DSV4_VOCAB 129280
+
+/*
+ * The directory of the DeepSeek-V4 tokenizer shipped with shadowrt: $SHADOWRT_TOKENIZER_DIR
+ * when set, else <directory of the running executable>/../share/shadowrt/tokenizers/deepseek-v4
+ * (the build tree and the install tree have the same layout). Written to buf; 0, or SRT_ENOENT
+ * when there is no readable tokenizer.json there (buf still holds the place looked at).
+ */
+int srt_tok_shipped_dir(char *buf, size_t len);
+
 /* Largest id + 1 over the model vocabulary and the added tokens (129,280 for DeepSeek-V4). */
 uint32_t srt_tok_vocab_size(const struct srt_tok *tok);
 /* BOS / EOS ids from tokenizer_config.json, or -1 when unknown. */

@@ -18,9 +18,11 @@ port (--port 0, --port-file), and checks, each check able to fail:
   - many connections at once (more than the server's limit, some sending half a request):
     a normal request still gets served;
   - /metrics parsed by prometheus_client's text parser, its counters equal what the clients saw;
-  - text prompts, chat and stop strings when the model has a tokenizer (tiny-chat preset), else
-    the 400 that says a tokenizer is needed;
-  - SIGTERM while a stream runs: the stream completes, the server exits 0.
+  - without a tokenizer: text prompts, chat and stop strings get the 400 that says so;
+  - SIGTERM while a stream runs: the stream completes, the server exits 0;
+  - with the tiny-chat preset (DeepSeek-V4's tokenizer): text completions, chat (the DeepSeek-V4
+    chat encoding), streamed text = non-streamed text, stop strings (the text ends right before
+    the first occurrence, streamed too), seeds, 8 concurrent chat streams = the same alone.
 No fixed time limits: readiness and metrics are polled with generous bounds.
 """
 import json
@@ -166,10 +168,22 @@ def main():
         subprocess.run([SHADOWRT, "gen-model", "tiny", model], check=True,
                        stdout=subprocess.DEVNULL)
     srv, port = start_server(model)
-    base = f"http://127.0.0.1:{port}/v1"
-    client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0, timeout=600)
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
+                           timeout=600)
     try:
         run_checks(srv, port, client)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
+    chat_model = os.path.join(WORK, "tiny-chat")
+    if not os.path.exists(os.path.join(chat_model, "tokenizer.json")):
+        subprocess.run([SHADOWRT, "gen-model", "tiny-chat", chat_model], check=True,
+                       stdout=subprocess.DEVNULL)
+    srv, port = start_server(chat_model, ("--served-model-name", "tiny-chat"))
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY, max_retries=0,
+                           timeout=600)
+    try:
+        text_checks(srv, port, client)
     finally:
         if srv.poll() is None:
             srv.kill()
@@ -397,6 +411,84 @@ def run_checks(srv, port, client):
     check(n == 40 and out[-1][1] == "length", f"stream across SIGTERM: {n} tokens, {out[-1]}")
     rc = srv.wait()
     check(rc == 0, f"server exit status after SIGTERM {rc}")
+
+
+def text_checks(srv, port, client):
+    M = "tiny-chat"
+    r = client.completions.create(model=M, prompt="The cache keeps", max_tokens=24,
+                                  temperature=0)
+    text = r.choices[0].text
+    check(isinstance(text, str) and len(text) > 0 and r.usage.completion_tokens == 24,
+          f"text completion {text!r} {r.usage}")
+    st = "".join(c.choices[0].text for c in client.completions.create(
+        model=M, prompt="The cache keeps", max_tokens=24, temperature=0, stream=True)
+        if c.choices)
+    check(st == text, f"streamed text {st!r} != {text!r}")
+    # a stop string taken from the middle of the greedy text: the answer ends right before
+    # its first occurrence, with finish_reason stop
+    mid = len(text) // 2
+    stop = text[mid:mid + 2]
+    if stop.strip():
+        r2 = client.completions.create(model=M, prompt="The cache keeps", max_tokens=24,
+                                       temperature=0, stop=[stop, "\u2603never"])
+        want = text[:text.find(stop)]
+        check(r2.choices[0].text == want and r2.choices[0].finish_reason == "stop",
+              f"stop {stop!r}: {r2.choices[0].text!r} ({r2.choices[0].finish_reason}), "
+              f"want {want!r}")
+        chunks = list(client.completions.create(model=M, prompt="The cache keeps",
+                                                max_tokens=24, temperature=0, stop=stop,
+                                                stream=True))
+        st2 = "".join(c.choices[0].text for c in chunks if c.choices)
+        fin = [c.choices[0].finish_reason for c in chunks if c.choices][-1]
+        check(st2 == want and fin == "stop", f"streamed stop: {st2!r} {fin}, want {want!r}")
+    else:
+        check(False, f"no usable stop string in {text!r}")
+
+    msgs = [{"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "Name a prime number."}]
+    c1 = client.chat.completions.create(model=M, messages=msgs, max_tokens=12, temperature=0.7,
+                                        seed=3)
+    c2 = client.chat.completions.create(model=M, messages=msgs, max_tokens=12, temperature=0.7,
+                                        seed=3)
+    content = c1.choices[0].message.content
+    check(c1.choices[0].message.role == "assistant" and content and content ==
+          c2.choices[0].message.content, f"chat with a seed twice: {content!r} vs "
+          f"{c2.choices[0].message.content!r}")
+    check(c2.usage.prompt_tokens_details.cached_tokens == 0 or c2.usage.prompt_tokens >= 256,
+          "chat usage")
+    streamed = "".join(ch.choices[0].delta.content or "" for ch in client.chat.completions.create(
+        model=M, messages=msgs, max_tokens=12, temperature=0.7, seed=3, stream=True)
+        if ch.choices)
+    check(streamed == content, f"chat stream {streamed!r} != {content!r}")
+
+    # 8 concurrent chat streams = the same requests alone
+    convs = [[{"role": "user", "content": f"Question {i}: what is {i} + {i * 3}?"}]
+             for i in range(8)]
+    alone = [client.chat.completions.create(model=M, messages=m, max_tokens=8, seed=i,
+                                            temperature=0.9).choices[0].message.content
+             for i, m in enumerate(convs)]
+    got = [None] * 8
+
+    def one(i):
+        got[i] = "".join(ch.choices[0].delta.content or "" for ch in
+                         client.chat.completions.create(model=M, messages=convs[i],
+                                                        max_tokens=8, seed=i, temperature=0.9,
+                                                        stream=True) if ch.choices)
+    ths = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    for i in range(8):
+        check(got[i] == alone[i], f"chat stream {i}: {got[i]!r} != alone {alone[i]!r}")
+    st, j = http(port, "POST", "/v1/chat/completions", body={"messages": "hi"})
+    check(st == 400 and is_error_body(j, st) and j["error"]["param"] == "messages",
+          f"chat with bad messages: {st} {j}")
+    st, j = http(port, "POST", "/v1/chat/completions",
+                 body={"messages": [{"role": "wizard", "content": "x"}]})
+    check(st == 400 and is_error_body(j, st), f"chat with an unknown role: {st} {j}")
+    srv.send_signal(signal.SIGINT)
+    check(srv.wait() == 0, "tiny-chat server exit status after SIGINT")
 
 
 if __name__ == "__main__":

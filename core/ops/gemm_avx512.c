@@ -463,6 +463,57 @@ static inline void pair_fp4_sub(const uint8_t *a, const uint8_t *b, __m512 *out)
 	}
 }
 
+/*
+ * True when every x of the block has at most 4 significant bits (the low 20 mantissa bits
+ * clear, as E4M3 values have) and is 0 or in [2^-100, 2^101). Then each product with a
+ * weight code value (E2M1: 2 bits in [0.5, 6]; E4M3·2^-8 times x·2^8: 4 bits in [2^-17,
+ * 1.75]) is an exact normal float, so round(acc + x·w) by one fused multiply-add is the
+ * bit-identical result of the separate multiplication and addition.
+ */
+static inline bool x_exact_products(const float *x)
+{
+	__m256i bad = _mm256_setzero_si256();
+	for (int i = 0; i < KB; i += 8) {
+		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+		const __m256i e = _mm256_srli_epi32(a, 23);
+		const __m256i low = _mm256_and_si256(u, _mm256_set1_epi32(0x000FFFFF));
+		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
+						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
+		const __m256i nz = _mm256_xor_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()),
+						    _mm256_set1_epi32(-1));
+		bad = _mm256_or_si256(bad, _mm256_or_si256(low, _mm256_and_si256(out, nz)));
+	}
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* acc + x·w: one fused multiply-add when `fused` (exact products only, see above). */
+static inline __attribute__((always_inline)) __m512 madd(__m512 acc, __m512 x, __m512 w, bool fused)
+{
+	return fused ? _mm512_fmadd_ps(x, w, acc) : _mm512_add_ps(acc, _mm512_mul_ps(x, w));
+}
+
+/* One FP8 block of a tile: acc[p] = Σ x·w over the block's 16 pair vectors, in order;
+ * x256: the pairs carry 2^8 (else the weights do); fused: exact products (madd). */
+static inline __attribute__((always_inline)) void
+fp8_blk(const uint8_t *const *rows, size_t b, const __m512 *xb, __m512 *acc, bool x256,
+	bool fused)
+{
+	const __m512 f256 = _mm512_set1_ps(256.0f);
+	for (size_t v = 0; v < NV; v += 2)
+		for (int p = 0; p < NP; p++) {
+			__m512 w0, w1;
+			pair_fp8_half2(rows[2 * p] + b * KB + v * 8, rows[2 * p + 1] + b * KB + v * 8,
+				       &w0, &w1);
+			if (!x256) {
+				w0 = _mm512_mul_ps(w0, f256);
+				w1 = _mm512_mul_ps(w1, f256);
+			}
+			acc[p] = madd(acc[p], xb[v], w0, fused);
+			acc[p] = madd(acc[p], xb[v + 1], w1, fused);
+		}
+}
+
 /* Rows [n0, n0 + 8·ntiles) of y = W·x (REFERENCE, one row of prepared activations). */
 static inline __attribute__((always_inline)) void
 gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs, float *y,
@@ -471,12 +522,13 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 	const size_t K = w->cols, nb = K / KB;
 	__m512 xv[GEMV_KMAX / 8];
 	bool x256[GEMV_KMAX / KB]; /* FP8: block b's pairs carry the 2^8 */
+	bool xfma[GEMV_KMAX / KB]; /* block b's products are exact: fused multiply-adds */
 	for (size_t b = 0; b < nb; b++) {
 		x256[b] = type == SRT_WT_FP8 && x_pairs(xq + b * KB, NV, true, 256.0f, true, xv + b * NV);
 		if (!x256[b])
 			x_pairs(xq + b * KB, NV, false, 1.0f, false, xv + b * NV);
+		xfma[b] = (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
 	}
-	const __m512 f256 = _mm512_set1_ps(256.0f);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		__m256 yacc = _mm256_setzero_ps();
@@ -493,18 +545,12 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				for (int p = 0; p < NP; p++)
 					acc[p] = _mm512_setzero_ps();
 				const __m512 *xb = xv + b * NV;
-				for (size_t v = 0; v < NV; v += 2)
-					for (int p = 0; p < NP; p++) {
-						__m512 w0, w1;
-						pair_fp8_half2(rows[2 * p] + b * KB + v * 8,
-							       rows[2 * p + 1] + b * KB + v * 8, &w0, &w1);
-						if (!x256[b]) {
-							w0 = _mm512_mul_ps(w0, f256);
-							w1 = _mm512_mul_ps(w1, f256);
-						}
-						acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v], w0));
-						acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v + 1], w1));
-					}
+				if (xfma[b])
+					fp8_blk(rows, b, xb, acc, true, true);
+				else if (x256[b])
+					fp8_blk(rows, b, xb, acc, true, false);
+				else
+					fp8_blk(rows, b, xb, acc, false, false);
 				int32_t ev[8];
 				for (int t = 0; t < 8; t++)
 					ev[t] = w->scales[srow[t] + b];
@@ -533,10 +579,14 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 							     rows[2 * p + 1] + b * 64 + sub * 16, wv[p]);
 					for (int p = 0; p < NP; p++)
 						acc[p] = _mm512_setzero_ps();
-					for (int q = 0; q < 4; q++)
-						for (int p = 0; p < NP; p++)
-							acc[p] = _mm512_add_ps(acc[p],
-									       _mm512_mul_ps(xb[sub * 4 + q], wv[p][q]));
+					if (xfma[b])
+						for (int q = 0; q < 4; q++)
+							for (int p = 0; p < NP; p++)
+								acc[p] = madd(acc[p], xb[sub * 4 + q], wv[p][q], true);
+					else
+						for (int q = 0; q < 4; q++)
+							for (int p = 0; p < NP; p++)
+								acc[p] = madd(acc[p], xb[sub * 4 + q], wv[p][q], false);
 					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
 									   _mm256_set1_epi32(0xFF));
 					const __m256 da = _mm256_mul_ps(reduce8(acc), sa);

@@ -464,11 +464,11 @@ static inline void pair_fp4_sub(const uint8_t *a, const uint8_t *b, __m512 *out)
 }
 
 /*
- * True when every x of the block has at most 4 significant bits (the low 20 mantissa bits
- * clear, as E4M3 values have) and is 0 or in [2^-100, 2^101). Then each product with a
- * weight code value (E2M1: 2 bits in [0.5, 6]; E4M3·2^-8 times x·2^8: 4 bits in [2^-17,
- * 1.75]) is an exact normal float, so round(acc + x·w) by one fused multiply-add is the
- * bit-identical result of the separate multiplication and addition.
+ * True when every x of the block has at most 8 significant bits (the low 16 mantissa bits
+ * clear, as E4M3 and bf16 values have) and is 0 or in [2^-100, 2^101). Then each product
+ * with a weight code value (E2M1: 2 bits in [0.5, 6]; E4M3·2^-8 times x·2^8: 4 bits in
+ * [2^-17, 1.75]) is an exact normal float (at most 12 bits), so round(acc + x·w) by one fused
+ * multiply-add is the bit-identical result of the separate multiplication and addition.
  */
 static inline bool x_exact_products(const float *x)
 {
@@ -477,7 +477,7 @@ static inline bool x_exact_products(const float *x)
 		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
 		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
 		const __m256i e = _mm256_srli_epi32(a, 23);
-		const __m256i low = _mm256_and_si256(u, _mm256_set1_epi32(0x000FFFFF));
+		const __m256i low = _mm256_and_si256(u, _mm256_set1_epi32(0x0000FFFF));
 		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
 						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
 		const __m256i nz = _mm256_xor_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()),

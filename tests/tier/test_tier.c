@@ -473,22 +473,25 @@ END_TEST
 
 /* --- keyed stores (file, sqlite) ------------------------------------------------------------- */
 
-enum { B_FILE, B_SQLITE, N_BACKENDS };
-static const char *const so_of[N_BACKENDS] = {"srt_tier_file.so", "srt_tier_sqlite.so"};
+/* B_FILESEG: the file store with layout = segments (appended logs, one sync per put call) */
+enum { B_FILE, B_SQLITE, B_FILESEG, N_BACKENDS };
+static const char *const so_of[N_BACKENDS] = {"srt_tier_file.so", "srt_tier_sqlite.so",
+					      "srt_tier_file.so"};
 
 /* The location option of backend b under dir. */
 static void location(int b, const char *dir, char *out, size_t n)
 {
-	snprintf(out, n, b == B_FILE ? "%s/store" : "%s/l3.db", dir);
+	snprintf(out, n, b != B_SQLITE ? "%s/store" : "%s/l3.db", dir);
 }
 
 static int open_store(int b, const char *dir, const char *max_bytes, struct tu_plugin *p)
 {
 	char loc[4096], why[512];
 	location(b, dir, loc, sizeof(loc));
-	const char *opts[] = {"path", loc, "max_bytes", max_bytes, NULL, NULL};
+	const char *opts[] = {"path", loc, "layout", b == B_FILESEG ? "segments" : "files",
+			      "max_bytes", max_bytes, NULL, NULL};
 	if (!max_bytes)
-		opts[2] = NULL;
+		opts[4] = NULL;
 	int rc = tu_open(so_of[b], opts, p, why, sizeof(why));
 	if (rc)
 		fprintf(stderr, "open %s: %s\n", so_of[b], why);
@@ -756,6 +759,40 @@ static void flip_stored_byte(int b, const char *dir, const struct srt_key *k, si
 		c ^= 0xff;
 		ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)off), 1);
 		close(fd);
+	} else if (b == B_FILESEG) {
+		/* the record header holds the key at byte 16; the object follows the 64-byte header */
+		char cmd[4400];
+		snprintf(cmd, sizeof(cmd), "cat '%s'/seg/*.log", loc);
+		FILE *f = popen(cmd, "r");
+		ck_assert_ptr_nonnull(f);
+		static uint8_t all[1 << 20];
+		size_t n = fread(all, 1, sizeof(all), f);
+		pclose(f);
+		uint8_t *hit = memmem(all, n, k->b, 32);
+		ck_assert_ptr_nonnull(hit);
+		size_t rec = (size_t)(hit - all) - 16;
+		/* which segment file holds it: the stores here write one segment per process run */
+		snprintf(cmd, sizeof(cmd), "ls '%s'/seg/*.log", loc);
+		ck_assert_ptr_nonnull(f = popen(cmd, "r"));
+		char seg[4300];
+		size_t before = 0;
+		while (fgets(seg, sizeof(seg), f)) {
+			seg[strcspn(seg, "\n")] = 0;
+			struct stat st;
+			ck_assert_int_eq(stat(seg, &st), 0);
+			if (rec < before + (size_t)st.st_size)
+				break;
+			before += (size_t)st.st_size;
+		}
+		pclose(f);
+		int fd = open(seg, O_RDWR);
+		ck_assert_int_ge(fd, 0);
+		off_t at = (off_t)(rec - before + 64 + off);
+		uint8_t c;
+		ck_assert_int_eq(pread(fd, &c, 1, at), 1);
+		c ^= 0xff;
+		ck_assert_int_eq(pwrite(fd, &c, 1, at), 1);
+		close(fd);
 	} else {
 		sqlite3 *db;
 		sqlite3_stmt *st;
@@ -894,9 +931,12 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 	uint32_t batch = _i >= N_BACKENDS ? 16 : 1;
 	char *dir = tu_tmpdir("kill");
 	enum { SZ = 37376 }; /* C4 page */
+	int prog[2]; /* the writer reports each stored call, so the kill lands mid-run under load */
+	ck_assert_int_eq(pipe(prog), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
-	if (pid == 0) { /* the writer: put objects forever through the store client */
+	if (pid == 0) {
+		close(prog[0]); /* the writer: put objects forever through the store client */
 		struct tu_plugin p;
 		struct srt_tier_store st;
 		char why[256];
@@ -916,11 +956,20 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 				len[j] = SZ;
 				tu_fill(many[j], SZ, (i + j) % 4000);
 			}
-			srt_tier_store_put(&st, k, batch, in, len);
+			if (!srt_tier_store_put(&st, k, batch, in, len) && write(prog[1], "x", 1) < 0)
+				_exit(4);
 		}
 	}
-	usleep(400000);
+	close(prog[1]);
+	char x[3];
+	for (size_t got = 0; got < sizeof(x);) { /* three calls stored, then kill soon after */
+		ssize_t r = read(prog[0], x + got, sizeof(x) - got);
+		ck_assert_int_gt(r, 0);
+		got += (size_t)r;
+	}
+	usleep(20000);
 	kill(pid, SIGKILL);
+	close(prog[0]);
 	int status;
 	waitpid(pid, &status, 0);
 	ck_assert(WIFSIGNALED(status));
@@ -1056,7 +1105,7 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 		if (!rc)
 			stored++;
 	}
-	if (mounted || b == B_FILE)
+	if (mounted || b != B_SQLITE)
 		ck_assert_int_eq(rc, SRT_ENOSPC);
 	else /* SQLite reports a write past RLIMIT_FSIZE as a plain I/O error, without errno */
 		ck_assert(rc == SRT_ENOSPC || rc == SRT_EIO);
@@ -1138,6 +1187,66 @@ START_TEST(store_read_only_directory_fails_with_eio_and_a_logged_reason)
 }
 END_TEST
 
+/* The segment layout: a torn tail is cut at open (what came before is served), a second process
+ * is refused with the reason, and deleted or evicted objects' space is given back. */
+static uint64_t seg_disk_bytes(const char *loc)
+{
+	char cmd[4400];
+	snprintf(cmd, sizeof(cmd), "cat '%s'/seg/*.log | wc -c", loc);
+	FILE *f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	unsigned long long n = 0;
+	ck_assert_int_eq(fscanf(f, "%llu", &n), 1);
+	pclose(f);
+	return n;
+}
+
+START_TEST(file_segments_cut_a_torn_tail_refuse_a_second_opener_and_give_space_back)
+{
+	char *dir = tu_tmpdir("seg");
+	char loc[4200], why[512];
+	location(B_FILESEG, dir, loc, sizeof(loc));
+	struct tu_plugin p, q;
+	ck_assert_int_eq(open_store(B_FILESEG, dir, NULL, &p), 0);
+	for (uint64_t i = 0; i < 4; i++)
+		put_raw(&p, i, 3000);
+	/* a second opener of the same directory is refused, saying why */
+	const char *opts[] = {"path", loc, "layout", "segments", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_file.so", opts, &q, why, sizeof(why)), SRT_EIO);
+	ck_assert_msg(strstr(why, "in use by another process"), "%s", why);
+	tu_close(&p);
+	/* a write cut short: half a record header and a record whose payload runs past the end */
+	char cmd[4400];
+	snprintf(cmd, sizeof(cmd), "for f in '%s'/seg/*.log; do last=$f; done; "
+		 "head -c 3064 \"$last\" | tail -c 3064 | head -c 100 >> \"$last\"", loc);
+	ck_assert_int_eq(system(cmd), 0);
+	tu_log_clear();
+	ck_assert_int_eq(open_store(B_FILESEG, dir, NULL, &p), 0);
+	ck_assert(tu_log_has("torn or damaged record"));
+	for (uint64_t i = 0; i < 4; i++)
+		ck_assert(get_raw(&p, i, 3000));
+	put_raw(&p, 9, 3000); /* and the store goes on */
+	ck_assert(get_raw(&p, 9, 3000));
+	tu_close(&p);
+	/* space: 200 objects through a 10-object bound with small segments; the files stay
+	 * within about twice the bound plus two segments */
+	tu_rmrf(dir);
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	const char *o2[] = {"path", loc, "layout", "segments", "max_bytes", "30000",
+			    "segment_bytes", "16384", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_file.so", o2, &p, why, sizeof(why)), 0);
+	for (uint64_t i = 0; i < 200; i++) {
+		put_raw(&p, 1000 + i, 3000);
+		ck_assert_uint_le(seg_disk_bytes(loc), 2 * 30000 + 2 * 16384 + 2 * (3000 + 64));
+	}
+	for (uint64_t i = 190; i < 200; i++)
+		ck_assert(get_raw(&p, 1000 + i, 3000));
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 static Suite *tier_suite(void)
 {
 	Suite *s = suite_create("tier");
@@ -1175,6 +1284,7 @@ static Suite *tier_suite(void)
 	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0,
 			    2 * N_BACKENDS);
 	tcase_add_test(tc, file_store_open_keeps_the_temp_files_of_live_writers);
+	tcase_add_test(tc, file_segments_cut_a_torn_tail_refuse_a_second_opener_and_give_space_back);
 	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0,
 			    2 * N_BACKENDS);
 	tcase_add_loop_test(tc, store_read_only_directory_fails_with_eio_and_a_logged_reason, 0,

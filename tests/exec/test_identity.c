@@ -311,6 +311,45 @@ START_TEST(the_same_plugin_resumes_but_another_version_option_or_layout_id_resum
 }
 END_TEST
 
+/* L1: every engine owns its radix cache; two engines of different identities in one process
+ * never see each other's pages, while an engine resumes from its own. */
+START_TEST(l1_pages_of_one_identity_are_never_matched_by_an_engine_of_another)
+{
+	char base[4096], m[4200], ia[4300], ib[4300], err[2048];
+	setup_base(base, sizeof(base));
+	model_path(base, "tiny", m, sizeof(m));
+	snprintf(ia, sizeof(ia), "%s/a.ini", base);
+	snprintf(ib, sizeof(ib), "%s/b.ini", base);
+	write_ini(ia, base, STD_ATTN "[residual]\nplugin = mhc\n");
+	write_ini(ib, base, STD_ATTN "[residual]\nplugin = plain\n");
+	struct srt_engine_opts oa = {.config_path = ia, .model = m, .threads = 2, .quiet = 1,
+				     .profile = SRT_PROFILE_REFERENCE};
+	struct srt_engine_opts ob = oa;
+	ob.config_path = ib;
+	struct srt_engine *a = NULL, *b = NULL;
+	ck_assert_msg(!srt_engine_open(&oa, &a, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_open(&ob, &b, err, sizeof(err)), "%s", err);
+	ck_assert(memcmp(srt_engine_identity(a), srt_engine_identity(b), 32));
+	int32_t *t = prompt(530, 3);
+	struct srt_seq *s;
+	uint64_t hit = 1;
+	ck_assert(!srt_engine_seq_start(a, t, 530, 1, &s, NULL, err, sizeof(err)));
+	ck_assert_msg(!srt_engine_prefill(a, s, NULL, 0, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_seq_finish(s, NULL, err, sizeof(err)), "%s", err);
+	srt_engine_seq_free(s);
+	ck_assert(!srt_engine_seq_start(b, t, 530, 1, &s, &hit, err, sizeof(err)));
+	ck_assert_uint_eq(hit, 0);
+	srt_engine_seq_free(s);
+	ck_assert(!srt_engine_seq_start(a, t, 530, 1, &s, &hit, err, sizeof(err)));
+	ck_assert_uint_eq(hit, 512);
+	srt_engine_seq_free(s);
+	free(t);
+	srt_engine_close(a);
+	srt_engine_close(b);
+	cleanup(base);
+}
+END_TEST
+
 /* --- the weights fingerprint sidecar -------------------------------------------------------- */
 
 static char logbuf[8192];
@@ -507,6 +546,7 @@ static Suite *identity_suite(void)
 	tcase_add_test(l3, sixteen_thousand_changed_embed_bytes_outside_the_old_sample_windows_resume_nothing);
 	tcase_add_test(l3, a_second_attention_plugin_with_swas_pools_does_not_read_swas_pages);
 	tcase_add_test(l3, the_same_plugin_resumes_but_another_version_option_or_layout_id_resumes_nothing);
+	tcase_add_test(l3, l1_pages_of_one_identity_are_never_matched_by_an_engine_of_another);
 	suite_add_tcase(s, l3);
 	TCase *fp = tcase_create("fingerprint");
 	tcase_add_test(fp, the_sidecar_is_reused_without_rehashing_and_invalidated_by_size_or_mtime);

@@ -16,6 +16,7 @@
 #include "ckpt/dsv4_tensors.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
+#include "tok/tok.h"
 
 /* ---- counter-based random numbers ---------------------------------------------------------- */
 
@@ -388,6 +389,63 @@ int srt_ck_config_json(const struct srt_model_config *c, char **out, char *err, 
 	return 0;
 }
 
+/* Copy src_dir/name to dir/name through a temporary file and a rename. */
+static int copy_file(const char *src_dir, const char *dir, const char *name, char *err,
+		     size_t errlen)
+{
+	char src[4096], tmp[4200], dst[4200];
+	snprintf(src, sizeof(src), "%s/%s", src_dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%ld", dir, name, (long)getpid());
+	snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+	FILE *in = fopen(src, "rb");
+	if (!in)
+		return errf(err, errlen, SRT_EIO, "%s: cannot open: %s", src, strerror(errno));
+	FILE *out = fopen(tmp, "wb");
+	if (!out) {
+		fclose(in);
+		return errf(err, errlen, SRT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+	}
+	char buf[1 << 16];
+	size_t n;
+	int bad = 0;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		bad |= fwrite(buf, 1, n, out) != n;
+	bad |= ferror(in);
+	fclose(in);
+	bad |= fclose(out) != 0;
+	if (bad || rename(tmp, dst)) {
+		unlink(tmp);
+		return errf(err, errlen, SRT_EIO, "copying %s to %s failed", src, dst);
+	}
+	return 0;
+}
+
+/* tokenizer.json (and tokenizer_config.json when the source has one) next to the weights. */
+static int write_tokenizer(const struct srt_model_config *cfg, const char *dir,
+			   const struct srt_ck_synth_opts *o, char *err, size_t errlen)
+{
+	char shipped[4096];
+	const char *src = o->tokenizer_dir;
+	if (o->no_tokenizer)
+		return 0;
+	if (!src) {
+		if (cfg->vocab_size != SRT_TOK_DSV4_VOCAB)
+			return 0;
+		if (srt_tok_shipped_dir(shipped, sizeof(shipped)))
+			return errf(err, errlen, SRT_ENOENT,
+				    "preset %s has the DeepSeek-V4 vocabulary but the shipped tokenizer "
+				    "is missing (looked in %s; set SHADOWRT_TOKENIZER_DIR)",
+				    cfg->name, shipped);
+		src = shipped;
+	}
+	int rc = copy_file(src, dir, "tokenizer.json", err, errlen);
+	char cfgp[4200];
+	snprintf(cfgp, sizeof(cfgp), "%s/tokenizer_config.json", src);
+	if (!rc && access(cfgp, R_OK) == 0)
+		rc = copy_file(src, dir, "tokenizer_config.json", err, errlen);
+	return rc;
+}
+
 static int write_config(const struct srt_model_config *cfg, const char *dir, char *err,
 			size_t errlen)
 {
@@ -465,7 +523,8 @@ int srt_ck_synth_write(const struct srt_model_config *cfg, const char *dir,
 		.progress = o.progress ? progress : NULL,
 		.user = &s,
 	};
-	if ((rc = write_config(cfg, dir, err, errlen)))
+	if ((rc = write_config(cfg, dir, err, errlen)) ||
+	    (rc = write_tokenizer(cfg, dir, &o, err, errlen)))
 		goto out;
 	rc = srt_ck_write(dir, wt, n, &wo, NULL, err, errlen);
 out:

@@ -976,7 +976,8 @@ int srt_registry_find(struct srt_registry *reg, enum srt_kind kind, const char *
 		    stem_is(e->path, name_or_path))
 			cat(msg, sizeof(msg), &pos, "; rejected: %s", e->info.reason);
 	}
-	reg_log(reg, SRT_LOG_ERROR, "%s", msg);
+	/* the caller reports `why`; logging it as an error too printed every such message twice */
+	reg_log(reg, SRT_LOG_DEBUG, "%s", msg);
 	snprintf(why, why_len, "%s", msg);
 	return SRT_ENOENT;
 }

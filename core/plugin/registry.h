@@ -137,8 +137,8 @@ const struct srt_search_dir *srt_registry_dir_at(const struct srt_registry *reg,
  * Find a usable plugin of `kind`. name_or_path is a plugin name ("csa") or, when it contains
  * a '/' or ends in ".so", a path to a shared object, which is loaded and checked like a
  * scanned file if it is not loaded yet. Returns 0 and *out (owned by the registry), or
- *   SRT_ENOENT   no usable plugin of that name (why lists the whole search path, which is also
- *                logged), or the path does not exist;
+ *   SRT_ENOENT   no usable plugin of that name (why lists the whole search path; logged at
+ *                debug level only, the caller reports why), or the path does not exist;
  *   SRT_EINVAL   the plugin exists but is of another kind;
  *   SRT_EVERSION / SRT_EINVAL / SRT_ENOTSUP / ...  the file at that path was rejected (the
  *                rejection's code; why holds its reason).

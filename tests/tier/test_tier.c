@@ -381,6 +381,83 @@ START_TEST(host_hugepages_option_gives_2mib_aligned_slabs)
 }
 END_TEST
 
+/* Resident bytes of this process (/proc/self/statm, field 2). */
+static uint64_t resident_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, res = 0;
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%lu %lu", &size, &res), 2);
+	fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * The arena is told its budget through set_budget (what the tier stack does), then used like
+ * the tier manager uses L2: pages of three sizes (C4, SWA and a 64 KiB page) allocated while the
+ * bytes in use fit the budget, each written whole, some freed and allocated again. The process's
+ * resident memory may grow by the budget plus a small constant, with and without huge pages.
+ */
+static void arena_within_budget(const char *huge, uint64_t budget)
+{
+	struct tu_plugin p;
+	char why[256];
+	const char *opts[] = {"hugepages", huge, NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", opts, &p, why, sizeof(why)), 0);
+	ck_assert_ptr_nonnull(p.vt->set_budget);
+	ck_assert_int_eq(p.vt->set_budget(p.inst, budget), 0);
+	static const size_t sizes[3] = {37376, 149504, 65536};
+	enum { MAXP = 1024 };
+	void *pg[MAXP];
+	size_t sz[MAXP];
+	int n = 0;
+	uint64_t used = 0, rss0 = resident_bytes();
+	for (int round = 0; round < 4; round++) {
+		int got = 1;
+		while (got && n < MAXP) {
+			got = 0;
+			for (int k = 0; k < 3 && n < MAXP; k++) {
+				if (used + sizes[k] > budget ||
+				    p.vt->alloc_page(p.inst, sizes[k], &pg[n]))
+					continue;
+				memset(pg[n], 0x5a, sizes[k]);
+				sz[n] = sizes[k];
+				used += sizes[k];
+				n++;
+				got = 1;
+			}
+		}
+		/* free every other page: the next round reuses and carves again */
+		int m = 0;
+		for (int i = 0; i < n; i++) {
+			if (i % 2) {
+				p.vt->free_page(p.inst, pg[i], sz[i]);
+				used -= sz[i];
+			} else {
+				pg[m] = pg[i], sz[m] = sz[i], m++;
+			}
+		}
+		n = m;
+	}
+	uint64_t rss1 = resident_bytes(), slack = 512u << 10;
+	fprintf(stderr, "[tier] hugepages=%s budget %llu: resident +%llu bytes\n", huge,
+		(unsigned long long)budget, (unsigned long long)(rss1 - rss0));
+	ck_assert_uint_gt(n, 0);
+	ck_assert_msg(rss1 <= rss0 + budget + slack, "resident grew by %llu bytes, budget %llu",
+		      (unsigned long long)(rss1 - rss0), (unsigned long long)budget);
+	for (int i = 0; i < n; i++)
+		p.vt->free_page(p.inst, pg[i], sz[i]);
+	tu_close(&p);
+}
+
+START_TEST(host_resident_memory_stays_within_the_budget_given_by_set_budget)
+{
+	arena_within_budget("off", 1u << 20);
+	arena_within_budget("on", 1u << 20);
+	arena_within_budget("on", 6u << 20);
+}
+END_TEST
+
 START_TEST(host_rejects_bad_options_with_the_key)
 {
 	struct tu_plugin p;
@@ -1188,6 +1265,7 @@ static Suite *tier_suite(void)
 	tcase_add_test(tc, host_budget_is_a_hard_limit_and_frees_make_room_for_any_size);
 	tcase_add_test(tc, host_hugepages_option_gives_2mib_aligned_slabs);
 	tcase_add_test(tc, host_rejects_bad_options_with_the_key);
+	tcase_add_test(tc, host_resident_memory_stays_within_the_budget_given_by_set_budget);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("keyed_stores"); /* loop index: 0 = file, 1 = sqlite */

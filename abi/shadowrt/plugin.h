@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define SRT_ABI_MAJOR 1
-#define SRT_ABI_MINOR 0
+#define SRT_ABI_MINOR 1
 
 /* Name of the one symbol every plugin exports. */
 #define SRT_PLUGIN_ENTRY_SYMBOL "srt_plugin_entry"

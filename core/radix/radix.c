@@ -58,6 +58,7 @@ struct srt_rdx_req {
 	 * [K][n_pools] (ABSENT for ALL pools and pages outside a pool's window) */
 	uint64_t remat;
 	struct srt_rdx_loc *rloc;
+	uint64_t strict; /* the ordinary hit at start (rule with TAIL pages) */
 };
 
 struct srt_rdx_cache {
@@ -819,7 +820,7 @@ static void touch_path(struct srt_rdx_cache *c, struct srt_rdx_node *n)
  */
 static int match_internal(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
 			  const struct srt_rdx_remat_policy *pol, struct srt_rdx_match *m,
-			  int *remat)
+			  int *remat, uint64_t *strict)
 {
 	struct walk w;
 	walk_tree(c, c->root, 0, tokens, n / c->P, &w);
@@ -840,13 +841,15 @@ static int match_internal(struct srt_rdx_cache *c, const int32_t *tokens, uint64
 	touch_path(c, m->node);
 	if (remat)
 		*remat = use_all;
+	if (strict)
+		*strict = w.hit;
 	return 0;
 }
 
 int srt_rdx_match(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
 		  struct srt_rdx_match *m)
 {
-	return match_internal(c, tokens, n, NULL, m, NULL);
+	return match_internal(c, tokens, n, NULL, m, NULL, NULL);
 }
 
 static uint64_t tail_lo(const struct srt_rdx_cache *c, const struct srt_rdx_node *node)
@@ -1051,7 +1054,7 @@ static int req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
 		goto nomem_r;
 	struct srt_rdx_match m;
 	int remat = 0;
-	if (match_internal(c, tokens, n, pol, &m, &remat))
+	if (match_internal(c, tokens, n, pol, &m, &remat, &r->strict))
 		goto nomem_r;
 	if (tokens_reserve(r, m.hit_tokens))
 		goto nomem_r;
@@ -1109,6 +1112,11 @@ int srt_rdx_req_start_remat(struct srt_rdx_cache *c, const int32_t *tokens, uint
 uint64_t srt_rdx_req_remat_pending(const struct srt_rdx_req *r)
 {
 	return r->remat;
+}
+
+uint64_t srt_rdx_req_strict_hit(const struct srt_rdx_req *r)
+{
+	return r->strict;
 }
 
 void srt_rdx_req_remat_done(struct srt_rdx_req *r, int ok)

@@ -252,6 +252,8 @@ int srt_rdx_req_start_remat(struct srt_rdx_cache *c, const int32_t *tokens, uint
 void srt_rdx_req_remat_done(struct srt_rdx_req *r, int ok);
 /* Position whose TAIL pages are pending (0 = none). */
 uint64_t srt_rdx_req_remat_pending(const struct srt_rdx_req *r);
+/* The hit the ordinary match rule gave at start (<= the request's hit). */
+uint64_t srt_rdx_req_strict_hit(const struct srt_rdx_req *r);
 
 /*
  * Append tokens[0..n) and allocate, in every pool, the pages that cover them (a partial last

@@ -325,6 +325,7 @@ struct srt_tmgr {
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
 	uint64_t l3_put_failures; /* consecutive failed L3 puts other than outages (main thread) */
+	const struct srt_rdx_remat_policy *remat; /* srt_tmgr_set_remat; NULL = off */
 };
 
 #define LOG(m, lvl, ...)                                                                       \
@@ -744,6 +745,24 @@ nomem:
 	return SRT_ENOMEM;
 }
 
+void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol)
+{
+	m->remat = pol;
+}
+
+/* srt_rdx_req_start, rematerializing L1 hits when set; fills l1_tokens and the remat fields */
+static int rdx_start(struct srt_tmgr *m, struct srt_tmgr_req *r, const int32_t *tokens,
+		     uint64_t n, uint64_t *h1, struct srt_tmgr_hit *hit, char *err, size_t errlen)
+{
+	uint64_t rt = 0;
+	int rc = srt_rdx_req_start_remat(m->c, tokens, n, m->remat, &r->r, h1, &rt, err, errlen);
+	hit->l1_tokens = rc ? 0 : *h1;
+	hit->remat_tokens = rt;
+	hit->remat_cost = rt ? m->remat->cost(m->remat->ctx, rt) : 0;
+	hit->strict_tokens = rc ? 0 : srt_rdx_req_strict_hit(r->r);
+	return rc;
+}
+
 const struct srt_rdx_hooks *srt_tmgr_hooks(struct srt_tmgr *m)
 {
 	return &m->hooks;
@@ -860,7 +879,7 @@ static int req_record(struct srt_tmgr_req *r, uint64_t extra0, uint64_t extra1)
 				from = pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]);
 		for (uint64_t j = from; j < tree; j++) {
 			void *a = buf[j];
-			int win = pi->retention == SRT_RETAIN_TAIL &&
+			int win = pi->retention == SRT_RETAIN_TAIL && !m->remat &&
 				  (in_window(j, pts, 4, pi->tail_pages) ||
 				   (m->cfg.tail_stride &&
 				    j + pi->tail_pages >= (j / m->cfg.tail_stride + 1) * m->cfg.tail_stride));
@@ -950,7 +969,8 @@ static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uin
  * r->lower_run to where the ALL pools' run ends: a request that computes past it stores its
  * TAIL pages there, since later requests sharing the same prefix resume there too.
  */
-static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_t h, uint64_t np)
+static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_t h, uint64_t np,
+			     int *remat)
 {
 	uint64_t A = np;
 	for (uint32_t p = 0; p < m->np && A > h; p++) {
@@ -973,6 +993,13 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 		A = a;
 	}
 	r->lower_run = A > h ? A : 0;
+	*remat = 0;
+	if (m->remat) { /* no TAIL page is stored below L1: rebuild them at A, if that pays */
+		uint64_t P = m->P;
+		*remat = A > h && m->remat->cost(m->remat->ctx, A * P) <
+					  (A - h) * P * m->remat->token_cost;
+		return *remat ? A : h;
+	}
 	/* TAIL pools: the window before t; try the longest t first, a bounded number of times */
 	int tries = 0;
 	for (uint64_t t = A; t > h && tries < 64; t--, tries++) {
@@ -1020,22 +1047,26 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 	memcpy(r->tokens, tokens, n * sizeof(int32_t));
 	r->n = n;
 	uint64_t h1;
-	int rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
+	int rc = rdx_start(m, r, tokens, n, &h1, hit, err, errlen);
 	if (rc) {
 		srt_tmgr_req_free(r);
 		return rc;
 	}
 	uint64_t P = m->P, hp = h1 / P, np = n / P;
 	r->recorded = hp;
-	hit->l1_tokens = h1;
 	if ((rc = req_keys(r, tokens, np > hp ? np : hp)))
 		goto fail;
 	req_count_hits(r, hp);
 	if (!(m->has_l2 || m->has_l3) || np <= hp)
 		goto done;
-	uint64_t t = lower_lookup(m, r, hp, np);
+	int remat_lower = 0;
+	uint64_t t = lower_lookup(m, r, hp, np, &remat_lower);
 	if (t <= hp)
 		goto done;
+	if (hit->remat_tokens) { /* the L1 rematerialization point moves on to t */
+		srt_rdx_req_remat_done(r->r, 0);
+		hit->remat_tokens = hit->remat_cost = 0;
+	}
 	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
 	for (uint32_t p = 0; p < m->np; p++)
 		for (uint64_t j = hp; j < t; j++) {
@@ -1064,8 +1095,8 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 				e->pins--;
 			if (!ok || !buf[j])
 				continue;
-			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages < t)
-				continue;
+			if (pi->retention == SRT_RETAIN_TAIL && (j + pi->tail_pages < t || remat_lower))
+				continue; /* out of the window, or rebuilt by rematerialization */
 			if (e) {
 				if (!m->cfg.payload_bytes)
 					m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, buf[j], e->page,
@@ -1098,12 +1129,15 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 		srt_rdx_req_abort(r->r, NULL, 0);
 		srt_rdx_req_free(r->r);
 		r->r = NULL;
-		rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
+		rc = rdx_start(m, r, tokens, n, &h1, hit, err, errlen);
 		if (rc)
 			goto fail;
-		hit->l1_tokens = h1;
 		r->recorded = h1 / P;
 		goto done;
+	}
+	if (remat_lower) {
+		hit->remat_tokens = t * P;
+		hit->remat_cost = m->remat->cost(m->remat->ctx, t * P);
 	}
 	for (uint64_t j = hp; j < t; j++) {
 		if (from_l3[j])
@@ -1130,6 +1164,8 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 		atomic_store(&r->done, 1);
 	}
 done:
+	if (!m->remat)
+		hit->strict_tokens = hit->l1_tokens + hit->l2_tokens + hit->l3_tokens;
 	r->hit = *hit;
 	r->hit_pages = (hit->l1_tokens + hit->l2_tokens + hit->l3_tokens) / P;
 	*out = r;
@@ -1193,9 +1229,8 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 		srt_rdx_req_free(r->r);
 		r->r = NULL;
 		uint64_t h1;
-		rc = srt_rdx_req_start(m->c, r->tokens, r->n, &r->r, &h1, err, errlen);
 		memset(&r->hit, 0, sizeof(r->hit));
-		r->hit.l1_tokens = rc ? 0 : h1;
+		rc = rdx_start(m, r, r->tokens, r->n, &h1, &r->hit, err, errlen);
 		r->hit_pages = r->hit.l1_tokens / m->P;
 		r->recorded = h1 / m->P;
 	} else {

@@ -9,6 +9,7 @@
 #include "radix/geometry.h"
 #include "config/runtime_config.h"
 #include "radix/radix.h"
+#include "radix/remat.h"
 #include "tier/manager.h"
 #include "tier/stack.h"
 #include "trace/replay.h"
@@ -50,12 +51,23 @@ static void replay_usage(FILE *out)
 		"  --l3-opt K=V       another L3 plugin option (host=, port=, ...); repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
+		"  --remat on|off     window rematerialization (default off): a request may resume\n"
+		"                     where only the ALL pools (compressed KV, indexer keys) are cached,\n"
+		"                     paying a recompute of ~64 L^2 token-layers (core/radix/remat.h)\n"
+		"                     when that is less than computing from the ordinary hit; L2/L3\n"
+		"                     then store no TAIL pages. Prints the ordinary hit next to it,\n"
+		"                     the recompute and compute saved / ceiling (token-layers)\n"
 		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
 		"                     (default 0: only before resume points)\n"
 		"  --payload-bytes N  bytes stored per page (default 64): pages carry no KV in a replay;\n"
 		"                     each stores N bytes derived from its key, checked on every load,\n"
 		"                     while budgets and bytes moved count the real page size\n"
 		"  -q, --quiet        no progress on stderr\n");
+}
+
+static uint64_t remat_cost(void *ctx, uint64_t t)
+{
+	return srt_remat_cost(ctx, t);
 }
 
 static int parse_bytes(const char *s, uint64_t *out)
@@ -160,7 +172,7 @@ int srt_cmd_replay(int argc, char **argv)
 	double share = 0.1;
 	int quiet = 0;
 	const char *config = NULL;
-	int budget_given = 0, tiers_on = 0;
+	int budget_given = 0, tiers_on = 0, remat = 0;
 	uint64_t payload = 64, stride = 0;
 	int n_l3opt = 0;
 	struct srt_tier_overrides ov = {.write_policy = -1, .prefetch = -1};
@@ -229,6 +241,9 @@ int srt_cmd_replay(int argc, char **argv)
 		} else if (!strcmp(a, "--prefetch")) {
 			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = ov.prefetch < 0;
+		} else if (!strcmp(a, "--remat")) {
+			remat = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+			bad = remat < 0;
 		} else if (!strcmp(a, "--tail-stride"))
 			bad = parse_u64(v, &stride) || stride > (1u << 20);
 		else if (!strcmp(a, "--payload-bytes"))
@@ -345,6 +360,18 @@ int srt_cmd_replay(int argc, char **argv)
 	}
 	if (tm)
 		srt_tmgr_attach(tm, c);
+	/* the rematerialization trapezoid of this model: every layer has the window */
+	struct srt_remat_geom rg = {.layers = (uint32_t)g->model.num_hidden_layers,
+				    .window = (uint32_t)g->model.sliding_window,
+				    .page_tokens = (uint32_t)page, .tail_pages = 0};
+	for (uint32_t i = 0; i < g->n_pools; i++)
+		if (g->pools[i].retention == SRT_RETAIN_TAIL &&
+		    (g->pools[i].tail_tokens + page - 1) / page > rg.tail_pages)
+			rg.tail_pages = (uint32_t)((g->pools[i].tail_tokens + page - 1) / page);
+	struct srt_rdx_remat_policy rpol = {.cost = remat_cost, .ctx = &rg,
+					    .token_cost = rg.layers};
+	if (remat && tm)
+		srt_tmgr_set_remat(tm, &rpol);
 	char bb[32], wp[48];
 	fmt_bytes(bb, sizeof(bb), budget);
 	printf("replay %s: %zu requests, model %s, page %" PRIu64 " tokens, budget %s, kv %s\n",
@@ -359,7 +386,7 @@ int srt_cmd_replay(int argc, char **argv)
 					       rc.write_after_hits, wp, sizeof(wp)),
 		       (ov.prefetch >= 0 ? ov.prefetch : rc.prefetch) ? "on" : "off", payload);
 	struct srt_replay_opts ro = {.chunk_tokens = chunk, .progress = quiet ? NULL : stderr,
-				     .tiers = tm};
+				     .tiers = tm, .remat = remat ? &rpol : NULL};
 	struct srt_replay_result res;
 	if (srt_trace_replay(c, t, &ro, &res, err, sizeof(err))) {
 		fprintf(stderr, "replay: %s\n", err);
@@ -376,6 +403,26 @@ int srt_cmd_replay(int argc, char **argv)
 	printf("ceiling         %.2f%% (%" PRIu64 " tokens; infinite cache, whole pages)\n", ceil,
 	       res.ceiling_tokens);
 	printf("hit / ceiling   %.4f\n", res.ceiling_tokens ? (double)res.hit_tokens / res.ceiling_tokens : 0);
+	if (remat) {
+		double L = rg.layers, saved = (double)res.hit_tokens * L - (double)res.remat_token_layers;
+		/* from this many pages on the trapezoid is whole (its cost no longer grows) */
+		uint64_t full = ((uint64_t)(rg.window - 1) * (rg.layers - 1) +
+				 (uint64_t)rg.tail_pages * page + page - 1) / page;
+		printf("hit, window rule %.2f%% (%" PRIu64 " tokens: resumes that need cached window "
+		       "pages, same run)\n",
+		       res.input_tokens ? 100.0 * res.strict_hit_tokens / res.input_tokens : 0.0,
+		       res.strict_hit_tokens);
+		printf("remat           %" PRIu64 " requests resumed by rematerialization (%" PRIu64
+		       " past L1); trapezoid %" PRIu64 " token-layers per resume (t >= %u pages)\n",
+		       res.remat_requests, res.remat_lower_requests, srt_remat_cost(&rg, full * page),
+		       (unsigned)full);
+		printf("recompute       %" PRIu64 " token-layers (%.0f token equivalents, %.3f%% of the "
+		       "hit tokens)\n", res.remat_token_layers, res.remat_token_layers / L,
+		       res.hit_tokens ? 100.0 * res.remat_token_layers / L / res.hit_tokens : 0.0);
+		printf("compute saved   %.4g token-layers (hit x %u layers - recompute); saved / "
+		       "ceiling %.4f\n", saved, rg.layers,
+		       res.ceiling_tokens ? saved / ((double)res.ceiling_tokens * L) : 0.0);
+	}
 	printf("wall time       %.2f s (%.0f requests/s)\n", res.wall_s,
 	       res.wall_s > 0 ? res.requests / res.wall_s : 0);
 	if (tm)

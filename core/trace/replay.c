@@ -135,10 +135,25 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 			}
 			r = srt_tmgr_req_rdx(tr);
 			hit = th.l1_tokens + th.l2_tokens + th.l3_tokens;
-		} else if ((rc = srt_rdx_req_start(c, tok, q->input_length, &r, &hit, why,
-						   sizeof(why)))) {
-			break;
+			res->strict_hit_tokens += th.strict_tokens;
+			if (th.remat_tokens) {
+				res->remat_requests++;
+				res->remat_lower_requests += th.remat_tokens > th.l1_tokens;
+				res->remat_token_layers += th.remat_cost;
+			}
+		} else {
+			uint64_t rt = 0;
+			if ((rc = srt_rdx_req_start_remat(c, tok, q->input_length, o ? o->remat : NULL,
+							  &r, &hit, &rt, why, sizeof(why))))
+				break;
+			res->strict_hit_tokens += srt_rdx_req_strict_hit(r);
+			if (rt) {
+				res->remat_requests++;
+				res->remat_token_layers += o->remat->cost(o->remat->ctx, rt);
+			}
 		}
+		/* cache-only: the TAIL pages "rebuilt" by rematerialization join the cache */
+		srt_rdx_req_remat_done(r, 1);
 		res->requests++;
 		res->input_tokens += q->input_length;
 		res->hit_tokens += hit;

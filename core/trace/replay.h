@@ -31,12 +31,21 @@ struct srt_replay_opts {
 	 * through it, so evicted pages move down the tiers and come back on a hit; the hit
 	 * counted is L1 + L2 + L3 (per tier in srt_tmgr_stats). */
 	struct srt_tmgr *tiers;
+	/* Window rematerialization (core/radix/remat.h; NULL = off): a request may resume where
+	 * only the ALL pools are cached when the policy's recompute costs less than computing
+	 * from the ordinary hit; the rebuilt TAIL pages join the cache. With tiers, set the same
+	 * policy on the manager (srt_tmgr_set_remat). */
+	const struct srt_rdx_remat_policy *remat;
 };
 
 struct srt_replay_result {
 	uint64_t requests, rejected;
 	uint64_t input_tokens, hit_tokens, ceiling_tokens, output_tokens;
 	double wall_s;
+	/* rematerialization: hit tokens the ordinary rule (TAIL pages cached) gave, requests
+	 * resumed by rematerialization (in L1 / past L1) and their recompute in token-layers */
+	uint64_t strict_hit_tokens;
+	uint64_t remat_requests, remat_lower_requests, remat_token_layers;
 };
 
 /* Run; 0, or a negative code with a message when the cache fails other than by budget. */

@@ -69,6 +69,7 @@ struct srt_rdx_cache {
 	struct srt_rdx_allocator alloc;
 	struct srt_rdx_hooks hooks;
 	int has_hooks;
+	int remat; /* srt_rdx_config.remat */
 	struct srt_rdx_node *root;
 	struct srt_rdx_node **buckets;
 	uint64_t n_buckets, nodes, tree_pages, meta_bytes;
@@ -426,6 +427,8 @@ static void node_delete(struct srt_rdx_cache *c, struct srt_rdx_node *n)
 /* A leaf no hit can end in: some TAIL pool holds none of its pages. */
 static int leaf_is_dead(const struct srt_rdx_cache *c, const struct srt_rdx_node *n)
 {
+	if (c->remat) /* its ALL pages still give a rematerialized hit */
+		return 0;
 	for (uint32_t p = 0; p < c->n_pools; p++) {
 		if (c->pools[p].retention != SRT_RETAIN_TAIL)
 			continue;
@@ -469,7 +472,7 @@ static int evict_one(struct srt_rdx_cache *c, uint32_t p)
 			delete_with_dead_parents(c, n);
 			return 1;
 		}
-		if (deletable)
+		if (deletable && !c->remat)
 			delete_with_dead_parents(c, n);
 		else
 			node_drop_pool(c, n, p, SRT_RDX_DROP_TOMBSTONE);
@@ -579,6 +582,7 @@ int srt_rdx_cache_create(const struct srt_rdx_config *cfg, const struct srt_pool
 	c->P = P;
 	c->n_pools = n_pools;
 	c->mem = cfg ? cfg->mem : SRT_MEM_HOST;
+	c->remat = cfg ? cfg->remat : 0;
 	c->alloc = cfg && cfg->alloc ? *cfg->alloc : srt_rdx_malloc_allocator;
 	if (cfg && cfg->hooks) {
 		c->hooks = *cfg->hooks;
@@ -1112,6 +1116,25 @@ int srt_rdx_req_start_remat(struct srt_rdx_cache *c, const int32_t *tokens, uint
 uint64_t srt_rdx_req_remat_pending(const struct srt_rdx_req *r)
 {
 	return r->remat;
+}
+
+void srt_rdx_req_drop_tail(struct srt_rdx_req *r)
+{
+	struct srt_rdx_cache *c = r->c;
+	uint64_t tp = r->tree_pages, v0 = remat_first(c, tp);
+	for (struct srt_rdx_node *n = r->node; n != c->root && node_end(n) > v0; n = n->parent)
+		for (uint32_t p = 0; p < c->n_pools; p++) {
+			int k = 0;
+			for (uint32_t j = 0; j < n->n_pages; j++) {
+				struct srt_rdx_loc *l = &node_loc(c, n, j)[p];
+				if (remat_covers(c, p, tp, n->start_page + j) && l->tier == SRT_RDX_L1) {
+					pool_free_page(c, p, l);
+					k = 1;
+				}
+			}
+			if (k)
+				recount(c, n, p, NULL);
+		}
 }
 
 uint64_t srt_rdx_req_strict_hit(const struct srt_rdx_req *r)

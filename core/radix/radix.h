@@ -106,6 +106,10 @@ struct srt_rdx_config {
 	const struct srt_rdx_allocator *alloc; /* NULL = srt_rdx_malloc_allocator; borrowed */
 	const struct srt_rdx_hooks *hooks;     /* NULL = none; borrowed */
 	uint32_t mem;                          /* enum srt_mem of the pages, for page tables */
+	/* 1: the caller rematerializes windows (srt_rdx_req_start_remat): TAIL pools over budget
+	 * only tombstone, never delete a leaf, and a leaf without TAIL pages is kept (its ALL
+	 * pages still give rematerialized hits) */
+	int remat;
 };
 
 struct srt_rdx_cache;
@@ -252,6 +256,13 @@ int srt_rdx_req_start_remat(struct srt_rdx_cache *c, const int32_t *tokens, uint
 void srt_rdx_req_remat_done(struct srt_rdx_req *r, int ok);
 /* Position whose TAIL pages are pending (0 = none). */
 uint64_t srt_rdx_req_remat_pending(const struct srt_rdx_req *r);
+/*
+ * Free, without hooks, the TAIL-pool pages of the window before the request's tree end (the
+ * pages a rematerialization rebuilds) wherever they are L1 tree pages: the caller failed to
+ * rebuild pages that a tier load had placed there (never serve them). The request should then
+ * be aborted.
+ */
+void srt_rdx_req_drop_tail(struct srt_rdx_req *r);
 /* The hit the ordinary match rule gave at start (<= the request's hit). */
 uint64_t srt_rdx_req_strict_hit(const struct srt_rdx_req *r);
 

@@ -326,6 +326,7 @@ struct srt_tmgr {
 	int warned_l2_small;
 	uint64_t l3_put_failures; /* consecutive failed L3 puts other than outages (main thread) */
 	const struct srt_rdx_remat_policy *remat; /* srt_tmgr_set_remat; NULL = off */
+	int remat_keep_tail; /* 1: TAIL pages still stored at resume points */
 };
 
 #define LOG(m, lvl, ...)                                                                       \
@@ -745,9 +746,11 @@ nomem:
 	return SRT_ENOMEM;
 }
 
-void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol)
+void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol,
+			int keep_tail)
 {
 	m->remat = pol;
+	m->remat_keep_tail = keep_tail;
 }
 
 /* srt_rdx_req_start, rematerializing L1 hits when set; fills l1_tokens and the remat fields */
@@ -879,7 +882,7 @@ static int req_record(struct srt_tmgr_req *r, uint64_t extra0, uint64_t extra1)
 				from = pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]);
 		for (uint64_t j = from; j < tree; j++) {
 			void *a = buf[j];
-			int win = pi->retention == SRT_RETAIN_TAIL && !m->remat &&
+			int win = pi->retention == SRT_RETAIN_TAIL && (!m->remat || m->remat_keep_tail) &&
 				  (in_window(j, pts, 4, pi->tail_pages) ||
 				   (m->cfg.tail_stride &&
 				    j + pi->tail_pages >= (j / m->cfg.tail_stride + 1) * m->cfg.tail_stride));
@@ -994,12 +997,9 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 	}
 	r->lower_run = A > h ? A : 0;
 	*remat = 0;
-	if (m->remat) { /* no TAIL page is stored below L1: rebuild them at A, if that pays */
-		uint64_t P = m->P;
-		*remat = A > h && m->remat->cost(m->remat->ctx, A * P) <
-					  (A - h) * P * m->remat->token_cost;
-		return *remat ? A : h;
-	}
+	uint64_t ts = h; /* the longest t with the TAIL pages stored below L1 */
+	if (m->remat && !m->remat_keep_tail)
+		goto remat; /* none is stored */
 	/* TAIL pools: the window before t; try the longest t first, a bounded number of times */
 	int tries = 0;
 	for (uint64_t t = A; t > h && tries < 64; t--, tries++) {
@@ -1014,10 +1014,19 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			for (uint64_t j = lo; j < t && ok; j++)
 				ok = lower_has(m, r, p, j);
 		}
-		if (ok)
-			return t;
+		if (ok) {
+			ts = t;
+			break;
+		}
 	}
-	return h;
+remat:
+	/* rematerialize at A instead when that costs less than computing [ts, A) */
+	if (m->remat && A > ts &&
+	    m->remat->cost(m->remat->ctx, A * m->P) < (A - ts) * m->P * m->remat->token_cost) {
+		*remat = 1;
+		return A;
+	}
+	return ts;
 }
 
 static void req_free_load(struct srt_tmgr_req *r)
@@ -1075,9 +1084,13 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 				e->pins++;
 		}
 	char why[256];
-	rc = srt_rdx_req_extend(r->r, tokens + h1, (t - hp) * P, why, sizeof(why));
-	if (!rc)
-		rc = srt_rdx_req_release_window(r->r, NULL, why, sizeof(why));
+	/* page by page, releasing window pages behind: a long tier hit then holds the TAIL
+	 * pages of its last window in L1, not one per page of the hit */
+	for (uint64_t j = hp; j < t && !rc; j++) {
+		rc = srt_rdx_req_extend(r->r, tokens + j * P, P, why, sizeof(why));
+		if (!rc)
+			rc = srt_rdx_req_release_window(r->r, NULL, why, sizeof(why));
+	}
 	void **buf = NULL;
 	if (!rc && !(buf = malloc(t * sizeof(void *))))
 		rc = SRT_ENOMEM;

@@ -131,14 +131,17 @@ struct srt_tmgr_hit {
 };
 
 /*
- * Window rematerialization (core/radix/remat.h), pol borrowed until destroy, NULL = off. On:
- * TAIL pools are never stored in L2/L3 (window and carry pages are rebuilt instead); a start
- * may end its hit where only the ALL pools are cached (in L1, or L1 + L2 + L3), when pol's
- * cost is lower than computing from the ordinary hit. The caller then rebuilds the TAIL pages
- * before hit->remat_tokens (pending pages of the radix request, or its private pages) and
- * calls srt_rdx_req_remat_done (a no-op when none is pending). Set before any request.
+ * Window rematerialization (core/radix/remat.h), pol borrowed until destroy, NULL = off. On, a
+ * start may end its hit where only the ALL pools are cached (in L1, or L1 + L2 + L3), when
+ * pol's cost is lower than computing from the ordinary hit (the match rule with TAIL pages).
+ * The caller then rebuilds the TAIL pages before hit->remat_tokens (pending pages of the radix
+ * request, or its private pages) and calls srt_rdx_req_remat_done (a no-op when none is
+ * pending). keep_tail = 1: TAIL pages are still stored in L2/L3 at resume points (a next turn
+ * resuming a few pages later computes them instead of paying a whole trapezoid); 0: never
+ * (every lower-tier hit is rematerialized). Set before any request.
  */
-void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol);
+void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol,
+			int keep_tail);
 
 /*
  * Start a request on tokens[0..n): srt_rdx_req_start, then the lower-tier lookup above.

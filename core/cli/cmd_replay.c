@@ -54,9 +54,11 @@ static void replay_usage(FILE *out)
 		"  --remat on|off     window rematerialization (default off): a request may resume\n"
 		"                     where only the ALL pools (compressed KV, indexer keys) are cached,\n"
 		"                     paying a recompute of ~64 L^2 token-layers (core/radix/remat.h)\n"
-		"                     when that is less than computing from the ordinary hit; L2/L3\n"
-		"                     then store no TAIL pages. Prints the ordinary hit next to it,\n"
-		"                     the recompute and compute saved / ceiling (token-layers)\n"
+		"                     when that is less than computing from the ordinary hit. Prints\n"
+		"                     the ordinary hit next to it, the recompute and compute saved /\n"
+		"                     ceiling (token-layers)\n"
+		"  --remat-tail resume|none  with --remat on: L2/L3 keep window/carry pages at resume\n"
+		"                     points (default resume), or none at all\n"
 		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
 		"                     (default 0: only before resume points)\n"
 		"  --payload-bytes N  bytes stored per page (default 64): pages carry no KV in a replay;\n"
@@ -172,7 +174,7 @@ int srt_cmd_replay(int argc, char **argv)
 	double share = 0.1;
 	int quiet = 0;
 	const char *config = NULL;
-	int budget_given = 0, tiers_on = 0, remat = 0;
+	int budget_given = 0, tiers_on = 0, remat = 0, remat_tail = 1;
 	uint64_t payload = 64, stride = 0;
 	int n_l3opt = 0;
 	struct srt_tier_overrides ov = {.write_policy = -1, .prefetch = -1};
@@ -241,6 +243,9 @@ int srt_cmd_replay(int argc, char **argv)
 		} else if (!strcmp(a, "--prefetch")) {
 			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = ov.prefetch < 0;
+		} else if (!strcmp(a, "--remat-tail")) {
+			remat_tail = !strcmp(v, "resume") ? 1 : !strcmp(v, "none") ? 0 : -1;
+			bad = remat_tail < 0;
 		} else if (!strcmp(a, "--remat")) {
 			remat = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = remat < 0;
@@ -353,7 +358,7 @@ int srt_cmd_replay(int argc, char **argv)
 	}
 	struct srt_rdx_config cfg = {.page_tokens = (uint32_t)page, .budgets = budgets,
 				     .alloc = &srt_rdx_null_allocator,
-				     .hooks = tm ? srt_tmgr_hooks(tm) : NULL};
+				     .hooks = tm ? srt_tmgr_hooks(tm) : NULL, .remat = remat};
 	if (srt_rdx_cache_create(&cfg, g->pools, g->n_pools, &c, err, sizeof(err))) {
 		fprintf(stderr, "replay: model '%s': %s\n", model, err);
 		goto out;
@@ -371,7 +376,7 @@ int srt_cmd_replay(int argc, char **argv)
 	struct srt_rdx_remat_policy rpol = {.cost = remat_cost, .ctx = &rg,
 					    .token_cost = rg.layers};
 	if (remat && tm)
-		srt_tmgr_set_remat(tm, &rpol);
+		srt_tmgr_set_remat(tm, &rpol, remat_tail);
 	char bb[32], wp[48];
 	fmt_bytes(bb, sizeof(bb), budget);
 	printf("replay %s: %zu requests, model %s, page %" PRIu64 " tokens, budget %s, kv %s\n",

@@ -70,6 +70,7 @@ struct srt_engine {
 	struct srt_seq *live; /* list of sequences not yet freed */
 	int remat;                /* 1: prefix hits may rematerialize windows */
 	struct srt_remat_geom rg; /* the trapezoid's geometry */
+	struct srt_rdx_remat_policy rpol;
 };
 
 struct srt_seq {
@@ -213,6 +214,11 @@ int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, ch
 }
 
 /* --- open / close ----------------------------------------------------------------------- */
+
+static uint64_t remat_cost_cb(void *ctx, uint64_t t)
+{
+	return srt_remat_cost(ctx, t);
+}
 
 static void ck_warn(void *user, const char *msg)
 {
@@ -382,8 +388,30 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 		budgets[i] = l1 && total_page ? (uint64_t)((double)l1 * pb / total_page)
 					      : SRT_RDX_UNBOUNDED;
 	}
+	/* rematerialization: every attention plugin must know read-only entries (ABI 1.1) */
+	e->rg = (struct srt_remat_geom){.layers = (uint32_t)L, .window = 0, .page_tokens = e->P,
+					.tail_pages = 0};
+	/* e->remat holds !opts->no_remat here */
+	for (int i = 0; i < e->n_attn; i++)
+		if (e->attn[i].inst->desc->abi_minor < 1)
+			e->remat = 0;
+	for (uint32_t i = 0; i < np; i++) {
+		if (pools[i].retention != SRT_RETAIN_TAIL)
+			continue;
+		uint32_t k = (pools[i].tail_tokens + e->P - 1) / e->P;
+		if (k > e->rg.tail_pages)
+			e->rg.tail_pages = k;
+		if (pools[i].ratio == 1 && pools[i].tail_tokens > e->rg.window)
+			e->rg.window = pools[i].tail_tokens;
+	}
+	if (!e->rg.window || !e->rg.tail_pages)
+		e->remat = 0;
+	if (e->remat)
+		e->rpol = (struct srt_rdx_remat_policy){.cost = remat_cost_cb, .ctx = &e->rg,
+							.token_cost = e->rg.layers};
 	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets,
-				    .alloc = &zero_allocator, .mem = SRT_MEM_HOST};
+				    .alloc = &zero_allocator, .mem = SRT_MEM_HOST,
+				    .remat = e->remat};
 	char why[1024];
 	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
 		/* the KV bytes depend on the weights, the numerics profile and the pool layouts
@@ -407,25 +435,6 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 	if (e->tmgr)
 		srt_tmgr_attach(e->tmgr, e->cache);
 	e->n_pools = np;
-	/* rematerialization: every attention plugin must know read-only entries (ABI 1.1);
-	 * the tier manager resumes only where TAIL pages are stored */
-	e->rg = (struct srt_remat_geom){.layers = (uint32_t)L, .window = 0, .page_tokens = e->P,
-					.tail_pages = 0};
-	e->remat = !e->tmgr;
-	for (int i = 0; i < e->n_attn; i++)
-		if (e->attn[i].inst->desc->abi_minor < 1)
-			e->remat = 0;
-	for (uint32_t i = 0; i < np; i++) {
-		if (pools[i].retention != SRT_RETAIN_TAIL)
-			continue;
-		uint32_t k = (pools[i].tail_tokens + e->P - 1) / e->P;
-		if (k > e->rg.tail_pages)
-			e->rg.tail_pages = k;
-		if (pools[i].ratio == 1 && pools[i].tail_tokens > e->rg.window)
-			e->rg.window = pools[i].tail_tokens;
-	}
-	if (!e->rg.window || !e->rg.tail_pages)
-		e->remat = 0;
 	return 0;
 }
 
@@ -454,7 +463,7 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 									   : 256);
 	e->P = e->rc.page_size ? e->rc.page_size : SRT_RDX_DEFAULT_PAGE;
 	e->use_tiers = opts->tiers;
-	int no_remat = opts->no_remat;
+	e->remat = !opts->no_remat;
 	if ((rc = srt_engine_model_dir(opts->model ? opts->model : e->rc.model, opts->model_cache,
 				       opts->quiet, e->path, sizeof(e->path), err, errlen)))
 		goto fail;
@@ -497,8 +506,8 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 			seterr(err, errlen, "out of memory");
 		goto fail;
 	}
-	if (no_remat)
-		e->remat = 0;
+	if (e->remat && e->tmgr) /* TAIL pages in L2/L3 at resume points only; else rebuilt */
+		srt_tmgr_set_remat(e->tmgr, &e->rpol, 1);
 	*out = e;
 	return 0;
 fail:
@@ -574,10 +583,6 @@ uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e)
 static int remat_run(struct srt_engine *e, struct srt_seq *s, uint64_t t, char *err,
 		     size_t errlen);
 
-static uint64_t remat_cost_cb(void *ctx, uint64_t t)
-{
-	return srt_remat_cost(ctx, t);
-}
 
 static int check_tokens(const struct srt_engine *e, const int32_t *t, uint64_t n, char *err,
 			size_t errlen)
@@ -627,12 +632,32 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 		}
 		s->req = srt_tmgr_req_rdx(s->treq);
 		h = srt_rdx_req_len(s->req);
+		if (s->thit.remat_tokens) {
+			/* the TAIL pages before the hit: pending pages (an L1 rematerialization) or
+			 * pages the tier load placed in the tree unfilled (a lower-tier one) */
+			uint64_t rt = s->thit.remat_tokens;
+			int pending = srt_rdx_req_remat_pending(s->req) != 0;
+			rc = rt == h ? remat_run(e, s, rt, err, errlen) : SRT_EINVAL;
+			if (rc == SRT_EINVAL && rt != h)
+				seterr(err, errlen, "tier manager: rematerialization at %llu, hit %llu",
+				       (unsigned long long)rt, (unsigned long long)h);
+			if (pending)
+				srt_rdx_req_remat_done(s->req, rc == 0);
+			else if (rc)
+				srt_rdx_req_drop_tail(s->req);
+			if (rc) {
+				srt_tmgr_req_free(s->treq);
+				free(s->prompt);
+				free(s);
+				return rc;
+			}
+			s->remat = rt;
+			s->remat_cost = s->thit.remat_cost;
+		}
 	} else {
-		struct srt_rdx_remat_policy pol = {.cost = remat_cost_cb, .ctx = &e->rg,
-						   .token_cost = e->rg.layers};
 		uint64_t rt = 0;
 		if ((rc = srt_rdx_req_start_remat(e->cache, tokens, use_cache ? n - 1 : 0,
-						  e->remat ? &pol : NULL, &s->req, &h, &rt, why,
+						  e->remat ? &e->rpol : NULL, &s->req, &h, &rt, why,
 						  sizeof(why)))) {
 			seterr(err, errlen, "ShadowRadix start: %s", why);
 			free(s->prompt);

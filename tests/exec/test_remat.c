@@ -28,6 +28,7 @@
 #include "exec/engine.h"
 #include "radix/radix.h"
 #include "radix/remat.h"
+#include "tier/manager.h"
 
 static const char *env_or(const char *name, const char *dflt)
 {
@@ -350,6 +351,70 @@ START_TEST(the_executor_resumes_earlier_when_that_costs_less_and_never_remats_wh
 }
 END_TEST
 
+/* an engine with a file L3 under dir (write-through) */
+static struct srt_engine *open_l3(const char *dir)
+{
+	char path[4200], err[2048], mdir[4096];
+	snprintf(path, sizeof(path), "%s/tiers.ini", dir);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[tier.l2]\nplugin = none\n[tier.l3]\nplugin = file\npath = %s/l3\n"
+		"budget = 1G\n", dir);
+	ck_assert_int_eq(fclose(f), 0);
+	snprintf(mdir, sizeof(mdir), "%s/models/tiny", env_or("SRT_BUILD_DIR", "."));
+	struct srt_engine_opts o = {.config_path = path, .model = mdir, .threads = 2,
+				    .profile = SRT_PROFILE_REFERENCE, .chunk = 4096, .quiet = 1,
+				    .tiers = 1};
+	struct srt_engine *e = NULL;
+	ck_assert_msg(!srt_engine_open(&o, &e, err, sizeof(err)), "%s", err);
+	ck_assert_ptr_nonnull(srt_engine_tiers(e));
+	return e;
+}
+
+/*
+ * L3 keeps the compressed pools of every page and window / carry pages only at resume points
+ * (here a's end: one prefill chunk); a new engine resumes b at its branch point from L3 by
+ * rematerialization
+ */
+START_TEST(resume_from_an_l3_holding_no_window_pages_rematerializes_bitwise)
+{
+	char d[4200], cmd[4300];
+	snprintf(d, sizeof(d), "%s/tests/remat-l3-XXXXXX", env_or("SRT_BUILD_DIR", "."));
+	ck_assert_ptr_nonnull(mkdtemp(d));
+	struct srt_engine *e = open_l3(d);
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(NA, (int32_t)V, 61), *b = make_prompt(NB, (int32_t)V, 62);
+	memcpy(b, a, sizeof(int32_t) * BR);
+	finish_prompt(e, a, NA, 1);
+	struct srt_tmgr_stats ts;
+	srt_tmgr_stats(srt_engine_tiers(e), &ts);
+	uint64_t n_all = 0, n_tail = 0;
+	for (uint32_t p = 0; p < srt_rdx_pool_count(srt_engine_cache(e)); p++) {
+		struct srt_rdx_pool_stats st;
+		srt_rdx_pool_stats(srt_engine_cache(e), p, &st);
+		n_all += st.retention == SRT_RETAIN_ALL;
+		n_tail += st.retention == SRT_RETAIN_TAIL;
+	}
+	/* 5 whole pages of a in every ALL pool, TAIL pools only the page before its end */
+	fprintf(stderr, "[remat] L3 after the first engine: %llu objects\n",
+		(unsigned long long)ts.l3_objects);
+	ck_assert_uint_eq(ts.l3_objects, 5 * n_all + n_tail);
+	srt_engine_close(e);
+	e = open_l3(d);
+	struct srt_engine *fresh = open_engine("tiny", 256, 0);
+	struct run r = run_seq(e, b, NB, 1, 256), f = run_seq(fresh, b, NB, 0, 256);
+	ck_assert_uint_eq(r.hit, 1024);
+	ck_assert_uint_eq(r.remat, 1024);
+	assert_run_same(&r, &f, NB, V, "L3 resume");
+	run_free(&r), run_free(&f);
+	free(a), free(b);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* random prompts, branch points, window drops and chunks: always bitwise equal to scratch */
 static void property(const char *preset, uint64_t seed, int trials)
 {
@@ -409,6 +474,7 @@ static Suite *remat_suite(void)
 	tcase_add_test(tc,
 		       rematerialized_resumes_prefilled_in_chunks_and_in_a_batch_equal_scratch_bitwise);
 	tcase_add_test(tc, the_executor_resumes_earlier_when_that_costs_less_and_never_remats_when_off);
+	tcase_add_test(tc, resume_from_an_l3_holding_no_window_pages_rematerializes_bitwise);
 	tcase_add_test(tc, random_branch_points_resume_bitwise_equal_to_scratch_tiny);
 	tcase_add_test(tc, random_branch_points_resume_bitwise_equal_to_scratch_tiny_pro);
 	suite_add_tcase(s, tc);

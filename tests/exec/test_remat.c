@@ -453,13 +453,13 @@ static void property(const char *preset, uint64_t seed, int trials)
 
 START_TEST(random_branch_points_resume_bitwise_equal_to_scratch_tiny)
 {
-	property("tiny", 7, 3);
+	property("tiny", 7, 2);
 }
 END_TEST
 
 START_TEST(random_branch_points_resume_bitwise_equal_to_scratch_tiny_pro)
 {
-	property("tiny-pro", 11, 2);
+	property("tiny-pro", 11, 1);
 }
 END_TEST
 

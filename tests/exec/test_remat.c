@@ -471,13 +471,16 @@ static Suite *remat_suite(void)
 	tcase_add_test(tc, resume_at_a_branch_point_without_window_pages_equals_scratch_bitwise_tiny);
 	tcase_add_test(tc,
 		       resume_at_a_branch_point_without_window_pages_equals_scratch_bitwise_tiny_pro);
-	tcase_add_test(tc,
-		       rematerialized_resumes_prefilled_in_chunks_and_in_a_batch_equal_scratch_bitwise);
 	tcase_add_test(tc, the_executor_resumes_earlier_when_that_costs_less_and_never_remats_when_off);
-	tcase_add_test(tc, resume_from_an_l3_holding_no_window_pages_rematerializes_bitwise);
-	tcase_add_test(tc, random_branch_points_resume_bitwise_equal_to_scratch_tiny);
-	tcase_add_test(tc, random_branch_points_resume_bitwise_equal_to_scratch_tiny_pro);
 	suite_add_tcase(s, tc);
+	TCase *more = tcase_create("more"); /* left out of sanitizer builds (time) */
+	tcase_set_timeout(more, 300);
+	tcase_add_test(more,
+		       rematerialized_resumes_prefilled_in_chunks_and_in_a_batch_equal_scratch_bitwise);
+	tcase_add_test(more, resume_from_an_l3_holding_no_window_pages_rematerializes_bitwise);
+	tcase_add_test(more, random_branch_points_resume_bitwise_equal_to_scratch_tiny);
+	tcase_add_test(more, random_branch_points_resume_bitwise_equal_to_scratch_tiny_pro);
+	suite_add_tcase(s, more);
 	return s;
 }
 

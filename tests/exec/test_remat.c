@@ -12,8 +12,11 @@
  *  - the executor's choice: with window pages cached one page before the branch point it
  *    resumes there (cheaper than the trapezoid), with none it rematerializes; with
  *    rematerialization off it falls back to a computation from 0;
+ *  - a new engine resumes a branch point from an L3 that holds window pages only at resume
+ *    points; an attention plugin built for ABI 1.0 loads and gets no rematerialized hit;
  *  - a property test: random prompts, random branch points, windows dropped or kept at random,
  *    random chunk sizes: always bitwise equal to scratch.
+ * Case 'small' (a 512-token prefix) is what sanitizer builds run.
  *
  * Every comparison is bitwise (memcmp of the float logits and of the page bytes).
  */
@@ -415,6 +418,66 @@ START_TEST(resume_from_an_l3_holding_no_window_pages_rematerializes_bitwise)
 }
 END_TEST
 
+/* a short prefix (512 tokens, 2 pages): small enough for the sanitizer builds */
+START_TEST(a_short_rematerialized_resume_equals_scratch_bitwise)
+{
+	struct srt_engine *e = open_engine("tiny", 256, 0);
+	struct srt_engine *fresh = open_engine("tiny", 256, 0);
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(600, (int32_t)V, 81), *b = make_prompt(540, (int32_t)V, 82);
+	memcpy(b, a, sizeof(int32_t) * 530);
+	finish_prompt(e, a, 600, 1);
+	drop_windows(e, a, 600, 0);
+	struct run r = run_seq(e, b, 540, 1, 100), full = run_seq(fresh, b, 540, 0, 256);
+	ck_assert_uint_eq(r.remat, 512);
+	assert_run_same(&r, &full, 540, V, "short prefix");
+	assert_tail_pages_same(e, fresh, b, 512);
+	run_free(&r), run_free(&full);
+	free(a), free(b);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+}
+END_TEST
+
+/* an attention plugin of ABI 1.0 (window layers) loads, and the engine never rematerializes */
+START_TEST(an_abi_1_0_attention_plugin_loads_and_gets_no_rematerialized_hits)
+{
+	char d[4200], path[4300], err[2048], mdir[4096], cmd[4300];
+	snprintf(d, sizeof(d), "%s/tests/remat-abi10-XXXXXX", env_or("SRT_BUILD_DIR", "."));
+	ck_assert_ptr_nonnull(mkdtemp(d));
+	snprintf(path, sizeof(path), "%s/abi10.ini", d);
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fprintf(f, "[attention]\nratio.0 = %s\n", SRT_TEST_ABI10_PLUGIN);
+	ck_assert_int_eq(fclose(f), 0);
+	snprintf(mdir, sizeof(mdir), "%s/models/tiny", env_or("SRT_BUILD_DIR", "."));
+	setenv("SHADOWRT_PLUGIN_PATH", env_or("SRT_PLUGIN_DIR", "lib/shadowrt/plugins"), 1);
+	struct srt_engine_opts o = {.config_path = path, .model = mdir, .threads = 2,
+				    .profile = SRT_PROFILE_REFERENCE, .chunk = 256, .quiet = 1};
+	struct srt_engine *e = NULL;
+	ck_assert_msg(!srt_engine_open(&o, &e, err, sizeof(err)), "%s", err);
+	struct srt_engine *fresh = open_engine("tiny", 256, 0);
+	size_t V = (size_t)srt_engine_model(e)->vocab_size;
+	int32_t *a = make_prompt(600, (int32_t)V, 71), *b = make_prompt(560, (int32_t)V, 72);
+	memcpy(b, a, sizeof(int32_t) * 530);
+	finish_prompt(e, a, 600, 1);
+	drop_windows(e, a, 600, 0);
+	/* an ABI 1.1 stack would rematerialize here: cost(512) < 512 tokens of 6 layers */
+	struct srt_remat_geom g = {.layers = 6, .window = 128, .page_tokens = 256, .tail_pages = 1};
+	ck_assert_uint_lt(srt_remat_cost(&g, 512), 512 * 6);
+	struct run r = run_seq(e, b, 560, 1, 256), full = run_seq(fresh, b, 560, 0, 256);
+	ck_assert_uint_eq(r.remat, 0);
+	ck_assert_uint_eq(r.hit, 0);
+	assert_run_same(&r, &full, 560, V, "ABI 1.0 window plugin");
+	run_free(&r), run_free(&full);
+	free(a), free(b);
+	srt_engine_close(e);
+	srt_engine_close(fresh);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* random prompts, branch points, window drops and chunks: always bitwise equal to scratch */
 static void property(const char *preset, uint64_t seed, int trials)
 {
@@ -466,14 +529,19 @@ END_TEST
 static Suite *remat_suite(void)
 {
 	Suite *s = suite_create("remat");
+	TCase *small = tcase_create("small"); /* the case sanitizer builds run */
+	tcase_set_timeout(small, 300);
+	tcase_add_test(small, a_short_rematerialized_resume_equals_scratch_bitwise);
+	suite_add_tcase(s, small);
 	TCase *tc = tcase_create("remat");
 	tcase_set_timeout(tc, 300);
 	tcase_add_test(tc, resume_at_a_branch_point_without_window_pages_equals_scratch_bitwise_tiny);
 	tcase_add_test(tc,
 		       resume_at_a_branch_point_without_window_pages_equals_scratch_bitwise_tiny_pro);
 	tcase_add_test(tc, the_executor_resumes_earlier_when_that_costs_less_and_never_remats_when_off);
+	tcase_add_test(tc, an_abi_1_0_attention_plugin_loads_and_gets_no_rematerialized_hits);
 	suite_add_tcase(s, tc);
-	TCase *more = tcase_create("more"); /* left out of sanitizer builds (time) */
+	TCase *more = tcase_create("more");
 	tcase_set_timeout(more, 300);
 	tcase_add_test(more,
 		       rematerialized_resumes_prefilled_in_chunks_and_in_a_batch_equal_scratch_bitwise);

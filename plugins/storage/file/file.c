@@ -3,11 +3,24 @@
  *
  *     <path>/<hex[0:2]>/<hex[2:4]>/<64 hex digits of the key>
  *
- * Writes are atomic: the object goes to <path>/tmp/<hex>.<pid>.<n>, is fsync()ed (option
+ * Writes are atomic: the object goes to <path>/tmp/<hex>.<pid>.<n>, is made durable (option
  * `fsync`, default on) and renamed into place, so a crash leaves either the old state or the
  * whole new object, plus at most a stray temp file, which the next open deletes (unless the
- * pid in its name is a live process: another process writing to the same directory). The directory
- * itself is not fsync()ed: after a power loss the newest objects may be missing, never partial.
+ * pid in its name is a live process: another process writing to the same directory).
+ *
+ * Batches: a put of one object fsync()s its temp file before the rename; the directory is not
+ * synced, so after a power loss the newest object may be missing, never partial. A put of n > 1
+ * objects (the tier manager's writer hands over batches) writes every temp file, syncs the file
+ * system once (syncfs: the data of all n files), renames them all, and syncs once more (the n
+ * directory entries): two syncs per batch instead of n fsyncs, and after the second every object
+ * of the batch survives a power loss. An object that fails (full disk) is left out; the others
+ * of the batch are stored; the call returns the first error.
+ *
+ * Layout: option `layout` = files (default; the tree above) or segments (segments.h: objects
+ * appended to log files under <path>/seg, one write and one fdatasync per put call whatever the
+ * number of objects; one process per directory; option `segment_bytes`, default 64 MiB). The
+ * rest of this comment is about the files layout; the options max_bytes and fsync mean the same
+ * in both.
  *
  * Size bound: option `max_bytes` (default unlimited). After each put the least recently used
  * objects are deleted until the total is within the bound. Recency lives in memory (an LRU list
@@ -38,6 +51,8 @@
 #include <shadowrt/plugin.h>
 #include <shadowrt/tier.h>
 
+#include "segments.h"
+
 #define NAME "file"
 #define HEX_LEN (2 * SRT_KEY_BYTES)
 
@@ -60,6 +75,7 @@ struct file_store {
 	uint64_t bytes, objects;
 	atomic_uint_fast64_t tmp_seq;
 	uint64_t put_failures; /* consecutive failed puts (under mu) */
+	struct seg_store *seg;  /* layout = segments: every method goes there */
 };
 
 /* Failed puts come in runs (a full disk fails every put until space returns): the first failure
@@ -407,6 +423,7 @@ static void file_destroy(void *inst)
 	struct file_store *fs = inst;
 	if (!fs)
 		return;
+	seg_close(fs->seg);
 	for (struct node *n = fs->head, *nx; n; n = nx) {
 		nx = n->next;
 		free(n);
@@ -467,10 +484,39 @@ static int file_create(const struct srt_host *host, const struct srt_plugin_args
 			goto fail;
 		}
 	}
+	int segments = 0;
+	uint64_t seg_bytes = 64ull << 20;
+	if ((v = opt(args, "layout"))) {
+		segments = !strcmp(v, "segments");
+		if (!segments && strcmp(v, "files")) {
+			snprintf(why, why_len, "option layout = '%s': expected files or segments", v);
+			rc = SRT_EINVAL;
+			goto fail;
+		}
+	}
+	if ((v = opt(args, "segment_bytes"))) {
+		char *end;
+		errno = 0;
+		unsigned long long sb = strtoull(v, &end, 10);
+		if (errno || end == v || *end || sb < 4096 || sb > (1ull << 40)) {
+			snprintf(why, why_len, "option segment_bytes = '%s': expected a byte count "
+				 "between 4096 and 2^40", v);
+			rc = SRT_EINVAL;
+			goto fail;
+		}
+		seg_bytes = sb;
+	}
 	if (mkdir_ok(fs->root)) {
 		snprintf(why, why_len, "%s: cannot create directory: %s", fs->root, strerror(errno));
 		rc = SRT_EIO;
 		goto fail;
+	}
+	if (segments) {
+		if ((rc = seg_open(host, fs->root, fs->max_bytes, fs->do_fsync, seg_bytes, &fs->seg,
+				   why, why_len)))
+			goto fail;
+		*instance = fs;
+		return 0;
 	}
 	snprintf(p, sizeof(p), "%s/tmp", fs->root);
 	if (mkdir_ok(p))
@@ -492,6 +538,8 @@ fail:
 static int file_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_t *n_present)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_exists(fs->seg, keys, n, n_present);
 	uint32_t i = 0;
 	pthread_mutex_lock(&fs->mu);
 	while (i < n && idx_find(fs, &keys[i]))
@@ -558,6 +606,9 @@ out:
 static int file_get(void *inst, const struct srt_key *keys, uint32_t n, void *const *bufs,
 		    const size_t *caps, size_t *lens)
 {
+	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_get(fs->seg, keys, n, bufs, caps, lens);
 	for (uint32_t i = 0; i < n; i++)
 		lens[i] = read_one(inst, &keys[i], bufs[i], caps[i]);
 	return 0;
@@ -649,9 +700,146 @@ fail:
 	return errno_code(e);
 }
 
+/* Write buf to a new temp file (no sync); 0 or errno, *what says which step failed. */
+static int write_tmp(struct file_store *fs, const char *hex, const void *buf, size_t len,
+		     char *tmp, size_t tmplen, const char **what)
+{
+	snprintf(tmp, tmplen, "%s/tmp/%s.%ld.%" PRIuFAST64, fs->root, hex, (long)getpid(),
+		 (uint_fast64_t)atomic_fetch_add(&fs->tmp_seq, 1));
+	*what = "open";
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return errno;
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(fd, (const uint8_t *)buf + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			int e = errno;
+			*what = "write";
+			close(fd);
+			unlink(tmp);
+			return e;
+		}
+		off += (size_t)w;
+	}
+	if (close(fd)) {
+		int e = errno;
+		*what = "close";
+		unlink(tmp);
+		return e;
+	}
+	return 0;
+}
+
+/* Rename tmp to the object path of k (making its directories); under fs->mu. 0 or errno. */
+static int place(struct file_store *fs, const char *hex, const char *tmp, const char *path,
+		 const char **what)
+{
+	if (!rename(tmp, path))
+		return 0;
+	char dir[PATH_MAX];
+	snprintf(dir, sizeof(dir), "%s/%.2s", fs->root, hex);
+	*what = "mkdir";
+	if (mkdir_ok(dir))
+		return errno;
+	snprintf(dir, sizeof(dir), "%s/%.2s/%.2s", fs->root, hex, hex + 2);
+	if (mkdir_ok(dir))
+		return errno;
+	*what = "rename to";
+	return rename(tmp, path) ? errno : 0;
+}
+
+/* Sync the file system holding the store; 0 or errno. */
+static int sync_store(struct file_store *fs)
+{
+	int fd = open(fs->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return errno;
+	int e = syncfs(fd) ? errno : 0;
+	close(fd);
+	return e;
+}
+
+/* A batch of n > 1 objects with one sync of the data and one of the directory entries. */
+static int put_batch(struct file_store *fs, const struct srt_key *keys, uint32_t n,
+		     const void *const *bufs, const size_t *lens)
+{
+	char hex[HEX_LEN + 1], path[PATH_MAX];
+	char (*tmps)[PATH_MAX] = malloc((size_t)n * PATH_MAX);
+	uint8_t *ok = calloc(n, 1);
+	int first = 0;
+	const char *what;
+	if (!tmps || !ok) {
+		free(tmps);
+		free(ok);
+		return SRT_ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		key_hex(&keys[i], hex);
+		if (lens[i] > fs->max_bytes) {
+			fs->host->log(SRT_LOG_WARN, NAME, "put: object of %zu bytes exceeds max_bytes %"
+				      PRIu64, lens[i], fs->max_bytes);
+			first = first ? first : SRT_ENOSPC;
+			continue;
+		}
+		int e = write_tmp(fs, hex, bufs[i], lens[i], tmps[i], PATH_MAX, &what);
+		if (e) {
+			put_failed(fs, hex, what, tmps[i], e);
+			first = first ? first : errno_code(e);
+			continue;
+		}
+		ok[i] = 1;
+	}
+	int e = sync_store(fs); /* the data of every temp file, before any rename */
+	if (e) {
+		put_failed(fs, "(batch)", "syncfs of", fs->root, e);
+		for (uint32_t i = 0; i < n; i++)
+			if (ok[i])
+				unlink(tmps[i]);
+		free(tmps);
+		free(ok);
+		return errno_code(e);
+	}
+	int placed = 0;
+	pthread_mutex_lock(&fs->mu);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!ok[i])
+			continue;
+		key_hex(&keys[i], hex);
+		obj_path(fs, &keys[i], path, sizeof(path));
+		if ((e = place(fs, hex, tmps[i], path, &what))) {
+			pthread_mutex_unlock(&fs->mu);
+			put_failed(fs, hex, what, path, e);
+			unlink(tmps[i]);
+			first = first ? first : errno_code(e);
+			pthread_mutex_lock(&fs->mu);
+			continue;
+		}
+		if (idx_put(fs, &keys[i], lens[i], 1))
+			first = first ? first : SRT_ENOMEM;
+		placed++;
+	}
+	evict(fs);
+	if (placed && !first)
+		put_succeeded(fs);
+	pthread_mutex_unlock(&fs->mu);
+	if (placed && (e = sync_store(fs))) /* the directory entries */
+		fs->host->log(SRT_LOG_WARN, NAME, "%s: syncfs after renaming a batch: %s", fs->root,
+			      strerror(e));
+	free(tmps);
+	free(ok);
+	return first;
+}
+
 static int file_put(void *inst, const struct srt_key *keys, uint32_t n, const void *const *bufs,
 		    const size_t *lens)
 {
+	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_put(fs->seg, keys, n, bufs, lens);
+	if (n > 1 && fs->do_fsync)
+		return put_batch(fs, keys, n, bufs, lens);
 	for (uint32_t i = 0; i < n; i++) {
 		int rc = put_one(inst, &keys[i], bufs[i], lens[i]);
 		if (rc)
@@ -663,6 +851,8 @@ static int file_put(void *inst, const struct srt_key *keys, uint32_t n, const vo
 static int file_remove(void *inst, const struct srt_key *keys, uint32_t n)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_remove(fs->seg, keys, n);
 	char path[PATH_MAX];
 	int rc = 0;
 	pthread_mutex_lock(&fs->mu);
@@ -684,6 +874,8 @@ static int file_remove(void *inst, const struct srt_key *keys, uint32_t n)
 static int file_usage(void *inst, uint64_t *bytes, uint64_t *objects)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_usage(fs->seg, bytes, objects);
 	pthread_mutex_lock(&fs->mu);
 	*bytes = fs->bytes;
 	*objects = fs->objects;
@@ -700,6 +892,14 @@ static const struct srt_tier_vtable vtable = {
 	.usage = file_usage,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option file_options[] = {
+	{"path", "path", NULL, "cache directory (required)"},
+	{"max_bytes", "size", NULL, "LRU bound of the store (set from [tier.l3] budget)"},
+	{"fsync", "on|off", "on", "fsync each object before its rename"},
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -712,6 +912,7 @@ static const struct srt_plugin_desc desc = {
 	.create = file_create,
 	.destroy = file_destroy,
 	.vtable = &vtable,
+	.options = file_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

@@ -866,24 +866,30 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		double mx = -INFINITY, den = 0;
-		srt_attn_dot_tiles(q, kt, hd, (size_t)(nk + 7) / 8, sc);
-		for (int64_t k = 0; k < nk; k++) {
-			double dd = sc[k];
-			sc[k] = a->ref ? (double)((float)dd * scale_f) : dd * scale_d;
-			mx = sc[k] > mx ? sc[k] : mx;
-		}
 		if (a->ref) {
-			float mxf = (float)mx;
+			/* the reference accumulates q.k and p.v in float32 (tilelang sparse_attn):
+			 * float32 sums in ascending key dims / keys, a fixed order */
+			float *scf = (float *)sc, *pvf = (float *)pv, mxf = -INFINITY;
+			srt_attn_dot_tiles_f32(q, kt, hd, (size_t)(nk + 7) / 8, scf);
 			for (int64_t k = 0; k < nk; k++) {
-				float ev = expf((float)sc[k] - mxf);
+				scf[k] = scf[k] * scale_f;
+				mxf = scf[k] > mxf ? scf[k] : mxf;
+			}
+			for (int64_t k = 0; k < nk; k++) {
+				float ev = expf(scf[k] - mxf);
 				den += ev;
-				sc[k] = srt_round_bf16(ev);
+				scf[k] = srt_round_bf16(ev);
 			}
 			float denf = (float)den + expf(lw->sink[h] - mxf);
-			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
+			srt_attn_pv_f32(scf, keys, hd, hd, (size_t)nk, pvf);
 			for (size_t i = 0; i < hd; i++)
-				oh[i] = srt_round_bf16((float)pv[i] / denf);
+				oh[i] = srt_round_bf16(pvf[i] / denf);
 		} else {
+			srt_attn_dot_tiles(q, kt, hd, (size_t)(nk + 7) / 8, sc);
+			for (int64_t k = 0; k < nk; k++) {
+				sc[k] = sc[k] * scale_d;
+				mx = sc[k] > mx ? sc[k] : mx;
+			}
 			for (int64_t k = 0; k < nk; k++) {
 				sc[k] = exp(sc[k] - mx);
 				den += sc[k];
@@ -897,10 +903,6 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 	}
 }
 
-/*
- * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
- * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
- */
 /*
  * Reference profile: outputs [n0, n1) of group g's wo_a product for every row, float32
  * accumulation in srt_gemm's fixed blocked order (REFERENCE on the bf16 activations with
@@ -938,6 +940,10 @@ static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1, float *ones)
 	}
 }
 
+/*
+ * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
+ * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
+ */
 static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;

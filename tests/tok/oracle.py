@@ -59,7 +59,7 @@ def main():
     spec = json.load(open(tok_path, encoding="utf-8"))
     spec["added_tokens"] = []
     hf_plain = Tokenizer.from_str(json.dumps(spec))
-    sel = [i for i, t in enumerate(texts) if "<" in t or "\uff5c" in t or "|" in t][:20000]
+    sel = [i for i, t in enumerate(texts) if "<" in t or "\uff5c" in t or "|" in t][:8000]
     data = b"\n".join(lines[i] for i in sel)
     with tempfile.NamedTemporaryFile(suffix=".txt") as tf:
         tf.write(data)
@@ -81,7 +81,10 @@ def main():
     dec = [json.loads(l) for l in out.decode().split("\n") if l]
     if len(dec) != len(want):
         sys.exit(f"oracle: detokenize gave {len(dec)} lines for {len(want)}")
-    hf_dec = hf.decode_batch(want, skip_special_tokens=False)
+    # HF's decode on every line that is not valid UTF-8 and on every 5th other line (the round
+    # trip to the original text already covers the valid lines)
+    dsel = [i for i in range(len(dec)) if i % 5 == 0 or "\ufffd" in texts[i]]
+    hf_dec = dict(zip(dsel, hf.decode_batch([want[i] for i in dsel], skip_special_tokens=False)))
     n_valid = 0
     for i, d in enumerate(dec):
         try:
@@ -91,9 +94,9 @@ def main():
                 fail("round trip", i, f"{texts[i][:80]!r} came back as {d[:80]!r}")
         except UnicodeDecodeError:
             pass
-        if d != hf_dec[i]:
+        if i in hf_dec and d != hf_dec[i]:
             fail("decode", i, f"shadowrt {d[:80]!r} vs HF {hf_dec[i][:80]!r}")
-    print(f"oracle: decode(encode(x)) == x on {n_valid} valid UTF-8 lines; decode == HF on {len(dec)}")
+    print(f"oracle: decode(encode(x)) == x on {n_valid} valid UTF-8 lines; decode == HF on {len(hf_dec)}")
 
     # 4. random id sequences: split characters, specials, unassigned-free ids
     rng = random.Random(7)

@@ -334,7 +334,6 @@ int main(void)
 {
 	Suite *s = suite_create("tok");
 	TCase *tc = tcase_create("tok");
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, merges_apply_by_rank_and_added_tokens_stay_whole);
 	tcase_add_test(tc, malformed_tokenizer_json_names_file_and_field);
 	tcase_add_test(tc, missing_files_are_enoent);

@@ -13,6 +13,7 @@ PKGS=(build-essential cmake pkg-config git curl
       check libsubunit-dev libhiredis-dev redis-server
       libjansson-dev libpcre2-dev libmicrohttpd-dev libssl-dev libxxhash-dev
       clang libclang-rt-14-dev libfuzzer-14-dev
+      gnuplot-nox
       python3 python3-numpy python3-venv python3-pip)
 
 missing=()

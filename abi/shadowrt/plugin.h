@@ -38,7 +38,7 @@ extern "C" {
 #endif
 
 #define SRT_ABI_MAJOR 1
-#define SRT_ABI_MINOR 0
+#define SRT_ABI_MINOR 1
 
 /* Name of the one symbol every plugin exports. */
 #define SRT_PLUGIN_ENTRY_SYMBOL "srt_plugin_entry"
@@ -179,9 +179,37 @@ struct srt_plugin_desc {
 
 	/* Required. The kind's vtable (starts with uint32_t struct_size); static and constant. */
 	const void *vtable;
+
+	/* --- ABI 1.1 ------------------------------------------------------------------------ */
+
+	/*
+	 * Optional. The options this plugin reads from its config section through
+	 * srt_plugin_args.option, ended by an entry whose name is NULL. The core refuses a config
+	 * that sets any other key in the plugin's section (naming the plugin, the key, the
+	 * file:line and the valid options), before create runs. NULL: the plugin declares nothing
+	 * and its section is not checked (ABI 1.0 plugins read as NULL). A plugin that takes no
+	 * option declares a table holding only the terminator.
+	 */
+	const struct srt_plugin_option *options;
+};
+
+/*
+ * One option a plugin reads from its runtime-config section (srt_plugin_desc.options). All
+ * strings are static. `type` and `default_value` are informational (shown by `shadowrt
+ * plugins --options` and in error messages); the plugin still parses and validates the value
+ * in create and fails with a message when it is wrong.
+ */
+struct srt_plugin_option {
+	const char *name;          /* key, e.g. "kv_dtype" */
+	const char *type;          /* "bf16|fp8|f32|auto", "size", "int", "bool", "path", ... */
+	const char *default_value; /* what absent means, e.g. "auto"; NULL = no default */
+	const char *help;          /* one line */
 };
 
 #define SRT_PLUGIN_DESC_V1_SIZE (offsetof(struct srt_plugin_desc, vtable) + sizeof(const void *))
+/* A descriptor at least this big has the 1.1 member `options`. */
+#define SRT_PLUGIN_DESC_V1_1_SIZE                                                              \
+	(offsetof(struct srt_plugin_desc, options) + sizeof(const struct srt_plugin_option *))
 
 /* Signature of the entry symbol. */
 typedef const struct srt_plugin_desc *(*srt_plugin_entry_fn)(void);

@@ -24,8 +24,9 @@ static void config_usage(FILE *out)
 		"  --model PRESET|PATH  built-in preset name (see --list-presets), a .yaml/.json file\n"
 		"                       or a checkpoint directory with config.json\n"
 		"                       (default: [runtime] model of the runtime config)\n"
-		"  --config FILE        runtime config (INI); its sections replace those of the\n"
-		"                       built-in default (conf/default.ini). Default: built-in only\n"
+		"  --config FILE        runtime config (INI); each key it sets overrides that key\n"
+		"                       of the built-in default (conf/default.ini), see README\n"
+		"                       \"Runtime configuration\". Default: built-in only\n"
 		"  --list-presets       print the built-in model presets and exit\n"
 		"  -h, --help           this help\n");
 }
@@ -46,20 +47,46 @@ static void print_plugin(const char *role, const struct srt_rc_plugin *p, const 
 	printf("%s\n", first ? "" : ")");
 }
 
-/* Find a configured plugin in the registry: 0, or 1 with the reason on stderr. */
+/* " (did you mean 'x'?)" naming the usable plugin of `kind` closest to name, or "". */
+static const char *plugin_dym(struct srt_registry *reg, enum srt_kind kind, const char *name,
+			      char *buf, size_t len)
+{
+	const char *names[128];
+	size_t n = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < srt_registry_count(reg) && n < 128; i++) {
+		const struct srt_plugin_info *pi = srt_registry_at(reg, i);
+		if (pi->desc && pi->state == SRT_PLUGIN_OK && pi->desc->kind == (uint32_t)kind)
+			names[n++] = pi->desc->name;
+	}
+	const char *s = srt_suggest(name, names, n);
+	if (s)
+		snprintf(buf, len, " (did you mean '%s'?)", s);
+	return buf;
+}
+
+/* Find a configured plugin in the registry and check its options: 0, or 1 with the reason
+ * on stderr. */
 static int check_plugin(struct srt_registry *reg, enum srt_kind kind, const char *role,
 			const struct srt_rc_plugin *p, const struct srt_runtime_config *rc)
 {
 	const struct srt_plugin_info *info;
-	char why[2048];
-	if (!p->name || !srt_registry_find(reg, kind, p->name, &info, why, sizeof(why)))
+	char why[2048], dym[96];
+	if (!p->name)
 		return 0;
+	if (!srt_registry_find(reg, kind, p->name, &info, why, sizeof(why))) {
+		if (!srt_runtime_config_check_options(rc, p->section, info->desc, why, sizeof(why)))
+			return 0;
+		fprintf(stderr, "shadowrt config: %s\n", why);
+		return 1;
+	}
+	plugin_dym(reg, kind, p->name, dym, sizeof(dym));
 	if (p->line)
-		fprintf(stderr, "shadowrt config: %s:%d: %s plugin '%s': %s\n", rc->source, p->line,
-			role, p->name, why);
+		fprintf(stderr, "shadowrt config: %s:%d: %s plugin '%s'%s: %s\n", p->file,
+			p->line, role, p->name, dym, why);
 	else
-		fprintf(stderr, "shadowrt config: %s plugin '%s' (built-in default): %s\n", role,
-			p->name, why);
+		fprintf(stderr, "shadowrt config: %s: %s plugin '%s'%s: %s\n",
+			p->file ? p->file : "(built-in default)", role, p->name, dym, why);
 	return 1;
 }
 

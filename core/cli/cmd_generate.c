@@ -1,5 +1,6 @@
 /* shadowrt generate: one prompt through the executor, greedy or sampled continuation. */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,9 +88,13 @@ static int parse_tokens(const char *s, int32_t **out, uint64_t *n)
 		t[k++] = (int32_t)v;
 		p = *end ? end + 1 : end;
 	}
+	if (!k) { /* "" */
+		free(t);
+		return -1;
+	}
 	*out = t;
 	*n = k;
-	return k ? 0 : -1;
+	return 0;
 }
 
 /*
@@ -191,11 +196,11 @@ int srt_cmd_generate(int argc, char **argv)
 				BAD("an integer in [0, 16777216]");
 		} else if (!strcmp(a, "--temperature")) {
 			NEED();
-			if (parse_double(val, &temp) || temp < 0)
-				BAD("a number >= 0");
+			if (parse_double(val, &temp) || !isfinite(temp) || temp < 0)
+				BAD("a finite number >= 0");
 		} else if (!strcmp(a, "--top-p")) {
 			NEED();
-			if (parse_double(val, &top_p) || top_p <= 0 || top_p > 1)
+			if (parse_double(val, &top_p) || !(top_p > 0 && top_p <= 1))
 				BAD("a number in (0, 1]");
 		} else if (!strcmp(a, "--seed")) {
 			NEED();

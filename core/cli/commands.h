@@ -25,6 +25,16 @@ double srt_cli_now(void);
 int srt_cli_parse_long(const char *s, long lo, long hi, long *out);
 int srt_cli_parse_int(const char *s, int lo, int hi, int *out);
 
+/*
+ * Take every "--set SECTION.KEY=VALUE" (and "--set=...") out of argv (up to "--"), shifting
+ * the rest down, and install them as the process-wide runtime-config overrides
+ * (srt_runtime_config_set_overrides). main() calls it for every command before the command
+ * runs, so each command sees its own options only. 0, or 2 with a message on a malformed one.
+ */
+int srt_cli_take_sets(int *argc, char **argv, const char *cmd);
+/* The --set paragraph main() appends to every command's --help. */
+extern const char srt_cli_set_help[];
+
 /* The commands (one cmd_<name>.c each). */
 int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);
@@ -32,8 +42,11 @@ int srt_cmd_gen_model(int argc, char **argv);
 int srt_cmd_replay(int argc, char **argv);
 int srt_cmd_generate(int argc, char **argv);
 int srt_cmd_run(int argc, char **argv);
+int srt_cmd_serve(int argc, char **argv);
 int srt_cmd_tokenize(int argc, char **argv);
 int srt_cmd_chat(int argc, char **argv);
 int srt_cmd_detokenize(int argc, char **argv);
+int srt_cmd_check_plugin(int argc, char **argv);
+int srt_cmd_ab(int argc, char **argv);
 
 #endif

@@ -5,7 +5,10 @@
 #include <string.h>
 #include <time.h>
 
+#include <shadowrt/plugin.h>
+
 #include "commands.h"
+#include "config/runtime_config.h"
 
 #ifndef SRT_VERSION
 #define SRT_VERSION "dev"
@@ -22,6 +25,9 @@ const struct srt_command srt_commands[] = {
 	{"chat", "an interactive multi-turn conversation in the terminal, streamed, with the prefix-cache hit per turn", srt_cmd_chat},
 	{"tokenize", "encode text into token ids with the model's tokenizer (--json for scripts)", srt_cmd_tokenize},
 	{"detokenize", "decode token ids into text with the model's tokenizer (--json for scripts)", srt_cmd_detokenize},
+	{"serve", "OpenAI-compatible HTTP server: completions, chat, streaming, /metrics", srt_cmd_serve},
+	{"ab", "compare two configurations over one workload: divergence, agreement, speed ratios", srt_cmd_ab},
+	{"check-plugin", "conformance suite for an attention, MoE or residual plugin (.so or name)", srt_cmd_check_plugin},
 	{NULL, NULL, NULL},
 };
 
@@ -76,7 +82,55 @@ static void usage(FILE *out)
 		fprintf(out, "  %-12s %s\n", c->name, c->summary);
 	fprintf(out, "\noptions:\n"
 		     "  -h, --help     this help\n"
-		     "  --version      print the version and the plugin ABI version\n");
+		     "  --version      print the version and the plugin ABI version\n"
+		     "\n%s", srt_cli_set_help);
+}
+
+const char srt_cli_set_help[] =
+	"every command also takes:\n"
+	"  --set SECTION.KEY=VALUE  override one runtime-config key over the built-in default\n"
+	"                           and --config (repeatable; a later one wins), e.g.\n"
+	"                           --set attention.ratio.4=mycsa --set tier.l3.budget=64GiB\n"
+	"                           --set attention.csa.kv_dtype=fp8\n";
+
+int srt_cli_take_sets(int *argc, char **argv, const char *cmd)
+{
+	const char *sets[256];
+	size_t n = 0;
+	int k = 1;
+	char err[512];
+	for (int i = 1; i < *argc; i++) {
+		const char *a = argv[i], *v = NULL;
+		if (!strcmp(a, "--")) {
+			while (i < *argc)
+				argv[k++] = argv[i++];
+			break;
+		}
+		if (!strcmp(a, "--set")) {
+			if (i + 1 == *argc) {
+				fprintf(stderr, "shadowrt %s: --set needs SECTION.KEY=VALUE\n", cmd);
+				return 2;
+			}
+			v = argv[++i];
+		} else if (!strncmp(a, "--set=", 6)) {
+			v = a + 6;
+		} else {
+			argv[k++] = argv[i];
+			continue;
+		}
+		if (n == sizeof(sets) / sizeof(sets[0])) {
+			fprintf(stderr, "shadowrt %s: more than %zu --set options\n", cmd, n);
+			return 2;
+		}
+		sets[n++] = v;
+	}
+	argv[k] = NULL;
+	*argc = k;
+	if (srt_runtime_config_set_overrides(sets, n, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt %s: %s\n", cmd, err);
+		return 2;
+	}
+	return 0;
 }
 
 int main(int argc, char **argv)
@@ -90,12 +144,32 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (!strcmp(argv[1], "--version")) {
-		printf("shadowrt %s (plugin ABI %d.%d)\n", SRT_VERSION, 1, 0);
+		printf("shadowrt %s (plugin ABI %d.%d)\n", SRT_VERSION, SRT_ABI_MAJOR, SRT_ABI_MINOR);
 		return 0;
 	}
-	for (const struct srt_command *c = srt_commands; c->name; c++)
-		if (!strcmp(argv[1], c->name))
-			return c->run(argc - 1, argv + 1);
-	fprintf(stderr, "shadowrt: unknown command '%s' (see shadowrt --help)\n", argv[1]);
+	for (const struct srt_command *c = srt_commands; c->name; c++) {
+		if (strcmp(argv[1], c->name))
+			continue;
+		int sub_argc = argc - 1, st;
+		char **sub = argv + 1;
+		int help = srt_cli_wants_help(sub_argc, sub);
+		if ((st = srt_cli_take_sets(&sub_argc, sub, c->name)))
+			return st;
+		int had_sets = sub_argc != argc - 1;
+		st = c->run(sub_argc, sub);
+		if (help)
+			printf("\n%s", srt_cli_set_help);
+		else if (had_sets && srt_runtime_config_load_count() == 0)
+			fprintf(stderr, "shadowrt %s: warning: --set had no effect: this command "
+				"reads no runtime config\n", c->name);
+		return st;
+	}
+	const char *names[64];
+	size_t n = 0;
+	for (const struct srt_command *c = srt_commands; c->name && n < 64; c++)
+		names[n++] = c->name;
+	const char *s = srt_suggest(argv[1], names, n);
+	fprintf(stderr, "shadowrt: unknown command '%s'%s%s%s (see shadowrt --help)\n", argv[1],
+		s ? " (did you mean '" : "", s ? s : "", s ? "'?)" : "");
 	return 2;
 }

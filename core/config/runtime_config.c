@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include <ini.h>
 
 #include <shadowrt/model.h>
@@ -33,6 +35,7 @@
 struct rc_store {
 	char **strs;
 	size_t n, cap;
+	bool warned; /* check_model printed its warnings */
 };
 
 /* Zeroed block of len bytes owned by the store. */
@@ -141,6 +144,20 @@ static void rc_trim(const char **b, const char **e)
 		(*e)--;
 }
 
+/* "file:line" or, for lines 0 (the command line), just "file". */
+static const char *rc_loc(char *buf, size_t len, const char *file, int line)
+{
+	if (line > 0)
+		snprintf(buf, len, "%s:%d", file, line);
+	else
+		snprintf(buf, len, "%s", file);
+	return buf;
+}
+
+/* inih 55 keeps at most 49 bytes of a section name (INI_MAX_SECTION 50) and cuts the rest. */
+#define RC_MAX_SECTION 49
+#define RC_MAX_KEY 63
+
 /*
  * Pre-scan: reject what inih would silently misread, and note the line of every section and
  * key. Mirrors inih's line grammar: comments start with ';' or '#', sections are [name], keys
@@ -190,9 +207,10 @@ static int rc_prescan(struct rc_parse *p, const char *text)
 			}
 			const char *nb = b + 1, *ne = close;
 			rc_trim(&nb, &ne);
-			if (ne == nb || (size_t)(ne - nb) >= sizeof(section)) {
-				snprintf(p->err, p->errlen, "%s:%d: empty or too long section name",
-					 p->origin, line);
+			if (ne == nb || (size_t)(ne - nb) > RC_MAX_SECTION) {
+				snprintf(p->err, p->errlen, "%s:%d: %s section name (at most %d bytes)",
+					 p->origin, line, ne == nb ? "empty" : "too long",
+					 RC_MAX_SECTION);
 				return SRT_EINVAL;
 			}
 			snprintf(section, sizeof(section), "%.*s", (int)(ne - nb), nb);
@@ -224,6 +242,12 @@ static int rc_prescan(struct rc_parse *p, const char *text)
 			}
 			const char *kb = b, *ke = sep;
 			rc_trim(&kb, &ke);
+			if (kb == ke || (size_t)(ke - kb) > RC_MAX_KEY) {
+				snprintf(p->err, p->errlen, "%s:%d: %s key (at most %d bytes before "
+					 "'=')", p->origin, line, kb == ke ? "empty" : "too long",
+					 RC_MAX_KEY);
+				return SRT_EINVAL;
+			}
 			if (p->nkl == cap) {
 				cap = cap ? 2 * cap : 32;
 				struct rc_keyline *n = realloc(p->kl, cap * sizeof(*n));
@@ -249,6 +273,12 @@ static int rc_handler(void *user, const char *section, const char *name, const c
 	int line = 0;
 	if (p->failed)
 		return 0;
+	/* inih hands "[ runtime ]" over as " runtime ": the pre-scan trimmed it, so trim too */
+	char secbuf[RC_MAX_SECTION + 1];
+	const char *sb = section, *se = section + strlen(section);
+	rc_trim(&sb, &se);
+	snprintf(secbuf, sizeof(secbuf), "%.*s", (int)(se - sb), sb);
+	section = secbuf;
 	for (size_t i = 0; i < p->nkl; i++)
 		if (!p->kl[i].used && !strcmp(p->kl[i].section, section) &&
 		    !strcmp(p->kl[i].key, name)) {
@@ -309,12 +339,82 @@ out:
 
 #define RC_FAIL(e, ...)                                                                        \
 	do {                                                                                   \
-		int n_ = snprintf(err, errlen, "%s:%d: [%s] %s: ", (e)->file, (e)->line,       \
-				  (e)->section, (e)->key);                                     \
+		char l_[256];                                                                  \
+		int n_ = snprintf(err, errlen, "%s: [%s] %s: ",                                \
+				  rc_loc(l_, sizeof(l_), (e)->file, (e)->line), (e)->section,  \
+				  (e)->key);                                                   \
 		if (n_ >= 0 && (size_t)n_ < errlen)                                            \
 			snprintf(err + n_, errlen - (size_t)n_, __VA_ARGS__);                  \
 		return SRT_EINVAL;                                                             \
 	} while (0)
+
+/* Edit distance with adjacent transpositions ("cas" -> "csa" is 1), case-insensitive; words
+ * longer than 64 bytes are never close. */
+static size_t rc_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), d[65][65];
+	if (la > 64 || lb > 64)
+		return SIZE_MAX;
+	for (size_t i = 0; i <= la; i++)
+		d[i][0] = i;
+	for (size_t j = 0; j <= lb; j++)
+		d[0][j] = j;
+	for (size_t i = 1; i <= la; i++)
+		for (size_t j = 1; j <= lb; j++) {
+			int ai = tolower((unsigned char)a[i - 1]), bj = tolower((unsigned char)b[j - 1]);
+			size_t v = d[i - 1][j - 1] + (ai != bj);
+			if (d[i - 1][j] + 1 < v)
+				v = d[i - 1][j] + 1;
+			if (d[i][j - 1] + 1 < v)
+				v = d[i][j - 1] + 1;
+			if (i > 1 && j > 1 && ai == tolower((unsigned char)b[j - 2]) &&
+			    tolower((unsigned char)a[i - 2]) == bj && d[i - 2][j - 2] + 1 < v)
+				v = d[i - 2][j - 2] + 1;
+			d[i][j] = v;
+		}
+	return d[la][lb];
+}
+
+const char *srt_suggest(const char *word, const char *const *cands, size_t n)
+{
+	const char *best = NULL;
+	size_t bd = SIZE_MAX, len = strlen(word);
+	size_t limit = len < 4 ? 1 : len < 9 ? 2 : 3;
+	for (size_t i = 0; i < n; i++) {
+		if (!cands[i])
+			continue;
+		size_t d = rc_distance(word, cands[i]);
+		if (d < bd) {
+			bd = d;
+			best = cands[i];
+		}
+	}
+	return bd <= limit && bd > 0 ? best : NULL;
+}
+
+/* " (did you mean 'x'?)" or "" into buf. */
+static const char *rc_dym(char *buf, size_t len, const char *word, const char *const *cands,
+			  size_t n)
+{
+	const char *s = srt_suggest(word, cands, n);
+	if (s)
+		snprintf(buf, len, " (did you mean '%s'?)", s);
+	else
+		buf[0] = 0;
+	return buf;
+}
+
+#define RC_NELEM(a) (sizeof(a) / sizeof((a)[0]))
+
+static const char *const rc_sections[] = {"runtime", "attention", "moe",     "residual",
+					  "tier.l1", "tier.l2",   "tier.l3", "cache",
+					  "sampling"};
+static const char *const rc_runtime_keys[] = {"plugin_dirs", "threads", "profile", "model",
+					      "prefill_chunk"};
+static const char *const rc_cache_keys[] = {"page_size", "write_policy", "prefetch",
+					    "tenant_salt"};
+static const char *const rc_sampling_keys[] = {"temperature", "top_p", "seed",
+					       "max_new_tokens"};
 
 static bool rc_int(const char *s, long long lo, long long hi, long long *out)
 {
@@ -397,6 +497,7 @@ static int rc_set_plugin(struct rc_store *st, struct srt_rc_plugin *p,
 	p->section = rc_strdup(st, section, strlen(section));
 	p->role = rc_strdup(st, role, strlen(role));
 	p->line = e->line;
+	p->file = e->file;
 	if (!p->section || !p->role) {
 		snprintf(err, errlen, "out of memory");
 		return SRT_ENOMEM;
@@ -404,9 +505,10 @@ static int rc_set_plugin(struct rc_store *st, struct srt_rc_plugin *p,
 	return 0;
 }
 
-static int rc_split_dirs(struct rc_store *st, struct srt_runtime_config *c, const char *v,
-			 char *err, size_t errlen)
+static int rc_split_dirs(struct rc_store *st, struct srt_runtime_config *c,
+			 const struct srt_rc_entry *e, char *err, size_t errlen)
 {
+	const char *v = e->value;
 	size_t n = 0, k = 0;
 	for (const char *s = v; *s; s++)
 		n += *s == ':';
@@ -414,14 +516,21 @@ static int rc_split_dirs(struct rc_store *st, struct srt_runtime_config *c, cons
 	if (!dirs)
 		goto oom;
 	for (const char *s = v; *s;) {
-		const char *e = strchr(s, ':');
-		size_t len = e ? (size_t)(e - s) : strlen(s);
+		const char *colon = strchr(s, ':');
+		size_t len = colon ? (size_t)(colon - s) : strlen(s);
 		if (len) {
 			dirs[k] = rc_strdup(st, s, len);
-			if (!dirs[k++])
+			if (!dirs[k])
 				goto oom;
+			struct stat sb;
+			int st_rc = stat(dirs[k], &sb), en = errno;
+			if (st_rc || !S_ISDIR(sb.st_mode))
+				RC_FAIL(e, "'%s': %s (a plugin directory must exist; relative paths "
+					"are from the current directory)", dirs[k],
+					st_rc ? strerror(en) : "not a directory");
+			k++;
 		}
-		s += len + (e ? 1 : 0);
+		s += len + (colon ? 1 : 0);
 	}
 	dirs[k] = NULL;
 	c->plugin_dirs = dirs;
@@ -447,13 +556,14 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 		    const struct srt_rc_entry *e, char *err, size_t errlen)
 {
 	const char *s = e->section, *k = e->key, *v = e->value;
+	char loc[256], dym[96];
 	long long iv;
 	double dv;
 	int rc;
 
 	if (!strcmp(s, "runtime")) {
 		if (!strcmp(k, "plugin_dirs"))
-			return rc_split_dirs(st, c, v, err, errlen);
+			return rc_split_dirs(st, c, e, err, errlen);
 		if (!strcmp(k, "threads")) {
 			if (!rc_int(v, 0, 4096, &iv))
 				RC_FAIL(e, "'%s' is not an integer in [0, 4096] (0 = all cores)", v);
@@ -482,18 +592,23 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 			c->prefill_chunk = (int32_t)iv;
 			return 0;
 		}
-		RC_FAIL(e, "unknown key (expected plugin_dirs, threads, profile, model or "
-			"prefill_chunk)");
+		RC_FAIL(e, "unknown key%s (expected plugin_dirs, threads, profile, model or "
+			"prefill_chunk)", rc_dym(dym, sizeof(dym), k, rc_runtime_keys,
+						 RC_NELEM(rc_runtime_keys)));
 	}
 	if (!strcmp(s, "attention")) {
 		if (strncmp(k, "ratio.", 6) || !rc_int(k + 6, 0, 1 << 20, &iv) ||
 		    (iv && (iv & (iv - 1))))
-			RC_FAIL(e, "unknown key (expected ratio.N = plugin, N = 0 for window-only "
-				"layers or a power of two: ratio.4, ratio.128)");
+			RC_FAIL(e, "unknown key%s (expected ratio.N = plugin, N = 0 for "
+				"window-only layers or a power of two: ratio.4, ratio.128)",
+				strncmp(k, "ratio", 5) && rc_distance(k, "ratio.") <= 2
+					? " (did you mean 'ratio.N'?)" : "");
 		for (int i = 0; i < c->n_ratios; i++)
 			if (c->ratios[i].ratio == iv)
 				RC_FAIL(e, "ratio %lld is mapped twice (also at line %d)", iv,
 					c->ratios[i].plugin.line);
+		if (!strcmp(v, "none"))
+			return 0; /* removes the mapping of a lower layer (merged away already) */
 		if (c->n_ratios == SRT_RC_MAX_RATIOS)
 			RC_FAIL(e, "more than %d ratios", SRT_RC_MAX_RATIOS);
 		char stem[64], sec[80];
@@ -522,6 +637,7 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 				tier->enabled = 0;
 				tier->plugin.name = NULL;
 				tier->plugin.line = e->line;
+				tier->plugin.file = e->file;
 				return 0;
 			}
 			tier->enabled = 1;
@@ -537,8 +653,9 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 		return 0; /* free option */
 	}
 	if (!strncmp(s, "tier.", 5)) {
-		snprintf(err, errlen, "%s:%d: unknown section [%s] (tiers are [tier.l1], [tier.l2] "
-			 "and [tier.l3])", e->file, e->line, s);
+		snprintf(err, errlen, "%s: unknown section [%s]%s (tiers are [tier.l1], [tier.l2] "
+			 "and [tier.l3])", rc_loc(loc, sizeof(loc), e->file, e->line), s,
+			 rc_dym(dym, sizeof(dym), s, rc_sections, RC_NELEM(rc_sections)));
 		return SRT_EINVAL;
 	}
 	if (!strcmp(s, "cache")) {
@@ -575,7 +692,9 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 			c->tenant_salt = v;
 			return 0;
 		}
-		RC_FAIL(e, "unknown key (expected page_size, write_policy, prefetch or tenant_salt)");
+		RC_FAIL(e, "unknown key%s (expected page_size, write_policy, prefetch or "
+			"tenant_salt)", rc_dym(dym, sizeof(dym), k, rc_cache_keys,
+					       RC_NELEM(rc_cache_keys)));
 	}
 	if (!strcmp(s, "sampling")) {
 		if (!strcmp(k, "temperature")) {
@@ -605,11 +724,13 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 			c->max_new_tokens = (int32_t)iv;
 			return 0;
 		}
-		RC_FAIL(e, "unknown key (expected temperature, top_p, seed or max_new_tokens)");
+		RC_FAIL(e, "unknown key%s (expected temperature, top_p, seed or max_new_tokens)",
+			rc_dym(dym, sizeof(dym), k, rc_sampling_keys, RC_NELEM(rc_sampling_keys)));
 	}
-	snprintf(err, errlen, "%s:%d: unknown section [%s] (expected runtime, attention, "
+	snprintf(err, errlen, "%s: unknown section [%s]%s (expected runtime, attention, "
 		 "attention.<plugin>, moe, residual, tier.l1, tier.l2, tier.l3, cache or sampling)",
-		 e->file, e->line, s);
+		 rc_loc(loc, sizeof(loc), e->file, e->line), s,
+		 rc_dym(dym, sizeof(dym), s, rc_sections, RC_NELEM(rc_sections)));
 	return SRT_EINVAL;
 }
 
@@ -646,9 +767,10 @@ static int rc_finish(const struct srt_runtime_config *c, const struct rc_list *l
 		for (int r = 0; r < c->n_ratios; r++)
 			mapped |= !strcmp(c->ratios[r].plugin.section, n);
 		if (!mapped) {
-			snprintf(err, errlen, "%s:%d: section [%s] configures no plugin: no "
-				 "ratio.N in [attention] names '%s'", l->sec[i].file, l->sec[i].line,
-				 n, n + 10);
+			char loc[256];
+			snprintf(err, errlen, "%s: section [%s] configures no plugin: no "
+				 "ratio.N in [attention] names '%s'",
+				 rc_loc(loc, sizeof(loc), l->sec[i].file, l->sec[i].line), n, n + 10);
 			return SRT_EINVAL;
 		}
 	}
@@ -668,7 +790,7 @@ static int rc_finish(const struct srt_runtime_config *c, const struct rc_list *l
 	}
 	static const char *const tier_names[] = {"tier.l1", "tier.l2", "tier.l3"};
 	for (int t = 0; t < SRT_TIER_COUNT; t++) {
-		if (!c->tiers[t].plugin.line && !c->tiers[t].enabled) {
+		if (!c->tiers[t].plugin.file && !c->tiers[t].enabled) {
 			snprintf(err, errlen, "%s:%d: [%s] has no 'plugin = ...' key (expected "
 				 "host, file, sqlite, redis, none or a path)", SEC_AT(tier_names[t]),
 				 tier_names[t]);
@@ -709,18 +831,189 @@ static void rc_defaults(struct srt_runtime_config *c)
 	c->plugin_dirs = none;
 }
 
-int srt_runtime_config_load_text(const char *text, const char *origin,
-				 struct srt_runtime_config *out, char *err, size_t errlen)
+/* ---------------------------------------------------------------------------------------- */
+/* Layers: default < file < --set, merged key by key.                                         */
+
+static bool rc_plugin_section(const char *sec)
+{
+	return !strcmp(sec, "moe") || !strcmp(sec, "residual") || rc_tier_index(sec) >= 0;
+}
+
+/*
+ * Overlay `up` on `all`, key by key: an upper key replaces the lower one of the same section
+ * and key. When an upper layer names another plugin (`plugin = ...` of [moe], [residual],
+ * [tier.*]), the lower layer's options for the old plugin are dropped with it (budget stays).
+ */
+static int rc_overlay(struct rc_list *all, const struct rc_list *up)
+{
+	for (size_t i = 0; i < up->nsec; i++) {
+		/* the upper layer's header is where messages about the section point */
+		struct rc_section *have = (struct rc_section *)rc_find_section(all, up->sec[i].name);
+		if (have)
+			*have = up->sec[i];
+		else if (rc_push_section(all, &up->sec[i]))
+			return SRT_ENOMEM;
+	}
+	for (size_t i = 0; i < up->e.n; i++) {
+		const struct srt_rc_entry *u = &up->e.v[i];
+		bool new_plugin = false;
+		if (!strcmp(u->key, "plugin") && rc_plugin_section(u->section))
+			for (size_t j = 0; j < all->e.n; j++) {
+				const struct srt_rc_entry *l = &all->e.v[j];
+				if (!strcmp(l->section, u->section) && !strcmp(l->key, "plugin"))
+					new_plugin = strcmp(l->value, u->value) != 0;
+			}
+		size_t k = 0;
+		for (size_t j = 0; j < all->e.n; j++) {
+			const struct srt_rc_entry *l = &all->e.v[j];
+			bool same_sec = !strcmp(l->section, u->section);
+			if (same_sec && (!strcmp(l->key, u->key) ||
+					 (new_plugin && strcmp(l->key, "budget"))))
+				continue;
+			all->e.v[k++] = *l;
+		}
+		all->e.n = k;
+		if (rc_push_entry(all, u))
+			return SRT_ENOMEM;
+	}
+	return 0;
+}
+
+/* Process-wide --set list (srt_runtime_config_set_overrides). */
+static struct {
+	char **sets;
+	size_t n;
+	unsigned long loads;
+} rc_global;
+
+int srt_runtime_config_split_set(const char *arg, char *section, size_t seclen, char *key,
+				 size_t keylen, const char **value, char *err, size_t errlen)
+{
+	const char *eq = strchr(arg, '=');
+	if (!eq || eq == arg) {
+		snprintf(err, errlen, "--set '%s': expected section.key=value (e.g. "
+			 "attention.ratio.4=csa, tier.l3.budget=64GiB, cache.page_size=512)", arg);
+		return SRT_EINVAL;
+	}
+	size_t n = (size_t)(eq - arg);
+	/* section: [attention.<plugin>] and [tier.lN] have a dot of their own; ratio.N is a key */
+	size_t cut;
+	const char *d1 = memchr(arg, '.', n);
+	if (!d1) {
+		snprintf(err, errlen, "--set '%s': '%.*s' has no '.' between section and key "
+			 "(expected section.key=value)", arg, (int)n, arg);
+		return SRT_EINVAL;
+	}
+	cut = (size_t)(d1 - arg);
+	bool two = (!strncmp(arg, "tier.", 5) && cut == 4) ||
+		   (!strncmp(arg, "attention.", 10) && cut == 9 && strncmp(arg + 10, "ratio.", 6));
+	if (two) {
+		const char *d2 = memchr(d1 + 1, '.', n - cut - 1);
+		if (!d2) {
+			snprintf(err, errlen, "--set '%s': expected %.*s.<key>=value", arg, (int)n,
+				 arg);
+			return SRT_EINVAL;
+		}
+		cut = (size_t)(d2 - arg);
+	}
+	if (cut == 0 || cut >= seclen || cut > RC_MAX_SECTION || n - cut - 1 == 0 ||
+	    n - cut - 1 >= keylen || n - cut - 1 > RC_MAX_KEY) {
+		snprintf(err, errlen, "--set '%s': empty or too long section or key", arg);
+		return SRT_EINVAL;
+	}
+	snprintf(section, seclen, "%.*s", (int)cut, arg);
+	snprintf(key, keylen, "%.*s", (int)(n - cut - 1), arg + cut + 1);
+	*value = eq + 1;
+	while (**value == ' ')
+		(*value)++;
+	return 0;
+}
+
+int srt_runtime_config_set_overrides(const char *const *sets, size_t n, char *err,
+				     size_t errlen)
+{
+	char sec[64], key[64];
+	const char *v;
+	for (size_t i = 0; i < n; i++)
+		if (srt_runtime_config_split_set(sets[i], sec, sizeof(sec), key, sizeof(key), &v, err,
+						errlen))
+			return SRT_EINVAL;
+	char **copy = n ? calloc(n, sizeof(*copy)) : NULL;
+	if (n && !copy)
+		goto oom;
+	for (size_t i = 0; i < n; i++)
+		if (!(copy[i] = strdup(sets[i]))) {
+			for (size_t j = 0; j < i; j++)
+				free(copy[j]);
+			free(copy);
+			goto oom;
+		}
+	for (size_t i = 0; i < rc_global.n; i++)
+		free(rc_global.sets[i]);
+	free(rc_global.sets);
+	rc_global.sets = copy;
+	rc_global.n = n;
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory");
+	return SRT_ENOMEM;
+}
+
+const char *const *srt_runtime_config_overrides(size_t *n)
+{
+	*n = rc_global.n;
+	return (const char *const *)rc_global.sets;
+}
+
+unsigned long srt_runtime_config_load_count(void)
+{
+	return rc_global.loads;
+}
+
+/* --set arguments as a layer: origin "--set <arg>", line 0; a later one wins. */
+static int rc_read_sets(struct rc_store *st, struct rc_list *l, const char *const *sets,
+			size_t n, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < n; i++) {
+		char sec[64], key[64], org[300];
+		const char *v;
+		int rc = srt_runtime_config_split_set(sets[i], sec, sizeof(sec), key, sizeof(key),
+						      &v, err, errlen);
+		if (rc)
+			return rc;
+		snprintf(org, sizeof(org), "--set %s", sets[i]);
+		struct srt_rc_entry e = {rc_strdup(st, sec, strlen(sec)),
+					 rc_strdup(st, key, strlen(key)), rc_strdup(st, v, strlen(v)),
+					 rc_strdup(st, org, strlen(org)), 0};
+		if (!e.section || !e.key || !e.value || !e.file)
+			return SRT_ENOMEM;
+		struct rc_list one = {0};
+		struct rc_section s = {e.section, e.file, 0};
+		if (rc_push_section(&one, &s) || rc_push_entry(&one, &e) || rc_overlay(l, &one)) {
+			free(one.e.v);
+			free(one.sec);
+			return SRT_ENOMEM;
+		}
+		free(one.e.v);
+		free(one.sec);
+	}
+	return 0;
+}
+
+static int rc_load_layers(const char *text, const char *origin, const char *const *sets,
+			  size_t nsets, struct srt_runtime_config *out, char *err, size_t errlen)
 {
 	struct rc_store *st = calloc(1, sizeof(*st));
-	struct rc_list def, usr, all;
+	struct rc_list def, usr, cli, all;
 	int rc = 0;
 
 	assert(out);
 	memset(out, 0, sizeof(*out));
 	memset(&def, 0, sizeof(def));
 	memset(&usr, 0, sizeof(usr));
+	memset(&cli, 0, sizeof(cli));
 	memset(&all, 0, sizeof(all));
+	rc_global.loads++;
 	if (!st) {
 		snprintf(err, errlen, "out of memory");
 		return SRT_ENOMEM;
@@ -740,19 +1033,15 @@ int srt_runtime_config_load_text(const char *text, const char *origin,
 		if (rc)
 			goto fail;
 	}
-	/* Merge: the user's sections replace the default's. */
-	for (size_t i = 0; i < def.nsec; i++)
-		if (!rc_find_section(&usr, def.sec[i].name) && (rc = rc_push_section(&all, &def.sec[i])))
+	if ((rc = rc_read_sets(st, &cli, sets, nsets, err, errlen))) {
+		if (rc == SRT_ENOMEM)
 			goto oom;
-	for (size_t i = 0; i < usr.nsec; i++)
-		if ((rc = rc_push_section(&all, &usr.sec[i])))
-			goto oom;
-	for (size_t i = 0; i < def.e.n; i++)
-		if (!rc_find_section(&usr, def.e.v[i].section) && (rc = rc_push_entry(&all, &def.e.v[i])))
-			goto oom;
-	for (size_t i = 0; i < usr.e.n; i++)
-		if ((rc = rc_push_entry(&all, &usr.e.v[i])))
-			goto oom;
+		goto fail;
+	}
+	/* Merge key by key: default, then the file, then --set. */
+	if ((rc = rc_overlay(&all, &def)) || (rc = rc_overlay(&all, &usr)) ||
+	    (rc = rc_overlay(&all, &cli)))
+		goto oom;
 
 	out->priv_ = st;
 	out->source = src;
@@ -790,16 +1079,32 @@ out:
 	free(def.sec);
 	free(usr.e.v);
 	free(usr.sec);
+	free(cli.e.v);
+	free(cli.sec);
 	free(all.e.v);
 	free(all.sec);
 	return rc;
 }
 
+int srt_runtime_config_load_text(const char *text, const char *origin,
+				 struct srt_runtime_config *out, char *err, size_t errlen)
+{
+	return rc_load_layers(text, origin, (const char *const *)rc_global.sets, rc_global.n, out,
+			      err, errlen);
+}
+
 int srt_runtime_config_load(const char *path, struct srt_runtime_config *out, char *err,
 			    size_t errlen)
 {
+	return srt_runtime_config_load_ex(path, (const char *const *)rc_global.sets, rc_global.n,
+					  out, err, errlen);
+}
+
+int srt_runtime_config_load_ex(const char *path, const char *const *sets, size_t nsets,
+			       struct srt_runtime_config *out, char *err, size_t errlen)
+{
 	if (!path)
-		return srt_runtime_config_load_text(NULL, NULL, out, err, errlen);
+		return rc_load_layers(NULL, NULL, sets, nsets, out, err, errlen);
 	memset(out, 0, sizeof(*out));
 	FILE *f = fopen(path, "rb");
 	if (!f) {
@@ -829,7 +1134,7 @@ int srt_runtime_config_load(const char *path, struct srt_runtime_config *out, ch
 	fclose(f);
 	if (!rc) {
 		buf[n] = 0;
-		rc = srt_runtime_config_load_text(buf, path, out, err, errlen);
+		rc = rc_load_layers(buf, path, sets, nsets, out, err, errlen);
 	}
 	free(buf);
 	return rc;
@@ -887,6 +1192,71 @@ int srt_runtime_config_check_model(const struct srt_runtime_config *c,
 			return SRT_EINVAL;
 		}
 	}
+	struct rc_store *st = c->priv_;
+	if (st && st->warned)
+		return 0;
+	for (int k = 0; k < c->n_ratios; k++) {
+		const struct srt_rc_ratio *r = &c->ratios[k];
+		bool used = false;
+		for (int i = 0; i < m->n_compress_ratios && !used; i++)
+			used = m->compress_ratios[i] == r->ratio;
+		if (used)
+			continue;
+		/* user-written mappings only: the default maps 0/4/128 whatever the model */
+		const char *file = r->plugin.file;
+		if (!file || !strcmp(file, RC_DEFAULT_ORIGIN))
+			continue;
+		char loc[256], list[256] = "";
+		size_t n = 0;
+		for (int i = 0; i < m->n_compress_ratios; i++) {
+			bool seen = false;
+			for (int j = 0; j < i; j++)
+				seen |= m->compress_ratios[j] == m->compress_ratios[i];
+			if (!seen && n < sizeof(list))
+				n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "",
+						      m->compress_ratios[i]);
+		}
+		fprintf(stderr, "shadowrt: warning: %s: [attention] ratio.%d = %s serves no layer "
+			"of model '%s' (its ratios: %s)\n", rc_loc(loc, sizeof(loc), file,
+								r->plugin.line), (int)r->ratio,
+			r->plugin.name, m->name, list);
+	}
+	if (st)
+		st->warned = true;
+	return 0;
+}
+
+int srt_runtime_config_check_options(const struct srt_runtime_config *c, const char *section,
+				     const struct srt_plugin_desc *desc, char *err,
+				     size_t errlen)
+{
+	if (!desc || desc->struct_size < SRT_PLUGIN_DESC_V1_1_SIZE || !desc->options)
+		return 0;
+	bool tier = rc_tier_index(section) >= 0, plug = rc_plugin_section(section);
+	for (size_t i = 0; i < c->n_entries; i++) {
+		const struct srt_rc_entry *e = &c->entries[i];
+		if (strcmp(e->section, section) || (plug && !strcmp(e->key, "plugin")) ||
+		    (tier && !strcmp(e->key, "budget")))
+			continue;
+		const char *names[64];
+		size_t n = 0;
+		bool ok = false;
+		for (const struct srt_plugin_option *o = desc->options; o->name && n < 64; o++) {
+			names[n++] = o->name;
+			ok |= !strcmp(o->name, e->key);
+		}
+		if (ok)
+			continue;
+		char list[512] = "", dym[96];
+		size_t len = 0;
+		for (size_t j = 0; j < n && len < sizeof(list); j++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%s", j ? ", " : "",
+						names[j]);
+		if (n)
+			RC_FAIL(e, "plugin '%s' has no option '%s'%s; its options: %s", desc->name,
+				e->key, rc_dym(dym, sizeof(dym), e->key, names, n), list);
+		RC_FAIL(e, "plugin '%s' has no option '%s': it takes no options", desc->name, e->key);
+	}
 	return 0;
 }
 
@@ -921,23 +1291,32 @@ int srt_parse_size(const char *s, uint64_t *out)
 		return SRT_EINVAL;
 	while (*p == ' ')
 		p++;
-	int shift = 0;
+	int power = 0; /* 1 K, 2 M, 3 G, 4 T */
 	switch (toupper((unsigned char)*p)) {
-	case 'K': shift = 10; p++; break;
-	case 'M': shift = 20; p++; break;
-	case 'G': shift = 30; p++; break;
-	case 'T': shift = 40; p++; break;
+	case 'K': power = 1; p++; break;
+	case 'M': power = 2; p++; break;
+	case 'G': power = 3; p++; break;
+	case 'T': power = 4; p++; break;
 	default: break;
 	}
-	if (shift && (*p == 'i' || *p == 'I'))
+	/* "GiB" and a bare "G" are binary, "GB" decimal: as written */
+	bool decimal = false;
+	if (power && (*p == 'i' || *p == 'I')) {
 		p++;
+		if (*p != 'B' && *p != 'b')
+			return SRT_EINVAL; /* "4Gi" */
+	} else if (power && (*p == 'B' || *p == 'b')) {
+		decimal = true;
+	}
 	if (*p == 'B' || *p == 'b')
 		p++;
 	while (isspace((unsigned char)*p))
 		p++;
 	if (*p)
 		return SRT_EINVAL;
-	uint64_t mult = 1ull << shift;
+	uint64_t mult = 1;
+	for (int i = 0; i < power; i++)
+		mult *= decimal ? 1000u : 1024u;
 	if (whole > UINT64_MAX / mult)
 		return SRT_EINVAL;
 	uint64_t v = whole * mult;

@@ -18,13 +18,20 @@
  * A plugin is named by its bare name ("csa": found in the plugin directories) or by a path to
  * a .so (contains '/' or ends in ".so").
  *
- * Layering: the built-in default (conf/default.ini, compiled in) is read first; every section
- * a file writes REPLACES that whole section of the default (so [tier.l3] plugin = redis does
- * not inherit the default's file path), sections it omits keep their default.
+ * Layering, key by key: the built-in default (conf/default.ini, compiled in), then the file
+ * (--config), then the command line's --set section.key=value overrides (in order; a later
+ * one wins). An upper layer's key replaces the same key of a lower one and nothing else: a
+ * file with [attention] ratio.4 = mycsa keeps the default's ratio.0 and ratio.128. Two rules
+ * keep that safe: when an upper layer names another plugin for [moe], [residual] or
+ * [tier.lN] (plugin = redis over the default's file), the lower layers' options of that
+ * section go with the old plugin (budget stays); `ratio.N = none` removes a lower layer's
+ * mapping of ratio N.
  *
- * Errors (unknown section or key, wrong type, out of range, duplicate key or section, a line
- * longer than SRT_RC_MAX_LINE, an indented line that inih would glue to the previous value)
- * name file:line and what was expected.
+ * Errors (unknown section or key, with a "did you mean" when one is close; wrong type, out of
+ * range, duplicate key or section, a line longer than SRT_RC_MAX_LINE, a section name longer
+ * than 49 bytes or a key longer than 63, an indented line that inih would glue to the previous
+ * value, a plugin_dirs directory that does not exist) name file:line (or the --set argument)
+ * and what was expected. "[ runtime ]" is the same section as "[runtime]".
  *
  * Thread safety: load/free are reentrant; a loaded config is read-only and may be shared.
  */
@@ -53,7 +60,8 @@ struct srt_rc_plugin {
 	const char *name;    /* as written: bare name or path to a .so; NULL = none */
 	const char *section; /* section holding its options ("attention.csa", "moe", "tier.l3") */
 	const char *role;    /* role string for srt_plugin_args.role ("attention.csa", "moe") */
-	int line;            /* where it was set (0 = built-in default) */
+	int line;            /* where it was set (line of `file`; 0 for a --set) */
+	const char *file;    /* where it was set: the config file, "--set ..." or the default */
 };
 
 struct srt_rc_ratio {
@@ -126,6 +134,38 @@ int srt_runtime_config_load(const char *path, struct srt_runtime_config *out, ch
 int srt_runtime_config_load_text(const char *text, const char *origin,
 				 struct srt_runtime_config *out, char *err, size_t errlen);
 
+/*
+ * Same as srt_runtime_config_load with an explicit --set list (sets[i] = "section.key=value",
+ * borrowed) instead of the process-wide one: `ab` loads its two sides this way.
+ */
+int srt_runtime_config_load_ex(const char *path, const char *const *sets, size_t nsets,
+			       struct srt_runtime_config *out, char *err, size_t errlen);
+
+/*
+ * The process-wide --set list that srt_runtime_config_load and _load_text apply over the file
+ * (the CLI sets it once, before any command runs, from every --set argument). The strings
+ * are copied; n = 0 clears. Checks the syntax only (values are checked when a config loads).
+ * Not thread-safe: call before loading configs on other threads. 0, SRT_EINVAL (message),
+ * SRT_ENOMEM.
+ */
+int srt_runtime_config_set_overrides(const char *const *sets, size_t n, char *err,
+				     size_t errlen);
+
+/* The process-wide --set list (borrowed until the next set_overrides); *n gets its length. */
+const char *const *srt_runtime_config_overrides(size_t *n);
+
+/* Configs loaded so far in this process (the CLI warns when --set was given and none was). */
+unsigned long srt_runtime_config_load_count(void);
+
+/*
+ * Split "section.key=value" into section and key (copied into the buffers) and *value
+ * (pointing into arg). The section is the first dotted word, or the first two for
+ * [tier.lN] and [attention.<plugin>]; "attention.ratio.16=x" is key ratio.16 of [attention].
+ * 0 or SRT_EINVAL with a message.
+ */
+int srt_runtime_config_split_set(const char *arg, char *section, size_t seclen, char *key,
+				 size_t keylen, const char **value, char *err, size_t errlen);
+
 void srt_runtime_config_free(struct srt_runtime_config *c);
 
 /*
@@ -145,21 +185,46 @@ struct srt_rc_scope {
 };
 const char *srt_runtime_config_option_cb(void *scope, const char *key);
 
+struct srt_plugin_desc;
+
+/*
+ * The plugin options in `section` against what the plugin declares (desc->options, ABI 1.1):
+ * every key of the section except the runtime's own (plugin, budget) must be a declared
+ * option. 0, or SRT_EINVAL with "FILE:LINE: [section] key: plugin 'csa' has no option 'key'
+ * (did you mean 'kv_dtype'?); its options: kv_dtype, index_dtype". A plugin that declares no
+ * table (options NULL, ABI 1.0) is not checked.
+ */
+int srt_runtime_config_check_options(const struct srt_runtime_config *c, const char *section,
+				     const struct srt_plugin_desc *desc, char *err,
+				     size_t errlen);
+
+/*
+ * The closest of cands[0..n) to word (case-insensitive edit distance, at most 1 for words of
+ * up to 3 bytes, 2 up to 8, else 3; NULL entries skipped), or NULL when none is close or word
+ * is one of them. For "did you mean" messages.
+ */
+const char *srt_suggest(const char *word, const char *const *cands, size_t n);
+
 /* The attention plugin for compress ratio `ratio`, or NULL when no plugin is mapped to it. */
 const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,
 							 int ratio);
 
 /*
  * Cross-check with a model: every compress ratio the model uses has an attention plugin, and
- * the page size is a multiple of every ratio. 0 or SRT_EINVAL with a message.
+ * the page size is a multiple of every ratio. 0 or SRT_EINVAL with a message. A mapping the
+ * user wrote (file or --set) for a ratio no layer of the model uses is a warning, printed on
+ * stderr once per loaded config ("shadowrt: warning: FILE:LINE: [attention] ratio.16 = x
+ * serves no layer of model 'tiny' (its ratios: 0, 4, 128)").
  */
 int srt_runtime_config_check_model(const struct srt_runtime_config *c,
 				   const struct srt_model_config *m, char *err, size_t errlen);
 
 /*
- * Parse a byte size: "4096", "4G", "4GiB", "512 MiB", "1.5T". K/M/G/T and KiB/MiB/GiB/TiB
- * are both powers of 1024 (case-insensitive; an optional trailing "B" is allowed, e.g. "4GB"
- * = 4 GiB). The result must be a whole number of bytes and fit in 64 bits.
+ * Parse a byte size, units as written: "4096", "100B", "4GB" = 4 * 10^9 and "4GiB" = 4 * 2^30
+ * (K/M/G/T; KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB powers of 1024; a bare suffix
+ * "4G" / "512M" is binary like GiB, as in `dd` and the kernel's mem=). The unit letter is
+ * case-insensitive; one space may separate number and unit; a fraction must come out as a
+ * whole number of bytes ("1.5GiB", not "0.3B"); the result must fit in 64 bits.
  * Returns 0 or SRT_EINVAL (*out untouched).
  */
 int srt_parse_size(const char *s, uint64_t *out);

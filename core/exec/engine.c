@@ -60,6 +60,7 @@ struct srt_engine {
 	struct srt_tier_stack *tiers; /* NULL: L1 only */
 	struct srt_tmgr *tmgr;
 	int use_tiers;
+	const struct srt_rdx_allocator *page_alloc; /* opts.page_alloc, or NULL */
 	uint32_t n_pools;
 	uint32_t P;
 	int profile, chunk, threads;
@@ -181,7 +182,9 @@ int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, ch
 		       strerror(errno));
 		return SRT_EIO;
 	}
-	/* generate into a private directory, then rename: concurrent users see all or nothing */
+	/* generate into a private directory, then rename: concurrent users see all or nothing;
+	 * private directories of generations that were killed are removed first */
+	srt_ck_remove_stale_tmp(cache_dir, model);
 	char tmp[4200];
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", out, (long)getpid());
 	if (mkdir(tmp, 0755) && errno != EEXIST) {
@@ -242,6 +245,8 @@ static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct sr
 		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
 		return rc;
 	}
+	if ((rc = srt_runtime_config_check_options(&e->rc, p->section, info->desc, err, errlen)))
+		return rc;
 	scope->config = &e->rc;
 	scope->section = p->section;
 	struct srt_plugin_args args = {
@@ -379,7 +384,8 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 					      : SRT_RDX_UNBOUNDED;
 	}
 	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets,
-				    .alloc = &zero_allocator, .mem = SRT_MEM_HOST};
+				    .alloc = e->page_alloc ? e->page_alloc : &zero_allocator,
+				    .mem = SRT_MEM_HOST};
 	char why[1024];
 	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
 		/* the KV bytes depend on the weights, the numerics profile and the pool layouts
@@ -431,6 +437,7 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 									   : 256);
 	e->P = e->rc.page_size ? e->rc.page_size : SRT_RDX_DEFAULT_PAGE;
 	e->use_tiers = opts->tiers;
+	e->page_alloc = opts->page_alloc;
 	if ((rc = srt_engine_model_dir(opts->model ? opts->model : e->rc.model, opts->model_cache,
 				       opts->quiet, e->path, sizeof(e->path), err, errlen)))
 		goto fail;

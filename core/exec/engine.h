@@ -45,6 +45,7 @@
 
 struct srt_runtime_config;
 struct srt_rdx_cache;
+struct srt_rdx_allocator;
 struct srt_tmgr;
 
 struct srt_engine_opts {
@@ -58,6 +59,9 @@ struct srt_engine_opts {
 	/* 1: the L2/L3 tiers of the config ([tier.l2], [tier.l3], [cache]) behind the L1 cache
 	 * (tier/stack.h); 0: L1 only (deterministic hits, nothing written outside memory) */
 	int tiers;
+	/* L1 page allocator (borrowed; must hand out zeroed, 64-byte aligned pages); NULL = the
+	 * engine's own. `check-plugin` passes one that fences every page with guard pages. */
+	const struct srt_rdx_allocator *page_alloc;
 };
 
 struct srt_engine;

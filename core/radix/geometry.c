@@ -10,6 +10,7 @@
 #include <shadowrt/attention.h>
 
 #include "config/model_config.h"
+#include "config/runtime_config.h"
 #include "plugin/host.h"
 #include "plugin/registry.h"
 
@@ -19,17 +20,22 @@ struct geo_priv {
 	struct srt_host *host;
 	struct srt_registry *reg;
 	struct srt_instance *inst[MAX_INST];
+	int32_t layers[MAX_INST][SRT_MAX_LAYERS]; /* the layers each instance serves */
 	int n_inst;
 	const char *kv_dtype, *index_dtype;
+	const struct srt_runtime_config *rc;
+	const char *section; /* of the plugin being created */
 };
 
 static const char *geo_option(void *ctx, const char *key)
 {
 	struct geo_priv *g = ctx;
-	if (!strcmp(key, "kv_dtype"))
+	if (!strcmp(key, "kv_dtype") && g->kv_dtype)
 		return g->kv_dtype;
-	if (!strcmp(key, "index_dtype"))
+	if (!strcmp(key, "index_dtype") && g->index_dtype)
 		return g->index_dtype;
+	if (g->rc && g->section)
+		return srt_runtime_config_option(g->rc, g->section, key);
 	return NULL;
 }
 
@@ -83,8 +89,14 @@ int srt_rdx_geometry_load(const char *model, const struct srt_rdx_geometry_opts 
 		seterr(err, errlen, "plugin host: %s", why);
 		goto fail;
 	}
-	if ((rc = srt_registry_open(&p->reg, opts ? opts->dirs : NULL, opts ? opts->ndirs : 0,
-				    p->host, 0))) {
+	p->rc = opts ? opts->rc : NULL;
+	const char *dirs[64];
+	size_t nd = 0;
+	for (size_t i = 0; opts && i < opts->ndirs && nd < 64; i++)
+		dirs[nd++] = opts->dirs[i];
+	for (int i = 0; p->rc && i < p->rc->n_plugin_dirs && nd < 64; i++)
+		dirs[nd++] = p->rc->plugin_dirs[i];
+	if ((rc = srt_registry_open(&p->reg, nd ? dirs : NULL, nd, p->host, 0))) {
 		seterr(err, errlen, "plugin registry: cannot open (code %d)", rc);
 		goto fail;
 	}
@@ -105,12 +117,31 @@ int srt_rdx_geometry_load(const char *model, const struct srt_rdx_geometry_opts 
 		}
 	for (int i = 0; i < nr; i++) {
 		const char *name = plugin_for_ratio(ratios[i]);
+		p->section = NULL;
+		if (p->rc) {
+			const struct srt_rc_plugin *rp = srt_runtime_config_attention(p->rc, ratios[i]);
+			name = rp ? rp->name : NULL;
+			p->section = rp ? rp->section : NULL;
+		}
 		if (!name) {
 			seterr(err, errlen, "model '%s': no attention plugin serves compress ratio %d "
-			       "(known: 0 swa, 4 csa, 128 hca)", model, ratios[i]);
+			       "(%s)", model, ratios[i], p->rc ? "add ratio.N = <plugin> to [attention] "
+			       "of the runtime config, or --set attention.ratio.N=<plugin>"
+			       : "known: 0 swa, 4 csa, 128 hca");
 			rc = SRT_ENOTSUP;
 			goto fail;
 		}
+		if (p->n_inst == MAX_INST) {
+			seterr(err, errlen, "model '%s': more than %d attention types", model, MAX_INST);
+			rc = SRT_ENOTSUP;
+			goto fail;
+		}
+		int32_t *lay = p->layers[p->n_inst];
+		uint32_t nl = 0;
+		/* every layer of the ratio, the MTP layer included (its KV is cached too) */
+		for (int l = 0; l < g->model.n_compress_ratios; l++)
+			if (g->model.compress_ratios[l] == ratios[i])
+				lay[nl++] = l;
 		const struct srt_plugin_info *info;
 		if ((rc = srt_registry_find(p->reg, SRT_KIND_ATTENTION, name, &info, why, sizeof(why)))) {
 			seterr(err, errlen, "attention plugin '%s': %s", name, why);
@@ -118,7 +149,7 @@ int srt_rdx_geometry_load(const char *model, const struct srt_rdx_geometry_opts 
 		}
 		struct srt_plugin_args args = {
 			.struct_size = sizeof(args), .model = &g->model, .weights = NULL,
-			.layers = NULL, .n_layers = 0, .page_tokens = P,
+			.layers = lay, .n_layers = nl, .page_tokens = P,
 			.profile = SRT_PROFILE_REFERENCE, .option = geo_option, .option_ctx = p,
 			.role = name,
 		};

@@ -3,8 +3,11 @@
  * plugin registry, create one instance per attention type with weights == NULL (pool
  * declaration only) and collect their pool declarations, ready for srt_rdx_cache_create.
  *
- * Compress ratio -> plugin: 0 -> "swa", 4 -> "csa", 128 -> "hca" (the runtime config will make
- * this a setting); any other ratio is refused with a message naming it.
+ * Compress ratio -> plugin: the runtime config's [attention] ratio.N (opts.rc), with the options
+ * of its [attention.<plugin>] section; without opts.rc the built-in 0 -> "swa", 4 -> "csa",
+ * 128 -> "hca". A ratio no plugin serves is refused with a message naming it. Each instance is
+ * created cache-only (weights NULL, see abi/shadowrt/plugin.h) for the model's main layers of
+ * its ratio.
  *
  * Thread safety: a geometry is read-only after load. Not reentrant while loading (the registry
  * and the host are per geometry, but dlopen and logging are process-wide).
@@ -19,6 +22,8 @@
 #include <shadowrt/pool.h>
 
 #include "radix/radix.h"
+
+struct srt_runtime_config;
 
 struct srt_rdx_geometry {
 	struct srt_model_config model;
@@ -35,6 +40,9 @@ struct srt_rdx_geometry_opts {
 	const char *index_dtype;     /* plugin option index_dtype (NULL = plugin default) */
 	const char *const *dirs;     /* extra plugin directories searched first (may be NULL) */
 	size_t ndirs;
+	/* runtime config (borrowed, may be NULL): attention plugin per ratio, their options and
+	 * plugin_dirs (searched after dirs); kv_dtype/index_dtype above win over its options */
+	const struct srt_runtime_config *rc;
 };
 
 /*

@@ -67,6 +67,9 @@ static int load_tier(struct srt_tier_stack *s, const struct srt_tier_stack_opts 
 							    : "page arena (L2 needs host)");
 		return SRT_EINVAL;
 	}
+	if (o->rc && (rc = srt_runtime_config_check_options(o->rc, sections[level], pi->desc, err,
+							     errlen)))
+		return rc;
 	struct optscope sc = {o->rc, sections[level], level == SRT_TIER_L3 ? o->over : NULL,
 			      o->payload_bytes > 0, ""};
 	if (level == SRT_TIER_L3 && !o->payload_bytes && budget && budget != UINT64_MAX)
@@ -146,6 +149,13 @@ int srt_tier_stack_open(const struct srt_tier_stack_opts *o, struct srt_tier_sta
 		.l3_retry_ms = o->l3_retry_ms,
 		.host = s->host,
 	};
+	if (ov) {
+		mc.write_sync = ov->write_sync;
+		mc.write_queue_bytes = ov->write_queue_bytes;
+		mc.write_batch = ov->write_batch;
+		mc.write_full = ov->write_full;
+		mc.l3_report_ms = ov->l3_report_ms;
+	}
 	mc.scope.layout_version = o->layout_version ? o->layout_version : 1;
 	srt_tmgr_fingerprint(o->model_ident, o->page_tokens, o->pools, o->n_pools,
 			     mc.scope.model_fp);

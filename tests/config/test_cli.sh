@@ -50,4 +50,30 @@ grep -q "wrongkind.ini:2: residual plugin 'csa'.*attention plugin" "$TMP/err" \
 "$BIN" config --model > /dev/null 2> "$TMP/err"
 [ $? -eq 2 ] || fail "--model without a value must exit 2"
 grep -q -- "--model needs a value" "$TMP/err" || fail "unexpected message: $(cat "$TMP/err")"
+# --set on the command line, over the default and --config, key by key
+printf '[cache]\npage_size = 512\n' > "$TMP/p.ini"
+"$BIN" config --config "$TMP/p.ini" --set cache.prefetch=off --set tier.l3.budget=2GB \
+	> "$TMP/out" 2> "$TMP/err" || fail "--set exited $?: $(cat "$TMP/err")"
+grep -q 'page_size 512 tokens.*prefetch off' "$TMP/out" || fail "--set/--config overlay: $(cat "$TMP/out")"
+grep -q 'tier.l3 .*budget 1.9 GiB' "$TMP/out" || fail "2GB must be 2*10^9 bytes: $(cat "$TMP/out")"
+grep -q 'attention r=128  hca' "$TMP/out" || fail "the default's other keys must stay"
+# an unknown plugin option: error naming plugin, key, valid options; printed once
+"$BIN" config --set attention.csa.kv_dtipe=fp8 > /dev/null 2> "$TMP/err"
+[ $? -eq 1 ] || fail "unknown plugin option must exit 1"
+grep -q "plugin 'csa' has no option 'kv_dtipe' (did you mean 'kv_dtype'?); its options: kv_dtype, index_dtype" \
+	"$TMP/err" || fail "unknown option message: $(cat "$TMP/err")"
+# an unknown plugin: did you mean, and the message once (not also logged by the loader)
+"$BIN" config --set moe.plugin=fp5 > /dev/null 2> "$TMP/err"
+[ $? -eq 1 ] || fail "unknown plugin must exit 1"
+grep -q "moe plugin 'fp5' (did you mean 'fp4'?)" "$TMP/err" || fail "plugin dym: $(cat "$TMP/err")"
+[ "$(grep -c "no moe plugin named 'fp5'" "$TMP/err")" -eq 1 ] || fail "printed twice: $(cat "$TMP/err")"
+# a mapping that serves no layer warns (once)
+"$BIN" config --set attention.ratio.16=hca > /dev/null 2> "$TMP/err" || fail "ratio.16 must only warn"
+[ "$(grep -c "ratio.16 = hca serves no layer of model 'tiny'" "$TMP/err")" -eq 1 ] \
+	|| fail "ratio warning: $(cat "$TMP/err")"
+"$BIN" config --set cachepage_size=1 > /dev/null 2>&1
+[ $? -eq 2 ] || fail "malformed --set must exit 2"
+"$BIN" confg > /dev/null 2> "$TMP/err"
+grep -q "did you mean 'config'" "$TMP/err" || fail "command dym: $(cat "$TMP/err")"
+"$BIN" config --help | grep -q -- '--set SECTION.KEY=VALUE' || fail "--help lacks --set"
 echo "ok"

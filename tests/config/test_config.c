@@ -343,7 +343,7 @@ START_TEST(missing_key_and_syntax_error_are_reported)
 
 	write_tmp(path, sizeof(path), ".json", "{\n  \"hidden_size\": 4096,\n  \"vocab_size\": [1,\n}\n");
 	ck_assert_int_eq(srt_model_config_load(path, &m, err, sizeof(err)), SRT_EINVAL);
-	ck_assert_msg(strstr(err, "YAML syntax error") && strstr(err, ":4:"), "%s", err);
+	ck_assert_msg(strstr(err, "not valid JSON") && strstr(err, ":4:"), "%s", err);
 	unlink(path);
 }
 END_TEST
@@ -439,21 +439,21 @@ START_TEST(default_ini_file_round_trips_to_the_embedded_default)
 }
 END_TEST
 
-START_TEST(a_file_section_replaces_the_default_section)
+START_TEST(a_file_overlays_the_default_key_by_key)
 {
 	char path[256];
 	struct srt_runtime_config c;
 	write_tmp(path, sizeof(path), ".ini",
-		  "; redis L3, two threads\n[runtime]\nthreads = 2\nplugin_dirs = /a:/b/c\n"
+		  "; redis L3, two threads\n[runtime]\nthreads = 2\nplugin_dirs = /:/tmp\n"
 		  "[tier.l3]\nplugin = redis\nhost = 10.0.0.2\nport = 6379\nbudget = 1.5T\n"
-		  "[attention]\nratio.0 = swa\nratio.4 = /opt/x/my_csa.so\nratio.128 = hca\n"
+		  "[attention]\nratio.4 = /opt/x/my_csa.so\n"
 		  "[attention.my_csa]\nblock = 64\n[cache]\nwrite_policy = write_through_after_2\n"
 		  "prefetch = off\n[sampling]\ntemperature = 0.7\ntop_p = 0.9\nseed = 18446744073709551615\n");
 	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
 	ck_assert_int_eq(c.threads, 2);
 	ck_assert_str_eq(c.profile == SRT_PROFILE_REFERENCE ? "ref" : "f32", "ref"); /* kept */
 	ck_assert_int_eq(c.n_plugin_dirs, 2);
-	ck_assert_str_eq(c.plugin_dirs[1], "/b/c");
+	ck_assert_str_eq(c.plugin_dirs[1], "/tmp");
 	ck_assert_ptr_null(c.plugin_dirs[2]);
 	ck_assert_str_eq(c.tiers[SRT_TIER_L3].plugin.name, "redis");
 	ck_assert_uint_eq(c.tiers[SRT_TIER_L3].budget, 3ull << 39);
@@ -464,10 +464,15 @@ START_TEST(a_file_section_replaces_the_default_section)
 	ck_assert_str_eq(p->name, "/opt/x/my_csa.so");
 	ck_assert_str_eq(p->section, "attention.my_csa");
 	ck_assert_str_eq(srt_runtime_config_option(&c, p->section, "block"), "64");
+	/* key by key: the default's other ratios and [cache] keys stay */
+	ck_assert_int_eq(c.n_ratios, 3);
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 0)->name, "swa");
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 128)->name, "hca");
+	ck_assert_str_eq(srt_runtime_config_option(&c, "cache", "page_size"), "256");
 	ck_assert_int_eq(c.write_policy, SRT_WRITE_THROUGH_AFTER_2);
 	ck_assert_uint_eq(c.write_after_hits, 2);
 	ck_assert_int_eq(c.prefetch, 0);
-	ck_assert_uint_eq(c.page_size, 256); /* [cache] replaced: the code default */
+	ck_assert_uint_eq(c.page_size, 256); /* kept from the default */
 	ck_assert_double_eq(c.temperature, 0.7);
 	ck_assert_uint_eq(c.seed, UINT64_MAX);
 	ck_assert_int_eq(c.max_new_tokens, 128);
@@ -523,7 +528,6 @@ START_TEST(runtime_config_errors_name_file_line_and_key)
 	expect_rc_error("[tier.l1]\nplugin = none\n", ":1: [tier.l1] plugin = none", NULL);
 	expect_rc_error("[tier.l2]\nplugin = host\nbudget = lots\n", ":3: [tier.l2] budget", "not a size");
 	expect_rc_error("[tier.l4]\nplugin = host\n", ":1: unknown section [tier.l4]", NULL);
-	expect_rc_error("[tier.l3]\npath = /x\n", ":1: [tier.l3] has no 'plugin = ...' key", NULL);
 	expect_rc_error("[moe]\nplugin = fp 4\n", ":2: [moe] plugin", "not a plugin name");
 	expect_rc_error("[cache]\n  page_size = 128\n", ":2: indented line", NULL);
 	expect_rc_error("page_size = 128\n", ":1: key outside any section", NULL);
@@ -563,7 +567,7 @@ START_TEST(model_ratios_must_be_mapped_and_divide_the_page)
 	struct srt_runtime_config c;
 	struct srt_model_config m;
 	ck_assert_int_eq(srt_model_config_load("tiny", &m, err, sizeof(err)), 0);
-	write_tmp(path, sizeof(path), ".ini", "[attention]\nratio.0 = swa\nratio.4 = csa\n");
+	write_tmp(path, sizeof(path), ".ini", "[attention]\nratio.128 = none\n");
 	ck_assert_int_eq(srt_runtime_config_load(path, &c, err, sizeof(err)), 0);
 	ck_assert_int_eq(srt_runtime_config_check_model(&c, &m, err, sizeof(err)), SRT_EINVAL);
 	ck_assert_msg(strstr(err, "ratio 128") && strstr(err, "ratio.128 = <plugin>"), "%s", err);
@@ -585,14 +589,14 @@ START_TEST(size_parser_accepts_units_and_rejects_junk)
 {
 	static const struct { const char *s; uint64_t v; } ok[] = {
 		{"0", 0}, {"4096", 4096}, {"4K", 4096}, {"4k", 4096}, {"4KiB", 4096},
-		{"4KB", 4096}, {"2M", 2u << 20}, {"2MiB", 2u << 20}, {"4G", 4ull << 30},
+		{"4KB", 4000}, {"4GB", 4000000000ull}, {"4gb", 4000000000ull}, {"2M", 2u << 20}, {"2MiB", 2u << 20}, {"4G", 4ull << 30},
 		{"4GiB", 4ull << 30}, {"4 GiB", 4ull << 30}, {"1T", 1ull << 40},
 		{"1TiB", 1ull << 40}, {"1.5G", 3ull << 29}, {"0.5K", 512}, {"100B", 100},
 		{"16777215T", 16777215ull << 40},
 	};
 	static const char *const bad[] = {
 		"", "G", "-1", "4X", "4GiBs", "1.3K", "0.1", "4 G B", "16777216T",
-		"18446744073709551616", "1..5G", "4iB",
+		"18446744073709551616", "1..5G", "4iB", "4Gi", "20000000TB",
 	};
 	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
 		uint64_t v = 12345;
@@ -609,6 +613,177 @@ START_TEST(size_parser_accepts_units_and_rejects_junk)
 	ck_assert_str_eq(srt_format_size(4ull << 30, b, sizeof(b)), "4 GiB");
 	ck_assert_str_eq(srt_format_size(3ull << 29, b, sizeof(b)), "1.5 GiB");
 	ck_assert_str_eq(srt_format_size(100, b, sizeof(b)), "100 B");
+}
+END_TEST
+
+
+START_TEST(set_overrides_apply_over_the_file_key_by_key)
+{
+	char path[256];
+	struct srt_runtime_config c;
+	write_tmp(path, sizeof(path), ".ini", "[cache]\npage_size = 512\n[runtime]\nthreads = 3\n");
+	const char *sets[] = {"cache.page_size=1024", "attention.ratio.4=mycsa",
+			      "attention.mycsa.kv_dtype=fp8", "tier.l3.budget=2GB",
+			      "tier.l2.plugin=none", "cache.page_size=2048"};
+	ck_assert_msg(srt_runtime_config_load_ex(path, sets, 6, &c, err, sizeof(err)) == 0, "%s",
+		      err);
+	ck_assert_uint_eq(c.page_size, 2048); /* the later --set wins */
+	ck_assert_int_eq(c.threads, 3);       /* from the file */
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 4)->name, "mycsa");
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 128)->name, "hca");
+	ck_assert_str_eq(srt_runtime_config_option(&c, "attention.mycsa", "kv_dtype"), "fp8");
+	ck_assert_uint_eq(c.tiers[SRT_TIER_L3].budget, 2000000000ull);
+	ck_assert_int_eq(c.tiers[SRT_TIER_L2].enabled, 0);
+	ck_assert_str_eq(srt_runtime_config_attention(&c, 4)->file, "--set attention.ratio.4=mycsa");
+	srt_runtime_config_free(&c);
+	/* an error in a --set names the argument */
+	const char *bad[] = {"cache.page_size=many"};
+	ck_assert_int_eq(srt_runtime_config_load_ex(path, bad, 1, &c, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "--set cache.page_size=many: [cache] page_size") &&
+			      !strstr(err, ":0:"), "%s", err);
+	const char *syn[] = {"pagesize"};
+	ck_assert_int_eq(srt_runtime_config_set_overrides(syn, 1, err, sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, "section.key=value"), "%s", err);
+	/* the process-wide list reaches srt_runtime_config_load */
+	const char *glob[] = {"sampling.seed=7"};
+	ck_assert_int_eq(srt_runtime_config_set_overrides(glob, 1, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_runtime_config_load(path, &c, err, sizeof(err)), 0);
+	ck_assert_uint_eq(c.seed, 7);
+	srt_runtime_config_free(&c);
+	ck_assert_int_eq(srt_runtime_config_set_overrides(NULL, 0, err, sizeof(err)), 0);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(set_splits_sections_with_dots)
+{
+	char sec[64], key[64];
+	const char *v;
+	static const struct { const char *arg, *sec, *key, *val; } t[] = {
+		{"attention.ratio.16=c16", "attention", "ratio.16", "c16"},
+		{"attention.c16.kv_dtype=bf16", "attention.c16", "kv_dtype", "bf16"},
+		{"tier.l3.path=/x=y", "tier.l3", "path", "/x=y"},
+		{"runtime.threads=2", "runtime", "threads", "2"},
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++) {
+		ck_assert_msg(srt_runtime_config_split_set(t[i].arg, sec, sizeof(sec), key, sizeof(key),
+							   &v, err, sizeof(err)) == 0, "%s", err);
+		ck_assert_str_eq(sec, t[i].sec);
+		ck_assert_str_eq(key, t[i].key);
+		ck_assert_str_eq(v, t[i].val);
+	}
+	ck_assert_int_eq(srt_runtime_config_split_set("tier.l3=x", sec, sizeof(sec), key,
+						      sizeof(key), &v, err, sizeof(err)), SRT_EINVAL);
+}
+END_TEST
+
+START_TEST(unknown_names_get_a_did_you_mean)
+{
+	expect_rc_error("[cache]\npage_sise = 128\n", ":2: [cache] page_sise",
+			"did you mean 'page_size'?");
+	expect_rc_error("[runtme]\nthreads = 1\n", ":1: unknown section [runtme]",
+			"did you mean 'runtime'?");
+	expect_rc_error("[tier.l5]\nplugin = host\n", "unknown section [tier.l5]",
+			"did you mean 'tier.l1'?");
+	static const char *const c[] = {"swa", "csa", "hca"};
+	ck_assert_str_eq(srt_suggest("cas", c, 3), "csa");
+	ck_assert_ptr_null(srt_suggest("csa", c, 3));
+	ck_assert_ptr_null(srt_suggest("totally-different", c, 3));
+}
+END_TEST
+
+START_TEST(spaced_section_and_long_names_report_their_real_line)
+{
+	char path[256];
+	struct srt_runtime_config c;
+	write_tmp(path, sizeof(path), ".ini", "; x\n[ runtime ]\nthreads = 5\n");
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(c.threads, 5);
+	srt_runtime_config_free(&c);
+	unlink(path);
+	/* a bad value in a spaced section names its line, not line 0 */
+	expect_rc_error("[ runtime ]\n\nthreads = x\n", ":3: [runtime] threads", NULL);
+	char text[300];
+	snprintf(text, sizeof(text), "[cache]\n%070d = 1\n", 0);
+	expect_rc_error(text, ":2: too long key", NULL);
+	snprintf(text, sizeof(text), "[cache]\n[attention.%060d]\nx = 1\n", 0);
+	expect_rc_error(text, ":2: too long section name", NULL);
+}
+END_TEST
+
+START_TEST(missing_plugin_dir_is_an_error)
+{
+	expect_rc_error("[runtime]\nplugin_dirs = /nonexistent-srt-dir\n",
+			":2: [runtime] plugin_dirs: '/nonexistent-srt-dir'", "No such file");
+}
+END_TEST
+
+START_TEST(unknown_plugin_option_names_plugin_and_valid_options)
+{
+	static const struct srt_plugin_option opts[] = {
+		{"kv_dtype", "auto|bf16", "auto", "x"}, {"index_dtype", "auto", "auto", "y"},
+		{NULL, NULL, NULL, NULL}};
+	struct srt_plugin_desc d = {.struct_size = sizeof(d), .name = "csa", .options = opts};
+	char path[256];
+	struct srt_runtime_config c;
+	write_tmp(path, sizeof(path), ".ini", "[attention.csa]\nkv_dtype = fp8\nkv_dtipe = fp8\n");
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(srt_runtime_config_check_options(&c, "attention.csa", &d, err,
+							  sizeof(err)), SRT_EINVAL);
+	ck_assert_msg(strstr(err, ":3: [attention.csa] kv_dtipe: plugin 'csa' has no option "
+				  "'kv_dtipe' (did you mean 'kv_dtype'?); its options: kv_dtype, "
+				  "index_dtype"), "%s", err);
+	/* ABI 1.0 descriptor (no options member): not checked */
+	d.struct_size = (uint32_t)SRT_PLUGIN_DESC_V1_SIZE;
+	ck_assert_int_eq(srt_runtime_config_check_options(&c, "attention.csa", &d, err,
+							  sizeof(err)), 0);
+	srt_runtime_config_free(&c);
+	unlink(path);
+	/* tier: budget and plugin are the runtime's, not options */
+	static const struct srt_plugin_option none[] = {{NULL, NULL, NULL, NULL}};
+	struct srt_plugin_desc t = {.struct_size = sizeof(t), .name = "host", .options = none};
+	write_tmp(path, sizeof(path), ".ini", "[tier.l2]\nplugin = host\nbudget = 1GiB\n");
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_msg(srt_runtime_config_check_options(&c, "tier.l2", &t, err, sizeof(err)) == 0,
+		      "%s", err);
+	srt_runtime_config_free(&c);
+	unlink(path);
+}
+END_TEST
+
+START_TEST(ratio_mapping_serving_no_layer_warns_once)
+{
+	char path[256], out[256];
+	struct srt_runtime_config c;
+	struct srt_model_config m;
+	ck_assert_int_eq(srt_model_config_load("tiny", &m, err, sizeof(err)), 0);
+	write_tmp(path, sizeof(path), ".ini", "[attention]\nratio.16 = c16\n");
+	write_tmp(out, sizeof(out), ".log", "");
+	ck_assert_msg(srt_runtime_config_load(path, &c, err, sizeof(err)) == 0, "%s", err);
+	fflush(stderr);
+	int saved = dup(2);
+	FILE *f = fopen(out, "w");
+	dup2(fileno(f), 2);
+	ck_assert_int_eq(srt_runtime_config_check_model(&c, &m, err, sizeof(err)), 0);
+	ck_assert_int_eq(srt_runtime_config_check_model(&c, &m, err, sizeof(err)), 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	fclose(f);
+	char log[1024] = "";
+	f = fopen(out, "r");
+	size_t n = fread(log, 1, sizeof(log) - 1, f);
+	log[n] = 0;
+	fclose(f);
+	char *w = strstr(log, ":2: [attention] ratio.16 = c16 serves no layer of model 'tiny' "
+			      "(its ratios: 0, 4, 128)");
+	ck_assert_msg(w, "%s", log);
+	ck_assert_msg(!strstr(strstr(w, "serves no layer") + 1, "serves no layer"),
+		      "printed twice: %s", log);
+	ck_assert_msg(!strstr(log, "ratio.4"), "default mappings must not warn: %s", log);
+	srt_runtime_config_free(&c);
+	unlink(path);
+	unlink(out);
 }
 END_TEST
 
@@ -635,12 +810,19 @@ static Suite *config_suite(void)
 	TCase *r = tcase_create("runtime");
 	tcase_add_test(r, default_runtime_config_has_the_documented_values);
 	tcase_add_test(r, default_ini_file_round_trips_to_the_embedded_default);
-	tcase_add_test(r, a_file_section_replaces_the_default_section);
+	tcase_add_test(r, a_file_overlays_the_default_key_by_key);
 	tcase_add_test(r, write_through_after_n_takes_any_n_and_refuses_a_bad_one);
 	tcase_add_test(r, runtime_config_errors_name_file_line_and_key);
 	tcase_add_test(r, long_line_is_rejected_not_cut);
 	tcase_add_test(r, model_ratios_must_be_mapped_and_divide_the_page);
 	tcase_add_test(r, size_parser_accepts_units_and_rejects_junk);
+	tcase_add_test(r, set_overrides_apply_over_the_file_key_by_key);
+	tcase_add_test(r, set_splits_sections_with_dots);
+	tcase_add_test(r, unknown_names_get_a_did_you_mean);
+	tcase_add_test(r, spaced_section_and_long_names_report_their_real_line);
+	tcase_add_test(r, missing_plugin_dir_is_an_error);
+	tcase_add_test(r, unknown_plugin_option_names_plugin_and_valid_options);
+	tcase_add_test(r, ratio_mapping_serving_no_layer_warns_once);
 	suite_add_tcase(s, r);
 	return s;
 }

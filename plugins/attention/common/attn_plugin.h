@@ -37,6 +37,18 @@
 		.declare_pools = attn_declare_pools,                                             \
 		.forward = attn_forward,                                                         \
 	};                                                                                       \
+	static const struct srt_plugin_option attn_opts_kv[] = {                                 \
+		{"kv_dtype", "auto|bf16|fp8|f32", "auto",                                        \
+		 "KV entry format (auto: fp8 in the reference profile, f32 in f32)"},            \
+		{NULL, NULL, NULL, NULL},                                                        \
+	};                                                                                       \
+	static const struct srt_plugin_option attn_opts_csa[] = {                                \
+		{"kv_dtype", "auto|bf16|fp8|f32", "auto",                                        \
+		 "KV entry format (auto: fp8 in the reference profile, f32 in f32)"},            \
+		{"index_dtype", "auto|bf16|fp8|fp4|f32", "auto",                                 \
+		 "indexer key format (auto: fp4 in reference, f32 in f32; else kv_dtype)"},       \
+		{NULL, NULL, NULL, NULL},                                                        \
+	};                                                                                       \
 	static const struct srt_plugin_desc attn_desc = {                                        \
 		.struct_size = sizeof(struct srt_plugin_desc),                                   \
 		.abi_major = SRT_ABI_MAJOR,                                                      \
@@ -50,6 +62,7 @@
 		.create = attn_create,                                                           \
 		.destroy = attn_destroy,                                                         \
 		.vtable = &attn_vtable,                                                          \
+		.options = (RATIO) == 4 ? attn_opts_csa : attn_opts_kv,                          \
 	};                                                                                       \
 	SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void) { return &attn_desc; }
 

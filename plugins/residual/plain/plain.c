@@ -127,6 +127,11 @@ static const struct srt_residual_vtable plain_vtable = {
 	.head = plain_head,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option plain_options[] = {
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc plain_desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -140,6 +145,7 @@ static const struct srt_plugin_desc plain_desc = {
 	.create = plain_create,
 	.destroy = plain_destroy,
 	.vtable = &plain_vtable,
+	.options = plain_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

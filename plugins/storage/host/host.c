@@ -332,6 +332,14 @@ static const struct srt_tier_vtable vtable = {
 	.usage = host_usage,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option host_options[] = {
+	{"budget", "size", NULL, "arena bytes (the tier's budget; set by the runtime)"},
+	{"slab_bytes", "size", NULL, "bytes per slab allocation"},
+	{"hugepages", "on|off", "off", "back slabs with huge pages"},
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -344,6 +352,7 @@ static const struct srt_plugin_desc desc = {
 	.create = host_create,
 	.destroy = host_destroy,
 	.vtable = &vtable,
+	.options = host_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

@@ -409,6 +409,14 @@ static const struct srt_tier_vtable vtable = {
 	.usage = sq_usage,
 };
 
+/* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
+static const struct srt_plugin_option sqlite_options[] = {
+	{"path", "path", NULL, "database file (required)"},
+	{"max_bytes", "size", NULL, "LRU bound of the store (set from [tier.l3] budget)"},
+	{"busy_timeout_ms", "int", "5000", "SQLite busy timeout"},
+	{NULL, NULL, NULL, NULL},
+};
+
 static const struct srt_plugin_desc desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -422,6 +430,7 @@ static const struct srt_plugin_desc desc = {
 	.create = sq_create,
 	.destroy = sq_destroy,
 	.vtable = &vtable,
+	.options = sqlite_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

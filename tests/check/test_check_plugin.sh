@@ -1,0 +1,56 @@
+#!/bin/sh
+# check-plugin catches what it claims to. A wrapper of the real csa plugin (faulty_attn.so)
+# with no defect passes every check; each injected defect fails the check made for it, with
+# exit status 1, and --json reports the same. Page size 128 keeps the prompts short.
+# usage: test_check_plugin.sh <shadowrt> <tiny checkpoint dir> <faulty_attn.so> <plugin dir>
+set -u
+BIN=$1 MODEL=$2 FAULTY=$3 PDIR=$4
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+common="--model $MODEL --ratio 4 --tokens 96 -q --set cache.page_size=128
+	--set attention.faulty_attn.inner=$PDIR/srt_attn_csa.so"
+
+# the built-in csa itself passes everything, divergence 0
+"$BIN" check-plugin csa --model "$MODEL" --tokens 96 -q --set cache.page_size=128 --json \
+	> "$T/csa.json" || fail "csa failed check-plugin: $(cat "$T/csa.json")"
+"$(dirname "$0")/../../.venv/bin/python" - "$T/csa.json" <<'PY' || fail "csa JSON report"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["passed"] is True and r["kind"] == "attention" and r["ratio"] == 4, r
+names = [c["name"] for c in r["checks"]]
+assert names == ["pools", "chunk", "decode", "resume-l1", "resume-l2", "resume-l3", "batch",
+                 "threads", "guard", "divergence"], names
+assert all(c["status"] == "pass" for c in r["checks"]), r
+d = [c for c in r["checks"] if c["name"] == "divergence"][0]["divergence"]
+assert d["bitwise_equal"] and d["kl_mean"] == 0 and d["top1_agreement"] == 1, d
+PY
+
+# a faithful wrapper, out of tree by path: passes
+# shellcheck disable=SC2086
+"$BIN" check-plugin "$FAULTY" $common --set attention.faulty_attn.fault=none \
+	--only pools,chunk,batch,guard > "$T/none" 2>&1 || fail "wrapper without defect: $(cat "$T/none")"
+
+expect_fail() { # fault check
+	# shellcheck disable=SC2086
+	"$BIN" check-plugin "$FAULTY" $common --set attention.faulty_attn.fault="$1" --only "$2" \
+		> "$T/out" 2>&1
+	rc=$?
+	[ $rc -eq 1 ] || fail "fault $1: exit $rc, expected 1: $(cat "$T/out")"
+	grep -Eq "^  $2 +FAIL" "$T/out" || fail "fault $1 not caught by $2: $(cat "$T/out")"
+}
+expect_fail chunk chunk
+expect_fail chunk decode
+expect_fail batch batch
+expect_fail overflow guard
+expect_fail pools pools
+grep -q "declared twice" "$T/out" || fail "pools message: $(cat "$T/out")"
+
+# usage errors
+"$BIN" check-plugin csa --only chunkk > /dev/null 2> "$T/err"
+[ $? -eq 2 ] || fail "unknown check must exit 2"
+grep -q "did you mean 'chunk'" "$T/err" || fail "unknown check message: $(cat "$T/err")"
+"$BIN" check-plugin csa --model "$MODEL" --ratio 16 > /dev/null 2> "$T/err"
+[ $? -eq 1 ] || fail "a ratio the model lacks must exit 1"
+grep -q "no layer of compress ratio 16" "$T/err" || fail "ratio message: $(cat "$T/err")"
+echo "ok"

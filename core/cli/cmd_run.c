@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "tok_cli.h"
 #include "config/runtime_config.h"
 #include "exec/engine.h"
 #include "exec/sampler.h"
@@ -94,6 +95,9 @@ static int push(struct conv *c, const int32_t *t, size_t n)
 	c->n += n;
 	return 0;
 }
+
+/* The checkpoint's tokenizer when it has one: the replies are shown as text. */
+static struct srt_tok *run_tok;
 
 static int push_text(struct conv *c, const char *s, int32_t vocab)
 {
@@ -205,6 +209,9 @@ int srt_cmd_run(int argc, char **argv)
 	const struct srt_model_config *m = srt_engine_model(e);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
 	size_t V = (size_t)m->vocab_size;
+	if (srt_cli_model_tokenizer(srt_engine_model_path(e), (uint32_t)m->vocab_size, &run_tok,
+				    "shadowrt run"))
+		goto out;
 	logits = malloc(sizeof(float) * V * (size_t)nconv);
 	scratch = malloc(sizeof(float) * V * 2);
 	if (!logits || !scratch)
@@ -302,6 +309,14 @@ int srt_cmd_run(int argc, char **argv)
 			srt_engine_seq_free(cv[c].seq);
 			cv[c].seq = NULL;
 		}
+		if (run_tok) { /* the text of conversation 0's reply (random weights: random text) */
+			struct srt_tok_text txt = {0};
+			srt_tok_decode(run_tok, cv[0].hist + cv[0].n - reply, (size_t)reply,
+				       SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &txt, err, sizeof(err));
+			printf("     conversation 0 replied (random weights, random text): %.*s\n",
+			       (int)txt.len, txt.data ? txt.data : "");
+			srt_tok_text_free(&txt);
+		}
 		fflush(stdout);
 	}
 	double wall = srt_cli_now() - t_all;
@@ -356,6 +371,8 @@ out:
 			free(cv[c].hist);
 		}
 	srt_engine_close(e);
+	srt_tok_free(run_tok);
+	run_tok = NULL;
 	free(cv);
 	free(seqs);
 	free(toks);

@@ -277,10 +277,10 @@ END_TEST
 
 START_TEST(huge_words_and_runs_encode_in_bounded_work)
 {
-	/* 2 MB without a split point: the heap path (n log n); a quadratic one would not end in
+	/* 1 MB without a split point: the heap path (n log n); a quadratic one would not end in
 	 * any reasonable time. Checked by the round trip, not by a clock. */
 	struct srt_tok *t = real_tok();
-	size_t n = 2 << 20;
+	size_t n = 1 << 20;
 	char *s = malloc(n + 1);
 	unsigned seed = 9;
 	for (size_t i = 0; i < n; i++)

@@ -211,10 +211,7 @@ static bool ucd_needed(void)
 /* Append the gained ranges of category cat (one or two letters) to out. */
 static int ucd_append(struct srt_tok_text *out, const char *cat, size_t len)
 {
-	static int need = -1;
-	if (need < 0)
-		need = ucd_needed();
-	if (!need)
+	if (!ucd_needed()) /* cheap; no static state, so loads may run in parallel */
 		return 0;
 	for (const struct tk_ucd_delta *d = tk_ucd_delta; d->cat; d++) {
 		if (len == 1 ? d->cat[0] != cat[0] : (len != 2 || memcmp(d->cat, cat, 2)))

@@ -443,6 +443,7 @@ static int load_pretok_one(struct srt_tok *t, json_t *p, const char *field, bool
 		if (!last)
 			return tk_errf(err, errlen, SRT_EINVAL,
 				       "%s: %s: ByteLevel must be the last pre-tokenizer", t->name, field);
+		t->byte_level = true;
 		bool prefix = jbool(p, "add_prefix_space", false);
 		bool use_regex = jbool(p, "use_regex", true);
 		if (!use_regex && !prefix)
@@ -807,6 +808,13 @@ int srt_tok_load_buffer(const char *json, size_t len, const char *name, struct s
 	    (rc = load_model(t, root, inv, err, errlen)) || (rc = load_added(t, root, err, errlen)) ||
 	    (rc = load_pretok(t, root, err, errlen)))
 		goto out_json;
+	if (!t->byte_level) {
+		rc = tk_errf(err, errlen, SRT_EINVAL,
+			     "%s: pre_tokenizer: no ByteLevel step: only byte-level BPE tokenizers are "
+			     "supported",
+			     name);
+		goto out_json;
+	}
 	t->cache = calloc(TK_CACHE_SHARDS, sizeof(*t->cache));
 	if (!t->cache) {
 		rc = tk_errf(err, errlen, SRT_ENOMEM, "out of memory");

@@ -128,6 +128,8 @@ START_TEST(malformed_tokenizer_json_names_file_and_field)
 	p = strstr(buf, "\"Isolated\"");
 	memcpy(p, "\"Isolatex\"", 10);
 	expect_refused(buf, "pre_tokenizer.pretokenizers[0].behavior: unknown value 'Isolatex'");
+	expect_refused("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":null}",
+		       "pre_tokenizer: no ByteLevel step");
 }
 END_TEST
 

@@ -385,7 +385,8 @@ static int split_piece(struct enc *e, uint32_t stage, const char *p, size_t n)
 				pend_s = s, pend_e = t, have_pend = true, pend_match = im;
 				break;
 			case TK_CONTIGUOUS:
-				if (im && have_pend && pend_match) {
+				/* consecutive parts of the same kind join (HF: is_match == previous) */
+				if (have_pend && im == pend_match) {
 					pend_e = t;
 					rc = 0;
 					break;

@@ -7,7 +7,10 @@
      with the added tokens taken out of tokenizer.json;
   3. round trip: `shadowrt detokenize --lines --json` of those ids == the line, for every line
      that is valid UTF-8, and == HF's decode of the same ids for every line;
-  4. decoding random id sequences (specials, split multi-byte characters) == HF's decode.
+  4. decoding random id sequences (specials, split multi-byte characters) == HF's decode;
+  5. every Split behaviour (Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous;
+     six combinations with invert) put on the file's first and third splits: ids == HF's on
+     800 lines.
 
 usage: oracle.py SHADOWRT TOKENIZER_JSON CORPUS
 Exit 0 when everything matches, 1 with the first mismatches printed otherwise.
@@ -57,6 +60,7 @@ def main():
 
     # 2. model vocabulary only, on the lines with an added-token spelling (or a part of one)
     spec = json.load(open(tok_path, encoding="utf-8"))
+    spec_orig = json.loads(json.dumps(spec))
     spec["added_tokens"] = []
     hf_plain = Tokenizer.from_str(json.dumps(spec))
     sel = [i for i, t in enumerate(texts) if "<" in t or "\uff5c" in t or "|" in t][:8000]
@@ -118,6 +122,32 @@ def main():
                 fail("random decode" + (" skip-special" if skip else ""), i,
                      f"ids {seqs[i]}: shadowrt {d!r} vs HF {r!r}")
     print(f"oracle: {len(seqs)} random id sequences decoded, with and without --skip-special")
+
+    # 5. the other Split behaviours, as HF implements them
+    sub = list(range(0, len(lines), max(1, len(lines) // 800)))[:800]
+    sub_data = b"\n".join(lines[i] for i in sub)
+    pts = spec_orig["pre_tokenizer"]["pretokenizers"]
+    with tempfile.NamedTemporaryFile(suffix=".txt") as tt:
+        tt.write(sub_data)
+        tt.flush()
+        for beh, inv in [("Isolated", True), ("Removed", False), ("MergedWithPrevious", True),
+                         ("MergedWithNext", False), ("Contiguous", False), ("Contiguous", True)]:
+            if True:
+                for k in (0, 2):
+                    pts[k]["behavior"], pts[k]["invert"] = beh, inv
+                with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as tj:
+                    json.dump(spec_orig, tj, ensure_ascii=False)
+                    tj.flush()
+                    out = run([shadowrt, "tokenize", "--tokenizer", tj.name, "--lines", "--json",
+                               "--file", tt.name], b"")
+                    ref = [e.ids for e in Tokenizer.from_file(tj.name).encode_batch(
+                        [texts[i] for i in sub], add_special_tokens=False)]
+                got = [json.loads(l) for l in out.decode().split("\n") if l]
+                for j, (c, w) in enumerate(zip(got, ref)):
+                    if c != w:
+                        fail(f"split {beh} invert={inv}", sub[j],
+                             f"{texts[sub[j]][:80]!r}: shadowrt {c[:10]} vs HF {w[:10]}")
+    print(f"oracle: 6 split behaviour / invert variants: {len(sub)} lines each compared")
 
     if failures:
         print(f"oracle: {len(failures)} MISMATCHES; the first ones:")

@@ -10,7 +10,8 @@
   4. decoding random id sequences (specials, split multi-byte characters) == HF's decode;
   5. every Split behaviour (Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous;
      six combinations with invert) put on the file's first and third splits: ids == HF's on
-     800 lines.
+     800 lines;
+  6. lstrip / rstrip / single_word added tokens: ids == HF's.
 
 usage: oracle.py SHADOWRT TOKENIZER_JSON CORPUS
 Exit 0 when everything matches, 1 with the first mismatches printed otherwise.
@@ -148,6 +149,37 @@ def main():
                         fail(f"split {beh} invert={inv}", sub[j],
                              f"{texts[sub[j]][:80]!r}: shadowrt {c[:10]} vs HF {w[:10]}")
     print(f"oracle: 6 split behaviour / invert variants: {len(sub)} lines each compared")
+
+    # 6. added-token flags as HF applies them: lstrip on <think>, rstrip on </think>, both on
+    # <｜Assistant｜>, single_word on <｜User｜>, on the lines with '<' and a few made for it
+    for k in (0, 2):
+        pts[k]["behavior"], pts[k]["invert"] = "Isolated", False
+    for t in spec_orig["added_tokens"]:
+        c = t["content"]
+        t["lstrip"] = c in ("<think>", "<\uff5cAssistant\uff5c>")
+        t["rstrip"] = c in ("</think>", "<\uff5cAssistant\uff5c>")
+        t["single_word"] = c == "<\uff5cUser\uff5c>"
+    made = ["a <think> b", "a  <think>b", " </think>  x", "x</think>\t\ty", "w<\uff5cUser\uff5c>w",
+            "w <\uff5cUser\uff5c> w", "<\uff5cUser\uff5c>", "\u00e9<\uff5cUser\uff5c>", "1<\uff5cUser\uff5c>",
+            "\u3000<think>\u3000</think>\u3000", "<think><think>  </think></think>",
+            " \t<\uff5cAssistant\uff5c>\u2003 x"]
+    fl = [texts[i] for i in range(len(texts)) if "<" in texts[i]][:3000] + made
+    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as tj, \
+            tempfile.NamedTemporaryFile(suffix=".txt") as tt:
+        json.dump(spec_orig, tj, ensure_ascii=False)
+        tj.flush()
+        tt.write("\n".join(fl).encode())
+        tt.flush()
+        out = run([shadowrt, "tokenize", "--tokenizer", tj.name, "--lines", "--json", "--file",
+                   tt.name], b"")
+        ref = [e.ids for e in Tokenizer.from_file(tj.name).encode_batch(fl, add_special_tokens=False)]
+    got = [json.loads(l) for l in out.decode().split("\n") if l]
+    if len(got) != len(ref):
+        fail("added-token flags", 0, f"{len(got)} lines of ids for {len(ref)}")
+    for j, (c, w) in enumerate(zip(got, ref)):
+        if c != w:
+            fail("added-token flags", j, f"{fl[j][:80]!r}: shadowrt {c[:12]} vs HF {w[:12]}")
+    print(f"oracle: lstrip / rstrip / single_word: {len(fl)} lines compared")
 
     if failures:
         print(f"oracle: {len(failures)} MISMATCHES; the first ones:")

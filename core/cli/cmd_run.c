@@ -1,8 +1,8 @@
 /*
- * shadowrt run: the main job. A built-in multi-turn chat workload on the executor: several
- * conversations interleaved (their decode steps batched into one forward call), each turn
- * resending the whole history plus a new user message, so ShadowRadix serves the history from
- * cache. Prints per turn the prompt size, the prefix hit, TTFT and decode rate; at the end the
+ * shadowrt run: the main job. A built-in multi-turn chat workload through the scheduler
+ * (sched/sched.h): several conversations submitted together each turn (the scheduler batches
+ * their prefill chunks and decode rows), each turn resending the whole history plus a new user
+ * message, so ShadowRadix serves the history from cache. Prints per turn the prompt size, the prefix hit, TTFT and decode rate; at the end the
  * throughput, the hit rate and the KV bytes per pool.
  */
 #include <errno.h>
@@ -15,12 +15,13 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "tok_cli.h"
 #include "config/runtime_config.h"
 #include "exec/engine.h"
 #include "exec/sampler.h"
 #include "radix/radix.h"
+#include "sched/sched.h"
 #include "tier/manager.h"
+#include "tok_cli.h"
 
 static void run_usage(FILE *out)
 {
@@ -29,13 +30,14 @@ static void run_usage(FILE *out)
 		"\n"
 		"Serve a built-in multi-turn chat workload: --conversations conversations share a\n"
 		"system prompt; in each of --turns turns every conversation sends its whole history\n"
-		"plus a new user message (prefilled from the longest cached prefix, in chunks), then\n"
-		"all conversations decode --reply-tokens tokens together, one batched forward per step\n"
-		"(eos does not stop a reply). With no options this runs the embedded default: the\n"
+		"plus a new user message; the scheduler admits them from the longest cached prefix\n"
+		"and batches their prefill chunks and decode rows (one forward per step) until each\n"
+		"has --reply-tokens tokens (eos does not stop a reply). With no options this runs the\n"
+		"embedded default: the\n"
 		"synthetic tiny model (generated under $XDG_CACHE_HOME/shadowrt/models or\n"
 		"./shadowrt-models when missing), CPU plugins. Prints per turn and conversation the\n"
 		"prompt tokens, prefix-hit tokens and rate, time to first token (from the start of the\n"
-		"turn) and the batched decode rate; at the end the throughput, the overall hit rate and\n"
+		"turn) and its decode rate; at the end the throughput, the overall hit rate and\n"
 		"the KV bytes per cache pool. The L2/L3 tiers of the config sit behind the L1 cache\n"
 		"(default: host L2, file L3 in ./shadowrt-cache): a second run finds the shared\n"
 		"prefixes in L3. A progress bar goes to stderr when it is a terminal.\n"
@@ -76,9 +78,7 @@ static const char *const user_msgs[] = {
 struct conv {
 	int32_t *hist;
 	size_t n, cap;
-	struct srt_seq *seq;
-	int32_t next; /* token to feed at the next decode step */
-	struct srt_sampler smp;
+	struct srt_sched_req *req;
 };
 
 static int push(struct conv *c, const int32_t *t, size_t n)
@@ -185,12 +185,10 @@ int srt_cmd_run(int argc, char **argv)
 	char err[2048];
 	int status = 1;
 	struct srt_engine *e = NULL;
+	struct srt_sched *sched = NULL;
+	struct srt_tok_text reply0 = {0};
 	struct conv *cv = calloc((size_t)nconv, sizeof(*cv));
-	struct srt_seq **seqs = calloc((size_t)nconv, sizeof(*seqs));
-	int32_t *toks = calloc((size_t)nconv, sizeof(int32_t));
-	float *logits = NULL;
-	void *scratch = NULL;
-	if (!cv || !seqs || !toks)
+	if (!cv)
 		goto oom;
 	if (srt_engine_open(&o, &e, err, sizeof(err))) {
 		if (!o.tiers || !strstr(err, "[tier.")) {
@@ -208,14 +206,14 @@ int srt_cmd_run(int argc, char **argv)
 	}
 	const struct srt_model_config *m = srt_engine_model(e);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
-	size_t V = (size_t)m->vocab_size;
+	struct srt_sched_config qc = {.max_running = nconv};
+	if (srt_sched_create(e, &qc, &sched, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt run: %s\n", err);
+		goto out;
+	}
 	if (srt_cli_model_tokenizer(srt_engine_model_path(e), (uint32_t)m->vocab_size, &run_tok,
 				    "shadowrt run"))
 		goto out;
-	logits = malloc(sizeof(float) * V * (size_t)nconv);
-	scratch = malloc(sizeof(float) * V * 2);
-	if (!logits || !scratch)
-		goto oom;
 	printf("shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
 	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
 	       "prompt\n",
@@ -227,109 +225,97 @@ int srt_cmd_run(int argc, char **argv)
 			printf("tier %s\n", srt_engine_tier_describe(e, lv));
 	printf("\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
 	       "fromL2", "fromL3", "TTFT ms", "decode tok/s");
-	for (int c = 0; c < nconv; c++) {
-		srt_sampler_init(&cv[c].smp, (float)rc->temperature, (float)rc->top_p,
-				 rc->seed + (uint64_t)c);
+	for (int c = 0; c < nconv; c++)
 		if (push_text(&cv[c], system_prompt, m->vocab_size))
 			goto oom;
-	}
-	uint64_t tot_prompt = 0, tot_hit = 0, tot_computed = 0, tot_decoded = 0;
-	double t_all = srt_cli_now(), t_prefill_all = 0, t_decode_all = 0;
-	int work = turns * (nconv + reply), done = 0;
+	uint64_t tot_prompt = 0, tot_hit = 0, tot_decoded = 0, tot_computed = 0;
+	double t_all = srt_cli_now(), t_first_all = 0;
+	int work = turns * nconv, done = 0;
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)reply);
+	if (!ids)
+		goto oom;
 	for (int t = 0; t < turns; t++) {
-		double t0 = srt_cli_now();
-		double ttft[4096];
-		uint64_t hits[4096], tiers[4096][3];
+		double t0 = srt_cli_now(), last_first = t0;
 		for (int c = 0; c < nconv; c++) {
 			char msg[256];
 			snprintf(msg, sizeof(msg), "\nUser %d: %s\nAssistant:", c,
 				 user_msgs[(size_t)(t * 3 + c) % N_MSGS]);
 			if (push_text(&cv[c], msg, m->vocab_size))
 				goto oom;
-			if (srt_engine_seq_start(e, cv[c].hist, cv[c].n, 1, &cv[c].seq, &hits[c], err,
-						 sizeof(err)) ||
-			    srt_engine_prefill(e, cv[c].seq, logits + (size_t)c * V, 0, err,
-					       sizeof(err))) {
+			struct srt_sched_params p = {
+				.temperature = (float)rc->temperature, .top_p = (float)rc->top_p,
+				.seed = rc->seed + (uint64_t)c * 1000003u + (uint64_t)t,
+				.max_tokens = (uint32_t)reply, .ignore_eos = 1};
+			if (srt_sched_submit(sched, cv[c].hist, cv[c].n, &p, &cv[c].req, err,
+					     sizeof(err))) {
 				progress_clear(bar);
 				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
 					err);
 				goto out;
 			}
-			srt_seq_hit_tiers(cv[c].seq, tiers[c]);
-			cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
-						scratch);
-			ttft[c] = srt_cli_now() - t0;
-			seqs[c] = cv[c].seq;
-			tot_prompt += cv[c].n;
-			tot_hit += hits[c];
-			tot_computed += cv[c].n - hits[c];
-			progress(bar, ++done, work, "prefill");
 		}
-		double t_pre = srt_cli_now() - t0;
-		t_prefill_all += t_pre;
-		double t1 = srt_cli_now();
-		for (int k = 0; k < reply; k++) {
-			for (int c = 0; c < nconv; c++) {
-				toks[c] = cv[c].next;
-				if (push(&cv[c], &toks[c], 1))
-					goto oom;
-			}
-			if (k == reply - 1)
-				break; /* the last reply token is part of the next prompt */
-			if (srt_engine_decode(e, seqs, (uint32_t)nconv, toks, logits, err,
-					      sizeof(err))) {
-				progress_clear(bar);
-				fprintf(stderr, "shadowrt run: turn %d decode step %d: %s\n", t + 1, k,
-					err);
-				goto out;
-			}
-			for (int c = 0; c < nconv; c++)
-				cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
-							scratch);
-			tot_decoded += (uint64_t)nconv;
-			progress(bar, ++done, work, "decode");
-		}
-		done = (t + 1) * (nconv + reply);
-		double t_dec = srt_cli_now() - t1;
-		t_decode_all += t_dec;
-		double rate = t_dec > 0 ? (double)(reply - 1) * nconv / t_dec : 0;
-		progress_clear(bar);
 		for (int c = 0; c < nconv; c++) {
-			uint64_t plen = srt_seq_len(cv[c].seq) - (uint64_t)(reply - 1);
-			printf("%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
-			       (unsigned long long)plen, (unsigned long long)hits[c],
-			       100.0 * (double)hits[c] / (double)plen,
-			       (unsigned long long)tiers[c][1], (unsigned long long)tiers[c][2],
-			       ttft[c] * 1e3, rate);
-			if (srt_engine_seq_finish(cv[c].seq, NULL, err, sizeof(err))) {
+			struct srt_sched_info in;
+			srt_sched_wait(cv[c].req, UINT64_MAX - 1, SIZE_MAX - 1, &in);
+			if (in.finish == SRT_SCHED_ERROR) {
+				progress_clear(bar);
 				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
-					err);
+					in.error);
 				goto out;
 			}
-			srt_engine_seq_free(cv[c].seq);
-			cv[c].seq = NULL;
+			size_t n = srt_sched_tokens(cv[c].req, 0, ids, (size_t)reply);
+			if (push(&cv[c], ids, n))
+				goto oom;
+			if (run_tok && c == 0) { /* conversation 0's reply as text */
+				srt_tok_text_free(&reply0);
+				srt_tok_decode(run_tok, ids, n, SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &reply0,
+					       err, sizeof(err));
+			}
+			double ttft = in.t_first - t0;
+			double rate = in.t_last > in.t_first
+					      ? (double)(in.generated - 1) / (in.t_last - in.t_first)
+					      : 0.0;
+			if (in.t_first > last_first)
+				last_first = in.t_first;
+			progress_clear(bar);
+			printf("%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
+			       (unsigned long long)in.prompt_tokens,
+			       (unsigned long long)in.cached_tokens,
+			       100.0 * (double)in.cached_tokens / (double)in.prompt_tokens,
+			       (unsigned long long)in.cached_tier[1],
+			       (unsigned long long)in.cached_tier[2], ttft * 1e3, rate);
+			tot_prompt += in.prompt_tokens;
+			tot_hit += in.cached_tokens;
+			tot_decoded += in.generated;
+			srt_sched_release(cv[c].req);
+			cv[c].req = NULL;
+			progress(bar, ++done, work, "turns");
 		}
-		if (run_tok) { /* the text of conversation 0's reply (random weights: random text) */
-			struct srt_tok_text txt = {0};
-			srt_tok_decode(run_tok, cv[0].hist + cv[0].n - reply, (size_t)reply,
-				       SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &txt, err, sizeof(err));
+		t_first_all += last_first - t0;
+		if (run_tok)
 			printf("     conversation 0 replied (random weights, random text): %.*s\n",
-			       (int)txt.len, txt.data ? txt.data : "");
-			srt_tok_text_free(&txt);
-		}
+			       (int)reply0.len, reply0.data ? reply0.data : "");
 		fflush(stdout);
 	}
+	free(ids);
 	double wall = srt_cli_now() - t_all;
+	struct srt_sched_stats st;
+	srt_sched_stats(sched, &st);
+	tot_computed = st.computed_tokens;
 	progress_clear(bar);
-	printf("\nwall %.2f s: prefill %.2f s (%llu tokens computed, %.1f tokens/s), decode %.2f s "
-	       "(%llu tokens, %.1f tokens/s over %d sequences)\n",
-	       wall, t_prefill_all, (unsigned long long)tot_computed,
-	       t_prefill_all > 0 ? (double)tot_computed / t_prefill_all : 0.0, t_decode_all,
-	       (unsigned long long)tot_decoded,
-	       t_decode_all > 0 ? (double)tot_decoded / t_decode_all : 0.0, nconv);
+	printf("\nwall %.2f s: %llu prompt tokens, %llu computed (prefill + decode rows) in %llu "
+	       "batched steps, %llu tokens generated: %.1f generated tokens/s, %.1f computed "
+	       "tokens/s; time to the turn's last first token %.2f s in all\n",
+	       wall, (unsigned long long)tot_prompt, (unsigned long long)tot_computed,
+	       (unsigned long long)st.steps, (unsigned long long)tot_decoded,
+	       wall > 0 ? (double)tot_decoded / wall : 0.0,
+	       wall > 0 ? (double)tot_computed / wall : 0.0, t_first_all);
 	printf("prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
 	       (unsigned long long)tot_prompt, (unsigned long long)tot_hit,
 	       tot_prompt ? 100.0 * (double)tot_hit / (double)tot_prompt : 0.0);
+	/* the scheduler is idle: the engine's cache and tiers can be read from here */
+	srt_sched_destroy(sched);
+	sched = NULL;
 	struct srt_tmgr *tm = srt_engine_tiers(e);
 	if (tm) {
 		struct srt_tmgr_stats ts;
@@ -367,16 +353,14 @@ oom:
 out:
 	if (cv)
 		for (int c = 0; c < nconv; c++) {
-			srt_engine_seq_free(cv[c].seq);
+			srt_sched_release(cv[c].req);
 			free(cv[c].hist);
 		}
+	srt_sched_destroy(sched);
 	srt_engine_close(e);
 	srt_tok_free(run_tok);
 	run_tok = NULL;
+	srt_tok_text_free(&reply0);
 	free(cv);
-	free(seqs);
-	free(toks);
-	free(logits);
-	free(scratch);
 	return status;
 }

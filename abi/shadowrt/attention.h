@@ -12,6 +12,12 @@
  * in a pool too, typically ratio SRT_RATIO_PAGE, retention TAIL 1: the entry of the page being
  * written holds the state after the last token written into that page.
  *
+ * Read-only entries and rematerialization (ABI 1.1): batch->cached (pool.h, srt_seq_cached)
+ * says, per sequence and pool, which entries already exist and must be read, not written, and
+ * marks calls that rebuild a cached prefix's window and carry state. An instance built for
+ * ABI 1.0 never gets either (the executor checks abi_minor), so it simply gets no
+ * rematerialized prefix hits.
+ *
  * Thread safety: the core calls one instance from one thread at a time; the instance may use
  * srt_host.parallel_for inside a call.
  */

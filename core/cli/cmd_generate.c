@@ -41,6 +41,9 @@ static void generate_usage(FILE *out)
 		"                       tokens, generation prompt) turns it into the prompt\n"
 		"  --system TEXT        --chat: a system message before it\n"
 		"  --thinking           --chat: thinking mode (default: chat mode, no reasoning)\n"
+		"  --request FILE       an OpenAI chat request (JSON: messages, tools, tool_choice,\n"
+		"                       thinking, reasoning_effort, response_format) as the prompt,\n"
+		"                       through DeepSeek-V4's chat encoding ('-' = stdin)\n"
 		"  --ids                print the generated token ids, not the text\n"
 		"  --max-new-tokens N   tokens to generate (default: [sampling] max_new_tokens)\n"
 		"  --temperature T      0 = greedy (default: [sampling] temperature)\n"
@@ -144,6 +147,35 @@ static int make_prompt(const struct srt_tok *tok, const char *text, int chat, co
 	return 0;
 }
 
+/* The prompt ids of --request FILE: an OpenAI chat request through the chat encoding. */
+static int request_prompt(const struct srt_tok *tok, const char *path, int32_t **out,
+			  uint64_t *n)
+{
+	char err[1024];
+	json_error_t je;
+	json_t *q = !strcmp(path, "-") ? json_loadf(stdin, 0, &je) : json_load_file(path, 0, &je);
+	if (!q) {
+		fprintf(stderr, "shadowrt generate: --request %s:%d:%d: %s\n", path, je.line, je.column,
+			je.text);
+		return -1;
+	}
+	struct srt_tok_chat c = {0};
+	struct srt_tok_ids ids = {0};
+	int rc = srt_tok_chat_render(q, &c, err, sizeof(err));
+	if (!rc)
+		rc = srt_tok_chat_encode(tok, &c, &ids, err, sizeof(err));
+	srt_tok_chat_free(&c);
+	json_decref(q);
+	if (rc) {
+		fprintf(stderr, "shadowrt generate: --request %s: %s\n", path, err);
+		srt_tok_ids_free(&ids);
+		return -1;
+	}
+	*out = ids.ids;
+	*n = ids.n;
+	return 0;
+}
+
 static int write_all(FILE *f, const float *x, size_t n)
 {
 	return fwrite(x, sizeof(float), n, f) == n ? 0 : -1;
@@ -161,7 +193,7 @@ int srt_cmd_generate(int argc, char **argv)
 	double temp = -1, top_p = -1;
 	long long seed = -1;
 	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0;
-	const char *system_text = NULL;
+	const char *system_text = NULL, *request_path = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -234,6 +266,9 @@ int srt_cmd_generate(int argc, char **argv)
 			thinking = 1;
 		} else if (!strcmp(a, "--ids")) {
 			print_ids = 1;
+		} else if (!strcmp(a, "--request")) {
+			NEED();
+			request_path = val;
 		} else if (!strcmp(a, "--system")) {
 			NEED();
 			system_text = val;
@@ -248,8 +283,9 @@ int srt_cmd_generate(int argc, char **argv)
 #undef NEED
 #undef BAD
 	}
-	if (!!prompt_tokens == !!prompt_text) {
-		fprintf(stderr, "shadowrt generate: give exactly one of --prompt-tokens and --prompt\n");
+	if (!!prompt_tokens + !!prompt_text + !!request_path != 1) {
+		fprintf(stderr, "shadowrt generate: give exactly one of --prompt-tokens, --prompt and "
+			"--request\n");
 		return 2;
 	}
 	if (chat && !prompt_text) {
@@ -264,7 +300,7 @@ int srt_cmd_generate(int argc, char **argv)
 				"non-negative integers\n", prompt_tokens);
 			return 2;
 		}
-	} else if (!*prompt_text && !chat) {
+	} else if (prompt_text && !*prompt_text && !chat) {
 		fprintf(stderr, "shadowrt generate: --prompt is empty\n");
 		return 2;
 	}
@@ -291,12 +327,14 @@ int srt_cmd_generate(int argc, char **argv)
 	const char *dir = srt_engine_model_path(e);
 	if (srt_cli_model_tokenizer(dir, (uint32_t)m->vocab_size, &tok, "shadowrt generate"))
 		goto out;
-	if (chat && !tok) {
+	if ((chat || request_path) && !tok) {
 		fprintf(stderr, "shadowrt generate: --chat needs a checkpoint with a tokenizer "
 			"(e.g. --model tiny-chat)\n");
 		goto out;
 	}
 	if (prompt_text && make_prompt(tok, prompt_text, chat, system_text, thinking, &prompt, &n))
+		goto out;
+	if (request_path && request_prompt(tok, request_path, &prompt, &n))
 		goto out;
 	if (!quiet && tok && srt_cli_synthetic_weights(dir))
 		fprintf(stderr, "shadowrt generate: note: %s holds random (synthetic) weights: the "

@@ -21,6 +21,7 @@
 #include "radix/radix.h"
 #include "sched/sched.h"
 #include "tier/manager.h"
+#include "tok_cli.h"
 
 static void run_usage(FILE *out)
 {
@@ -94,6 +95,9 @@ static int push(struct conv *c, const int32_t *t, size_t n)
 	c->n += n;
 	return 0;
 }
+
+/* The checkpoint's tokenizer when it has one: the replies are shown as text. */
+static struct srt_tok *run_tok;
 
 static int push_text(struct conv *c, const char *s, int32_t vocab)
 {
@@ -182,6 +186,7 @@ int srt_cmd_run(int argc, char **argv)
 	int status = 1;
 	struct srt_engine *e = NULL;
 	struct srt_sched *sched = NULL;
+	struct srt_tok_text reply0 = {0};
 	struct conv *cv = calloc((size_t)nconv, sizeof(*cv));
 	if (!cv)
 		goto oom;
@@ -206,6 +211,9 @@ int srt_cmd_run(int argc, char **argv)
 		fprintf(stderr, "shadowrt run: %s\n", err);
 		goto out;
 	}
+	if (srt_cli_model_tokenizer(srt_engine_model_path(e), (uint32_t)m->vocab_size, &run_tok,
+				    "shadowrt run"))
+		goto out;
 	printf("shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
 	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
 	       "prompt\n",
@@ -258,6 +266,11 @@ int srt_cmd_run(int argc, char **argv)
 			size_t n = srt_sched_tokens(cv[c].req, 0, ids, (size_t)reply);
 			if (push(&cv[c], ids, n))
 				goto oom;
+			if (run_tok && c == 0) { /* conversation 0's reply as text */
+				srt_tok_text_free(&reply0);
+				srt_tok_decode(run_tok, ids, n, SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &reply0,
+					       err, sizeof(err));
+			}
 			double ttft = in.t_first - t0;
 			double rate = in.t_last > in.t_first
 					      ? (double)(in.generated - 1) / (in.t_last - in.t_first)
@@ -279,6 +292,9 @@ int srt_cmd_run(int argc, char **argv)
 			progress(bar, ++done, work, "turns");
 		}
 		t_first_all += last_first - t0;
+		if (run_tok)
+			printf("     conversation 0 replied (random weights, random text): %.*s\n",
+			       (int)reply0.len, reply0.data ? reply0.data : "");
 		fflush(stdout);
 	}
 	free(ids);
@@ -342,6 +358,9 @@ out:
 		}
 	srt_sched_destroy(sched);
 	srt_engine_close(e);
+	srt_tok_free(run_tok);
+	run_tok = NULL;
+	srt_tok_text_free(&reply0);
 	free(cv);
 	return status;
 }

@@ -69,7 +69,7 @@ grep -q "moe plugin 'fp5' (did you mean 'fp4'?)" "$TMP/err" || fail "plugin dym:
 [ "$(grep -c "no moe plugin named 'fp5'" "$TMP/err")" -eq 1 ] || fail "printed twice: $(cat "$TMP/err")"
 # a mapping that serves no layer warns (once)
 "$BIN" config --set attention.ratio.16=hca > /dev/null 2> "$TMP/err" || fail "ratio.16 must only warn"
-[ "$(grep -c "ratio.16 = hca serves no layer of model 'tiny'" "$TMP/err")" -eq 1 ] \
+[ "$(grep -c "ratio.16 = hca serves no layer of model 'tiny-chat'" "$TMP/err")" -eq 1 ] \
 	|| fail "ratio warning: $(cat "$TMP/err")"
 "$BIN" config --set cachepage_size=1 > /dev/null 2>&1
 [ $? -eq 2 ] || fail "malformed --set must exit 2"

@@ -409,8 +409,13 @@ END_TEST
 
 START_TEST(resume_after_window_pages_were_dropped_stops_earlier_and_is_still_exact)
 {
-	char err[512];
-	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 256);
+	char err[512], dir[4096];
+	/* the ordinary match rule: rematerialization off (tests/exec/test_remat.c covers it on) */
+	model_dir("tiny", dir, sizeof(dir));
+	struct srt_engine_opts o = {.model = dir, .threads = 2, .profile = SRT_PROFILE_REFERENCE,
+				    .chunk = 256, .quiet = 1, .no_remat = 1};
+	struct srt_engine *e = NULL;
+	ck_assert_msg(!srt_engine_open(&o, &e, err, sizeof(err)), "%s", err);
 	struct srt_engine *fresh = open_engine("tiny", SRT_PROFILE_REFERENCE, 256);
 	int32_t V = srt_engine_model(e)->vocab_size;
 	int32_t *a = make_prompt(800, V, 5);

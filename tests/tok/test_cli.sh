@@ -43,6 +43,11 @@ gid=$("$sr" generate --model "$chatdir" --prompt "The cache" --max-new-tokens 6 
 [ "$(echo "$gid" | tr ',' '\n' | grep -c '^[0-9][0-9]*$')" = 6 ] || fail "generate --ids: '$gid'"
 for id in $(echo "$gid" | tr ',' ' '); do [ "$id" -lt 129280 ] || fail "id $id out of the vocabulary"; done
 "$sr" generate --model "$chatdir" --chat --system "Be brief." --prompt "Hi" --max-new-tokens 4 --no-eos -q > /dev/null || fail "generate --chat failed"
+echo '{"messages": [{"role": "user", "content": "Weather?"}], "tools": [{"type": "function", "function": {"name": "w"}}], "thinking": {"type": "disabled"}}' > "$work/req.json"
+"$sr" generate --model "$chatdir" --request "$work/req.json" --max-new-tokens 2 --no-eos 2> "$work/req.err" > /dev/null || fail "generate --request failed: $(cat "$work/req.err")"
+grep -q "^prompt [0-9][0-9][0-9] tokens" "$work/req.err" || fail "generate --request: the tools section is missing from the prompt: $(cat "$work/req.err")"
+echo '{"messages": [{"role": "tool", "content": "x"}]}' | "$sr" generate --model "$chatdir" --request - > /dev/null 2> "$work/req2.err" && fail "generate --request accepted an unanswered tool message"
+grep -q "messages\[0\]" "$work/req2.err" || fail "generate --request: message does not name the field: $(cat "$work/req2.err")"
 "$sr" generate --model "$tinydir" --prompt "Hi" --max-new-tokens 3 --no-eos 2> "$work/tiny.err" > "$work/tiny.txt" || fail "generate on a checkpoint without tokenizer failed"
 grep -q "no tokenizer.json: working on token ids" "$work/tiny.err" || fail "no note for a checkpoint without tokenizer"
 grep -q '^[0-9][0-9]*,[0-9][0-9]*,[0-9][0-9]*$' "$work/tiny.txt" || fail "tiny: ids expected, got $(cat "$work/tiny.txt")"

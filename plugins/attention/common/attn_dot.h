@@ -60,6 +60,16 @@ void srt_attn_tm_decode(const struct srt_attn_tm *m, size_t t0, size_t nt, float
 void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y);
 
 /*
+ * Float32 variants for the reference profile (whose attention accumulates in float32): the
+ * bits of the scalar loops
+ *     y[8j + l] = 0; for (c = 0; c < k; c++) y[8j + l] += x[c] * t[(j·k + c)·8 + l];
+ *     y[i] = 0;      for (c = 0; c < k; c++) y[i] += p[c] * v[c·ld + i];
+ * (multiplication then addition, ascending c) whatever the kernel set.
+ */
+void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y);
+void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t k, float *y);
+
+/*
  * Many queries' heads against many keys (the lightning indexer's q·k): y[e·nh + h] =
  * Σ_c qt[c·nh + h] · keys[e·k + c] for entries e in [0, ne), heads h in [0, nh), c ascending
  * (qt is the query transposed, [k][nh], as doubles; the key floats are widened exactly).

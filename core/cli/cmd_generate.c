@@ -45,6 +45,8 @@ static void generate_usage(FILE *out)
 		"                       thinking, reasoning_effort, response_format) as the prompt,\n"
 		"                       through DeepSeek-V4's chat encoding ('-' = stdin)\n"
 		"  --ids                print the generated token ids, not the text\n"
+		"  --json               one JSON object on stdout: text (with a tokenizer), ids,\n"
+		"                       prompt_tokens, ttft_s, prefill and decode tokens/s\n"
 		"  --max-new-tokens N   tokens to generate (default: [sampling] max_new_tokens)\n"
 		"  --temperature T      0 = greedy (default: [sampling] temperature)\n"
 		"  --top-p P            nucleus mass in (0, 1] (default: [sampling] top_p)\n"
@@ -192,7 +194,7 @@ int srt_cmd_generate(int argc, char **argv)
 	long max_new = -1, v;
 	double temp = -1, top_p = -1;
 	long long seed = -1;
-	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0;
+	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0, json_out = 0;
 	const char *system_text = NULL, *request_path = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -266,6 +268,8 @@ int srt_cmd_generate(int argc, char **argv)
 			thinking = 1;
 		} else if (!strcmp(a, "--ids")) {
 			print_ids = 1;
+		} else if (!strcmp(a, "--json")) {
+			json_out = 1;
 		} else if (!strcmp(a, "--request")) {
 			NEED();
 			request_path = val;
@@ -376,7 +380,7 @@ int srt_cmd_generate(int argc, char **argv)
 	double t_prefill = srt_cli_now() - t1;
 	long n_gen = 0, steps = 0;
 	double t2 = srt_cli_now();
-	bool text_out = tok && !print_ids;
+	bool text_out = tok && !print_ids && !json_out;
 	if (text_out)
 		srt_tok_stream_init(&ts, tok, SRT_TOK_SKIP_SPECIAL);
 	while (n_gen < max_new) {
@@ -414,7 +418,28 @@ int srt_cmd_generate(int argc, char **argv)
 		}
 		lf = NULL;
 	}
-	if (text_out) {
+	if (json_out) {
+		json_t *o = json_object(), *a = json_array();
+		for (long i = 0; i < n_gen; i++)
+			json_array_append_new(a, json_integer(gen[i]));
+		if (tok) {
+			piece.len = 0;
+			srt_tok_decode(tok, gen, (size_t)n_gen, SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &piece,
+				       err, sizeof(err));
+			json_object_set_new(o, "text", json_stringn(piece.data ? piece.data : "", piece.len));
+		}
+		json_object_set_new(o, "ids", a);
+		json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n));
+		json_object_set_new(o, "ttft_s", json_real(t_prefill));
+		json_object_set_new(o, "prefill_tokens_per_s",
+				    json_real(t_prefill > 0 ? (double)n / t_prefill : 0.0));
+		json_object_set_new(o, "decode_tokens_per_s",
+				    json_real(t_decode > 0 && steps > 0 ? (double)steps / t_decode : 0.0));
+		char *d = json_dumps(o, JSON_COMPACT);
+		puts(d ? d : "{}");
+		free(d);
+		json_decref(o);
+	} else if (text_out) {
 		piece.len = 0;
 		srt_tok_stream_finish(&ts, &piece);
 		fwrite(piece.data ? piece.data : "", 1, piece.len, stdout);

@@ -42,6 +42,8 @@ grep -q "random" "$work/gen.err" || fail "generate: no note that the weights are
 gid=$("$sr" generate --model "$chatdir" --prompt "The cache" --max-new-tokens 6 --no-eos --ids -q) || fail "generate --ids failed"
 [ "$(echo "$gid" | tr ',' '\n' | grep -c '^[0-9][0-9]*$')" = 6 ] || fail "generate --ids: '$gid'"
 for id in $(echo "$gid" | tr ',' ' '); do [ "$id" -lt 129280 ] || fail "id $id out of the vocabulary"; done
+js=$("$sr" generate --model "$chatdir" --prompt "The cache" --max-new-tokens 3 --no-eos --json -q) || fail "generate --json failed"
+echo "$js" | grep -q '^{"text":".*","ids":\[[0-9]*,[0-9]*,[0-9]*\],"prompt_tokens":2,' || fail "generate --json: $js"
 "$sr" generate --model "$chatdir" --chat --system "Be brief." --prompt "Hi" --max-new-tokens 4 --no-eos -q > /dev/null || fail "generate --chat failed"
 echo '{"messages": [{"role": "user", "content": "Weather?"}], "tools": [{"type": "function", "function": {"name": "w"}}], "thinking": {"type": "disabled"}}' > "$work/req.json"
 "$sr" generate --model "$chatdir" --request "$work/req.json" --max-new-tokens 2 --no-eos 2> "$work/req.err" > /dev/null || fail "generate --request failed: $(cat "$work/req.err")"

@@ -13,6 +13,8 @@
 
 #include <shadowrt/shadowrt.h>
 
+#include "ops/gemm.h"
+
 /*
  * Tile layout of a [n][k] matrix (row stride ldw) for srt_attn_dot_tiles: ceil(n/8) tiles,
  * tile j = [k][8] floats holding rows 8j..8j+7 (rows past n are zero). t holds
@@ -28,6 +30,9 @@ void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, dou
  * value is exactly a bf16 (half the bytes to stream), float tiles otherwise.
  */
 struct srt_attn_tm {
+	/* the matrix as stored, when it is a row-major bf16 or f32 checkpoint tensor (borrowed;
+	 * data NULL otherwise): float32-accumulated products through srt_gemm */
+	struct srt_weight w;
 	void *t;     /* ceil(n/8) tiles of [k][8]: float, uint16_t bf16 bits or E4M3 codes */
 	float *sc;   /* E4M3: [tile][k/128][8] the scale of each row's 128-block; else NULL */
 	size_t n, k;

@@ -337,6 +337,10 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
 	float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
 	double y[32];
+	float y32[32];
+	/* reference profile: the reference's fp32 / bf16 linears accumulate in float32, here
+	 * in srt_gemm's fixed order on the stored matrix; f32 profile: double tiles */
+	const int f32acc = a->ref && wt->w.data && wt->w.rows == nf && wt->w.cols == d;
 	for (size_t c0 = t0; c0 < t1; c0 += 4) {
 		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
@@ -344,7 +348,17 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 			int64_t pos = f->rpos[r];
 			if (pos < 0)
 				continue;
-			srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
+			if (f32acc) {
+				const struct srt_weight sub = {
+					.type = wt->w.type, .rows = no, .cols = d,
+					.data = (const uint8_t *)wt->w.data +
+						o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)};
+				srt_gemm_exact(&sub, f->xa + (size_t)r * d, 1, d, y32, no, 0, no);
+				for (size_t i = 0; i < no; i++)
+					y[i] = (double)y32[i];
+			} else {
+				srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
+			}
 			if (j == PJ_IWP) {
 				float *iw = f->iw + (size_t)r * ih + o0;
 				for (size_t i = 0; i < no; i++)

@@ -6,12 +6,14 @@
  * throughput, the hit rate and the KV bytes per pool.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -20,6 +22,32 @@
 #include "exec/sampler.h"
 #include "radix/radix.h"
 #include "tier/manager.h"
+
+/* mkdir -p; 0 or -1 with errno */
+static int mkdir_p(const char *dir)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s", dir);
+	for (char *c = p + 1; *c; c++)
+		if (*c == '/') {
+			*c = 0;
+			if (mkdir(p, 0755) && errno != EEXIST)
+				return -1;
+			*c = '/';
+		}
+	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* --logits-dir: DIR/turnT-convC.<ext> */
+static FILE *logits_file(const char *dir, int t, int c, const char *ext, const char *mode)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/turn%d-conv%d.%s", dir, t, c, ext);
+	FILE *f = fopen(path, mode);
+	if (!f)
+		fprintf(stderr, "shadowrt run: cannot write %s: %s\n", path, strerror(errno));
+	return f;
+}
 
 static void run_usage(FILE *out)
 {
@@ -48,6 +76,10 @@ static void run_usage(FILE *out)
 		"  --threads N          worker threads, 0 = all cores (default: [runtime] threads)\n"
 		"  --profile P          reference | f32 (default: [runtime] profile)\n"
 		"  --no-tiers           L1 only: no L2/L3 ([tier.l2], [tier.l3]) behind the cache\n"
+		"  --logits-dir DIR     write each reply's tokens (DIR/turnT-convC.tokens, comma-\n"
+		"                       separated ids) and the logits each was sampled from\n"
+		"                       (DIR/turnT-convC.f32, float32 [reply-tokens][vocab])\n"
+		"  --json               print a JSON report on stdout (the table goes to stderr)\n"
 		"  -q, --quiet          no progress bar\n");
 }
 
@@ -130,7 +162,8 @@ int srt_cmd_run(int argc, char **argv)
 		return 0;
 	}
 	struct srt_engine_opts o = {.threads = -1, .profile = -1, .tiers = 1};
-	int turns = 3, nconv = 4, reply = 24, quiet = 0;
+	int turns = 3, nconv = 4, reply = 24, quiet = 0, json = 0;
+	const char *logits_dir = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
@@ -140,6 +173,10 @@ int srt_cmd_run(int argc, char **argv)
 		}
 		if (!strcmp(a, "--no-tiers")) {
 			o.tiers = 0;
+			continue;
+		}
+		if (!strcmp(a, "--json")) {
+			json = 1;
 			continue;
 		}
 		if (!val) {
@@ -152,6 +189,8 @@ int srt_cmd_run(int argc, char **argv)
 			o.model = val;
 		else if (!strcmp(a, "--config"))
 			o.config_path = val;
+		else if (!strcmp(a, "--logits-dir"))
+			logits_dir = val;
 		else if (!strcmp(a, "--turns"))
 			bad = srt_cli_parse_int(val, 1, 1000, &turns);
 		else if (!strcmp(a, "--conversations"))
@@ -178,6 +217,15 @@ int srt_cmd_run(int argc, char **argv)
 		}
 	}
 	int bar = !quiet && isatty(2);
+	FILE *tab = json ? stderr : stdout; /* the human table */
+	json_t *jreqs = json ? json_array() : NULL;
+	FILE **lf = logits_dir ? calloc((size_t)nconv, sizeof(FILE *)) : NULL;
+	if (logits_dir && (!lf || mkdir_p(logits_dir))) {
+		fprintf(stderr, "shadowrt run: --logits-dir %s: %s\n", logits_dir,
+			lf ? strerror(errno) : "out of memory");
+		free(lf);
+		return 1;
+	}
 	char err[2048];
 	int status = 1;
 	struct srt_engine *e = NULL;
@@ -209,7 +257,7 @@ int srt_cmd_run(int argc, char **argv)
 	scratch = malloc(sizeof(float) * V * 2);
 	if (!logits || !scratch)
 		goto oom;
-	printf("shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
+	fprintf(tab, "shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
 	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
 	       "prompt\n",
 	       m->name, srt_engine_model_path(e), srt_profile_name(srt_engine_profile(e)),
@@ -217,8 +265,8 @@ int srt_cmd_run(int argc, char **argv)
 	       srt_engine_chunk(e), nconv, turns, reply);
 	for (int lv = 1; lv <= 2; lv++)
 		if (srt_engine_tier_describe(e, lv))
-			printf("tier %s\n", srt_engine_tier_describe(e, lv));
-	printf("\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
+			fprintf(tab, "tier %s\n", srt_engine_tier_describe(e, lv));
+	fprintf(tab, "\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
 	       "fromL2", "fromL3", "TTFT ms", "decode tok/s");
 	for (int c = 0; c < nconv; c++) {
 		srt_sampler_init(&cv[c].smp, (float)rc->temperature, (float)rc->top_p,
@@ -251,6 +299,9 @@ int srt_cmd_run(int argc, char **argv)
 			srt_seq_hit_tiers(cv[c].seq, tiers[c]);
 			cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
 						scratch);
+			if (lf && (!(lf[c] = logits_file(logits_dir, t + 1, c, "f32", "wb")) ||
+				   fwrite(logits + (size_t)c * V, sizeof(float), V, lf[c]) != V))
+				goto out;
 			ttft[c] = srt_cli_now() - t0;
 			seqs[c] = cv[c].seq;
 			tot_prompt += cv[c].n;
@@ -276,9 +327,14 @@ int srt_cmd_run(int argc, char **argv)
 					err);
 				goto out;
 			}
-			for (int c = 0; c < nconv; c++)
+			for (int c = 0; c < nconv; c++) {
 				cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
 							scratch);
+				if (lf && fwrite(logits + (size_t)c * V, sizeof(float), V, lf[c]) != V) {
+					fprintf(stderr, "shadowrt run: --logits-dir: write failed\n");
+					goto out;
+				}
+			}
 			tot_decoded += (uint64_t)nconv;
 			progress(bar, ++done, work, "decode");
 		}
@@ -289,11 +345,33 @@ int srt_cmd_run(int argc, char **argv)
 		progress_clear(bar);
 		for (int c = 0; c < nconv; c++) {
 			uint64_t plen = srt_seq_len(cv[c].seq) - (uint64_t)(reply - 1);
-			printf("%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
+			fprintf(tab, "%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
 			       (unsigned long long)plen, (unsigned long long)hits[c],
 			       100.0 * (double)hits[c] / (double)plen,
 			       (unsigned long long)tiers[c][1], (unsigned long long)tiers[c][2],
 			       ttft[c] * 1e3, rate);
+			const int32_t *rep = cv[c].hist + cv[c].n - (size_t)reply;
+			if (lf) {
+				FILE *tf = logits_file(logits_dir, t + 1, c, "tokens", "w");
+				int bad = !tf || fclose(lf[c]);
+				lf[c] = NULL;
+				for (int k = 0; tf && k < reply; k++)
+					fprintf(tf, "%s%d", k ? "," : "", rep[k]);
+				if (bad || (tf && fclose(tf)))
+					goto out;
+			}
+			if (jreqs) {
+				json_t *r = json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "turn", t + 1,
+						      "conversation", c, "prompt", (json_int_t)plen,
+						      "hit", (json_int_t)hits[c], "hit_l2",
+						      (json_int_t)tiers[c][1], "hit_l3",
+						      (json_int_t)tiers[c][2], "ttft_ms", ttft[c] * 1e3);
+				json_t *ids = json_array();
+				for (int k = 0; k < reply; k++)
+					json_array_append_new(ids, json_integer(rep[k]));
+				json_object_set_new(r, "reply", ids);
+				json_array_append_new(jreqs, r);
+			}
 			if (srt_engine_seq_finish(cv[c].seq, NULL, err, sizeof(err))) {
 				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
 					err);
@@ -306,13 +384,13 @@ int srt_cmd_run(int argc, char **argv)
 	}
 	double wall = srt_cli_now() - t_all;
 	progress_clear(bar);
-	printf("\nwall %.2f s: prefill %.2f s (%llu tokens computed, %.1f tokens/s), decode %.2f s "
+	fprintf(tab, "\nwall %.2f s: prefill %.2f s (%llu tokens computed, %.1f tokens/s), decode %.2f s "
 	       "(%llu tokens, %.1f tokens/s over %d sequences)\n",
 	       wall, t_prefill_all, (unsigned long long)tot_computed,
 	       t_prefill_all > 0 ? (double)tot_computed / t_prefill_all : 0.0, t_decode_all,
 	       (unsigned long long)tot_decoded,
 	       t_decode_all > 0 ? (double)tot_decoded / t_decode_all : 0.0, nconv);
-	printf("prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
+	fprintf(tab, "prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
 	       (unsigned long long)tot_prompt, (unsigned long long)tot_hit,
 	       tot_prompt ? 100.0 * (double)tot_hit / (double)tot_prompt : 0.0);
 	struct srt_tmgr *tm = srt_engine_tiers(e);
@@ -320,7 +398,7 @@ int srt_cmd_run(int argc, char **argv)
 		struct srt_tmgr_stats ts;
 		char b1[32], b2[32], b3[32];
 		srt_tmgr_stats(tm, &ts);
-		printf("hits by tier: L1 %llu, L2 %llu, L3 %llu tokens; pages demoted L1->L2 %llu, "
+		fprintf(tab, "hits by tier: L1 %llu, L2 %llu, L3 %llu tokens; pages demoted L1->L2 %llu, "
 		       "L1->L3 %llu, L2->L3 %llu, promoted L2->L1 %llu, L3->L1 %llu\n"
 		       "L2 holds %s (peak %s), L3 %s in %llu objects\n",
 		       (unsigned long long)ts.hit_tokens[0], (unsigned long long)ts.hit_tokens[1],
@@ -333,16 +411,42 @@ int srt_cmd_run(int argc, char **argv)
 		       (unsigned long long)ts.l3_objects);
 	}
 	struct srt_rdx_cache *cache = srt_engine_cache(e);
-	printf("KV cache per pool (L1):\n%-14s %6s %10s %10s %8s %8s\n", "pool", "ratio", "now",
+	fprintf(tab, "KV cache per pool (L1):\n%-14s %6s %10s %10s %8s %8s\n", "pool", "ratio", "now",
 	       "peak", "pages", "evicted");
 	for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
 		struct srt_rdx_pool_stats st;
 		char b1[32], b2[32];
 		srt_rdx_pool_stats(cache, p, &st);
-		printf("%-14s %6u %10s %10s %8llu %8llu\n", st.name, st.ratio,
+		fprintf(tab, "%-14s %6u %10s %10s %8llu %8llu\n", st.name, st.ratio,
 		       srt_format_size(st.bytes, b1, sizeof(b1)),
 		       srt_format_size(st.peak_bytes, b2, sizeof(b2)),
 		       (unsigned long long)st.pages, (unsigned long long)st.evicted_pages);
+	}
+	if (jreqs) {
+		json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "model", m->name,
+				      "prompt_tokens", (json_int_t)tot_prompt, "hit_tokens",
+				      (json_int_t)tot_hit, "computed_tokens", (json_int_t)tot_computed,
+				      "decoded_tokens", (json_int_t)tot_decoded, "wall_s", wall,
+				      "prefill_tok_s", t_prefill_all > 0 ? (double)tot_computed /
+									  t_prefill_all : 0.0,
+				      "decode_tok_s", t_decode_all > 0 ? (double)tot_decoded /
+									t_decode_all : 0.0);
+		json_t *pools = json_array();
+		for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
+			struct srt_rdx_pool_stats st;
+			srt_rdx_pool_stats(cache, p, &st);
+			json_array_append_new(pools, json_pack("{s:s, s:i, s:I, s:I}", "name", st.name,
+							       "ratio", (int)st.ratio, "bytes",
+							       (json_int_t)st.bytes, "peak_bytes",
+							       (json_int_t)st.peak_bytes));
+		}
+		json_object_set_new(j, "pools", pools);
+		json_object_set(j, "requests", jreqs);
+		char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (txt)
+			printf("%s\n", txt);
+		free(txt);
+		json_decref(j);
 	}
 	status = 0;
 	goto out;
@@ -356,6 +460,11 @@ out:
 			free(cv[c].hist);
 		}
 	srt_engine_close(e);
+	for (int c = 0; lf && c < nconv; c++)
+		if (lf[c])
+			fclose(lf[c]);
+	free(lf);
+	json_decref(jreqs);
 	free(cv);
 	free(seqs);
 	free(toks);

@@ -526,10 +526,11 @@ static int plot(const char *png, const struct ab_div *d, char *err, size_t errle
 		"set y2range [0:1.05]\n"
 		"set ytics nomirror\n"
 		"set y2tics\n"
-		"set key top left\n"
-		"plot '%s' using 1:2 with lines title 'KL mean', "
-		"'' using 1:3 with lines title 'max |dlogit|', "
-		"'' using 1:4 axes x1y2 with lines title 'top-1 agreement'\n",
+		"set key outside bottom center horizontal\n"
+		"plot '%s' using 1:4 axes x1y2 with points pt 7 ps 0.35 lc rgb '#9aa7d6' "
+		"title 'top-1 agreement (right axis)', "
+		"'' using 1:3 with lines lw 1 lc rgb '#1a8a5a' title 'max |dlogit|', "
+		"'' using 1:2 with lines lw 2 lc rgb '#b01040' title 'KL(A||B) mean'\n",
 		png, dat);
 	int st = pclose(g);
 	unlink(dat);

@@ -58,6 +58,12 @@ expect_fail overflow guard
 expect_fail pools pools
 grep -q "declared twice" "$T/out" || fail "pools message: $(cat "$T/out")"
 
+# a residual plugin: plain in place of mhc is invariant and measurably different
+"$BIN" check-plugin plain --model "$MODEL" --tokens 64 -q --set cache.page_size=128 \
+	--only chunk,batch,divergence > "$T/plain" 2>&1 || fail "plain: $(cat "$T/plain")"
+grep -Eq "^  divergence +pass .*vs built-in 'mhc'" "$T/plain" || fail "plain vs mhc: $(cat "$T/plain")"
+grep -q "(bitwise equal)" "$T/plain" && fail "plain and mhc cannot be equal: $(cat "$T/plain")"
+
 # usage errors
 "$BIN" check-plugin csa --only chunkk > /dev/null 2> "$T/err"
 [ $? -eq 2 ] || fail "unknown check must exit 2"

@@ -1175,6 +1175,23 @@ const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtim
 	return NULL;
 }
 
+/* Print a warning on stderr unless this process printed the same text before (commands
+ * such as `ab` load the same config many times). */
+static void rc_warn_once(const char *msg)
+{
+	static uint64_t seen[64];
+	static unsigned n;
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (const char *c = msg; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	for (unsigned i = 0; i < n; i++)
+		if (seen[i] == h)
+			return;
+	if (n < 64)
+		seen[n++] = h;
+	fputs(msg, stderr);
+}
+
 int srt_runtime_config_check_model(const struct srt_runtime_config *c,
 				   const struct srt_model_config *m, char *err, size_t errlen)
 {
@@ -1216,10 +1233,12 @@ int srt_runtime_config_check_model(const struct srt_runtime_config *c,
 				n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "",
 						      m->compress_ratios[i]);
 		}
-		fprintf(stderr, "shadowrt: warning: %s: [attention] ratio.%d = %s serves no layer "
-			"of model '%s' (its ratios: %s)\n", rc_loc(loc, sizeof(loc), file,
-								r->plugin.line), (int)r->ratio,
-			r->plugin.name, m->name, list);
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "shadowrt: warning: %s: [attention] ratio.%d = %s serves no "
+			 "layer of model '%s' (its ratios: %s)\n", rc_loc(loc, sizeof(loc), file,
+									 r->plugin.line),
+			 (int)r->ratio, r->plugin.name, m->name, list);
+		rc_warn_once(msg);
 	}
 	if (st)
 		st->warned = true;

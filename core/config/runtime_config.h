@@ -213,7 +213,7 @@ const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtim
  * Cross-check with a model: every compress ratio the model uses has an attention plugin, and
  * the page size is a multiple of every ratio. 0 or SRT_EINVAL with a message. A mapping the
  * user wrote (file or --set) for a ratio no layer of the model uses is a warning, printed on
- * stderr once per loaded config ("shadowrt: warning: FILE:LINE: [attention] ratio.16 = x
+ * stderr once per process ("shadowrt: warning: FILE:LINE: [attention] ratio.16 = x
  * serves no layer of model 'tiny' (its ratios: 0, 4, 128)").
  */
 int srt_runtime_config_check_model(const struct srt_runtime_config *c,

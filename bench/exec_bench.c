@@ -1,21 +1,29 @@
 /*
- * exec_bench: prefill and decode tokens/s of the executor on the `small` preset with 1 and 2
- * threads, the bytes of weights and KV one decode step reads, and the achieved decode byte
- * rate as a ratio of this machine's memory read bandwidth measured in the same run.
+ * exec_bench: prefill and decode tokens/s of the executor (default: the `small` preset) for
+ * several thread counts and context depths, the bytes one decode step reads (weights + the
+ * sequence's KV) as a share of this machine's read bandwidth measured in the same run, and
+ * with --profile a per-phase profile of a decode step. `exec_bench --help` lists the options.
  *
- *   exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] [--threads-max N] [--runs N]
- *              [--batch N]
+ * Measurement: one engine per thread count, all open at once; every repeat ("round") runs
+ * each thread count in turn (interleaved, so load changes hit all of them alike): a prefill
+ * of a new --prompt-token prompt (the prefix cache never hits), --steps decode steps on it
+ * ("short" depth), then --steps more decode steps on each --depths sequence (prefilled once
+ * before the rounds, never freed). Best and median over the rounds are printed; the machine
+ * may be shared, so the median is the figure to compare and the best what the code can do.
  *
- * --batch N decodes N sequences together (each prefilled alone first); decode tokens/s then
- * counts the tokens of the whole batch, and the byte rate counts the weights once per step.
+ * The read bandwidth is the best of 5 passes of each thread count over a 512 MiB buffer,
+ * measured before and after the rounds (best of both). Bytes per decode step = the weights a
+ * decode step streams (srt_engine_decode_weight_bytes) + the KV pages the sequence holds (an
+ * upper bound of what attention reads).
  *
- * Each thread count runs --runs times (a new prompt each time, so the prefix cache never
- * hits) and prints every run, then the best and the median of prefill and decode tokens/s
- * and of the decode byte rate as a share of the read bandwidth (the machine is shared: the
- * median is the figure to compare, the best what the code can do).
- *
- * The small checkpoint is generated once into <build>/models/small (next to bin/).
+ * --profile reads the per-phase wall-clock counters of the attention, MoE and mHC plugins
+ * (core/ops/prof.h, found in the loaded plugin modules with dlsym) over --steps decode steps
+ * at the short depth; "engine rest" is the step time minus the plugins' phases (embedding,
+ * hc_head, final norm, LM head, scheduling). While profiling, the MoE runs its routed and
+ * shared experts as two parallel steps so they can be told apart.
  */
+#include <dlfcn.h>
+#include <link.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,7 +34,12 @@
 
 #include "config/runtime_config.h"
 #include "exec/engine.h"
+#include "ops/prof.h"
 #include "radix/radix.h"
+
+#define MAXT 8  /* thread counts */
+#define MAXD 8  /* depths */
+#define MAXR 64 /* rounds */
 
 static double now_s(void)
 {
@@ -91,12 +104,160 @@ static double read_bandwidth(int threads)
 	return (double)bytes / best;
 }
 
+/* --- statistics ---------------------------------------------------------------------------- */
+
+static int cmp_dbl(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+	return a < b ? -1 : a > b;
+}
+
+static double median(const double *v, int n)
+{
+	double s[MAXR];
+	memcpy(s, v, sizeof(double) * (size_t)n);
+	qsort(s, (size_t)n, sizeof(*s), cmp_dbl);
+	return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+}
+
+static double best(const double *v, int n)
+{
+	double b = v[0];
+	for (int i = 1; i < n; i++)
+		b = v[i] > b ? v[i] : b;
+	return b;
+}
+
+/* --- options --------------------------------------------------------------------------- */
+
+struct opts {
+	const char *model;
+	int prompt, steps, runs, warmup, batch, profile;
+	int threads[MAXT], nthreads;
+	int depths[MAXD], ndepths;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: exec_bench [options]\n"
+		"Prefill and decode tokens/s of the executor, interleaved over thread counts,\n"
+		"decode at several context depths, the bytes a decode step reads as a share of\n"
+		"this machine's read bandwidth (measured in the same run), best and median.\n"
+		"\n"
+		"  --model DIR|PRESET  checkpoint directory or preset (default: small, generated\n"
+		"                      once into <build>/models/small)\n"
+		"  --prompt N          prefill prompt tokens, also the \"short\" decode depth (256)\n"
+		"  --steps N           decode steps per measurement (8)\n"
+		"  --threads LIST      thread counts, comma-separated (1,2)\n"
+		"  --threads-max N     same as --threads 1,2,...,N\n"
+		"  --depths LIST       extra decode depths in tokens, comma-separated, each > --prompt\n"
+		"                      (2048); each is prefilled once per thread count before the\n"
+		"                      rounds (16384 takes minutes on 2 cores); 'none' for none\n"
+		"  --runs N            interleaved rounds (3)\n"
+		"  --warmup N          untimed decode steps per engine before the rounds (4)\n"
+		"  --batch N           decode N short sequences together (1); tokens/s counts the\n"
+		"                      whole batch, the weights count once per step\n"
+		"  --profile           per-phase profile of a decode step at the short depth for\n"
+		"                      each thread count (plugin counters, core/ops/prof.h)\n"
+		"  --help              this text\n");
+}
+
+static int parse_list(const char *s, int *out, int max, int lo)
+{
+	int n = 0;
+	if (!strcmp(s, "none"))
+		return 0;
+	for (const char *p = s; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p || v < lo || v > 1 << 24 || n == max)
+			return -1;
+		out[n++] = (int)v;
+		p = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -1;
+	}
+	return n;
+}
+
+static int parse_args(int argc, char **argv, struct opts *o)
+{
+	*o = (struct opts){.prompt = 256, .steps = 8, .runs = 3, .warmup = 4, .batch = 1,
+			   .threads = {1, 2}, .nthreads = 2, .depths = {2048}, .ndepths = 1};
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int takes = 1;
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 1;
+		} else if (!strcmp(a, "--profile")) {
+			o->profile = 1;
+			takes = 0;
+		} else if (!v || strncmp(a, "--", 2)) {
+			fprintf(stderr, "exec_bench: %s: %s (see --help)\n", a,
+				strncmp(a, "--", 2) ? "not an option" : "missing value or unknown option");
+			return -1;
+		} else if (!strcmp(a, "--model")) {
+			o->model = v;
+		} else if (!strcmp(a, "--prompt")) {
+			o->prompt = atoi(v);
+		} else if (!strcmp(a, "--steps")) {
+			o->steps = atoi(v);
+		} else if (!strcmp(a, "--runs")) {
+			o->runs = atoi(v);
+		} else if (!strcmp(a, "--warmup")) {
+			o->warmup = atoi(v);
+		} else if (!strcmp(a, "--batch")) {
+			o->batch = atoi(v);
+		} else if (!strcmp(a, "--threads-max")) {
+			int n = atoi(v);
+			if (n < 1 || n > MAXT) {
+				fprintf(stderr, "exec_bench: --threads-max %s: expected 1..%d\n", v, MAXT);
+				return -1;
+			}
+			for (int t = 0; t < n; t++)
+				o->threads[t] = t + 1;
+			o->nthreads = n;
+		} else if (!strcmp(a, "--threads")) {
+			if ((o->nthreads = parse_list(v, o->threads, MAXT, 1)) < 1) {
+				fprintf(stderr, "exec_bench: --threads %s: expected 1 to %d counts >= 1, "
+					"comma-separated\n", v, MAXT);
+				return -1;
+			}
+		} else if (!strcmp(a, "--depths")) {
+			if ((o->ndepths = parse_list(v, o->depths, MAXD, 1)) < 0) {
+				fprintf(stderr, "exec_bench: --depths %s: expected up to %d token counts, "
+					"comma-separated, or 'none'\n", v, MAXD);
+				return -1;
+			}
+		} else {
+			fprintf(stderr, "exec_bench: unknown option %s (see --help)\n", a);
+			return -1;
+		}
+		i += takes;
+	}
+	if (o->prompt < 1 || o->steps < 1 || o->runs < 1 || o->runs > MAXR || o->warmup < 0 ||
+	    o->batch < 1 || o->batch > 16) {
+		fprintf(stderr, "exec_bench: --prompt, --steps >= 1, --runs in [1, %d], --warmup >= 0, "
+			"--batch in [1, 16]\n", MAXR);
+		return -1;
+	}
+	for (int d = 0; d < o->ndepths; d++)
+		if (o->depths[d] <= o->prompt) {
+			fprintf(stderr, "exec_bench: depth %d is not above --prompt %d (the short depth)\n",
+				o->depths[d], o->prompt);
+			return -1;
+		}
+	return 0;
+}
+
 /* --- the engine -------------------------------------------------------------------------- */
 
-static int32_t *make_prompt(int n, int32_t vocab, int run)
+static int32_t *make_prompt(int n, int32_t vocab, int seed)
 {
 	int32_t *t = malloc(sizeof(int32_t) * (size_t)n);
-	uint64_t s = 88172645463325252ull + 0x9E3779B97F4A7C15ull * (uint64_t)run;
+	uint64_t s = 88172645463325252ull + 0x9E3779B97F4A7C15ull * (uint64_t)(seed + 1);
 	for (int i = 0; t && i < n; i++) {
 		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
 		t[i] = 2 + (int32_t)(s % (uint64_t)(vocab - 2));
@@ -116,148 +277,323 @@ static uint64_t kv_bytes(struct srt_engine *e)
 	return b;
 }
 
-static int cmp_dbl(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-	return a < b ? -1 : a > b;
-}
+/* A sequence that stays open: its tokens, how many were fed, its KV bytes. */
+struct live {
+	struct srt_seq *s;
+	int32_t *tok;
+	int ntok, fed;
+	uint64_t kv;
+};
 
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_dbl);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-static double best(const double *v, int n)
-{
-	double b = v[0];
-	for (int i = 1; i < n; i++)
-		b = v[i] > b ? v[i] : b;
-	return b;
-}
-
-/*
- * `batch` sequences (prompts of run `run`), each prefilled alone (prefill tokens/s of the
- * first), then `steps` batched decode steps; decode tokens/s over the batch and the KV bytes
- * the batch's sequences hold.
- */
-static int run_once(struct srt_engine *e, int prompt, int steps, int batch, int run, double *pf,
-		    double *dc, uint64_t *kvb)
+/* Start and prefill `n` tokens of a new sequence (seed picks the prompt), room for `more`
+ * decode tokens; *pf = prefill tokens/s. */
+static int live_open(struct srt_engine *e, struct live *l, int n, int more, int seed, double *pf,
+		     float *lg)
 {
 	char err[2048] = "";
 	size_t V = (size_t)srt_engine_model(e)->vocab_size;
-	int32_t *t[16] = {NULL}, tok[16];
-	struct srt_seq *s[16] = {NULL};
-	float *lg = malloc(sizeof(float) * V * (size_t)batch);
-	int rc = 1;
-	uint64_t kv0 = kv_bytes(e); /* pages earlier runs left in the cache */
-	for (int b = 0; b < batch; b++)
-		if (!(t[b] = make_prompt(prompt + steps, (int32_t)V, run * 16 + b)))
-			lg = (free(lg), NULL);
-	if (!lg) {
+	memset(l, 0, sizeof(*l));
+	l->ntok = n + more;
+	if (!(l->tok = make_prompt(l->ntok, (int32_t)V, seed))) {
 		fprintf(stderr, "exec_bench: out of memory\n");
-		goto out;
+		return 1;
 	}
-	for (int b = 0; b < batch; b++) {
-		if (srt_engine_seq_start(e, t[b], (uint64_t)prompt, 0, &s[b], NULL, err, sizeof(err)))
-			goto fail;
-		double t0 = now_s();
-		if (srt_engine_prefill(e, s[b], lg, 0, err, sizeof(err)))
-			goto fail;
-		if (b == 0)
-			*pf = prompt / (now_s() - t0);
-	}
-	*kvb = kv_bytes(e) - kv0;
+	uint64_t kv0 = kv_bytes(e);
+	if (srt_engine_seq_start(e, l->tok, (uint64_t)n, 0, &l->s, NULL, err, sizeof(err)))
+		goto fail;
 	double t0 = now_s();
-	for (int k = 0; k < steps; k++) {
-		for (int b = 0; b < batch; b++)
-			tok[b] = t[b][prompt + k];
-		if (srt_engine_decode(e, s, (uint32_t)batch, tok, lg, err, sizeof(err)))
-			goto fail;
-	}
-	*dc = (double)steps * batch / (now_s() - t0);
-	rc = 0;
-	goto out;
+	if (srt_engine_prefill(e, l->s, lg, 0, err, sizeof(err)))
+		goto fail;
+	*pf = n / (now_s() - t0);
+	l->fed = n;
+	l->kv = kv_bytes(e) - kv0;
+	return 0;
 fail:
 	fprintf(stderr, "exec_bench: %s\n", err);
-out:
-	for (int b = 0; b < batch; b++) {
-		srt_engine_seq_free(s[b]);
-		free(t[b]);
+	return 1;
+}
+
+static void live_close(struct live *l)
+{
+	srt_engine_seq_free(l->s);
+	free(l->tok);
+	memset(l, 0, sizeof(*l));
+}
+
+/* `steps` decode steps of the nb sequences together; tokens/s over the batch. */
+static int decode_steps(struct srt_engine *e, struct live *ls, int nb, int steps, float *lg,
+			double *rate)
+{
+	char err[2048] = "";
+	struct srt_seq *s[16];
+	int32_t tok[16];
+	for (int b = 0; b < nb; b++)
+		s[b] = ls[b].s;
+	double t0 = now_s();
+	for (int k = 0; k < steps; k++) {
+		for (int b = 0; b < nb; b++) {
+			if (ls[b].fed >= ls[b].ntok) {
+				fprintf(stderr, "exec_bench: internal: sequence out of tokens\n");
+				return 1;
+			}
+			tok[b] = ls[b].tok[ls[b].fed++];
+		}
+		if (srt_engine_decode(e, s, (uint32_t)nb, tok, lg, err, sizeof(err))) {
+			fprintf(stderr, "exec_bench: %s\n", err);
+			return 1;
+		}
 	}
+	*rate = (double)steps * nb / (now_s() - t0);
+	return 0;
+}
+
+/* --- plugin phase counters (core/ops/prof.h) ------------------------------------------------ */
+
+#define MAXP 16
+static struct srt_prof *profs[MAXP];
+static int nprofs;
+
+static int find_prof(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size, (void)data;
+	if (!info->dlpi_name || !strstr(info->dlpi_name, "/srt_") || nprofs == MAXP)
+		return 0;
+	void *h = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD);
+	if (!h)
+		return 0;
+	srt_prof_fn fn = (srt_prof_fn)(uintptr_t)dlsym(h, SRT_PROF_SYMBOL);
+	if (fn) {
+		struct srt_prof *p = fn();
+		int seen = 0;
+		for (int i = 0; i < nprofs; i++)
+			seen |= profs[i] == p;
+		if (!seen)
+			profs[nprofs++] = p;
+	}
+	dlclose(h); /* the engine keeps its own reference */
+	return 0;
+}
+
+static void prof_reset(int on)
+{
+	for (int i = 0; i < nprofs; i++) {
+		profs[i]->on = 0;
+		memset(profs[i]->ns, 0, sizeof(profs[i]->ns));
+		memset(profs[i]->calls, 0, sizeof(profs[i]->calls));
+		profs[i]->on = on;
+	}
+}
+
+static int profile(struct srt_engine *e, const struct opts *o, int seed, float *lg)
+{
+	struct live l;
+	double pf, rate;
+	if (live_open(e, &l, o->prompt, o->steps + o->warmup, seed, &pf, lg))
+		return 1;
+	if (decode_steps(e, &l, 1, o->warmup > 0 ? o->warmup : 1, lg, &rate))
+		goto fail;
+	prof_reset(1);
+	double t0 = now_s();
+	if (decode_steps(e, &l, 1, o->steps, lg, &rate))
+		goto fail;
+	double step = (now_s() - t0) / o->steps;
+	uint64_t ns[SRT_PROF_COUNT] = {0};
+	for (int i = 0; i < nprofs; i++)
+		for (int p = 0; p < SRT_PROF_COUNT; p++)
+			ns[p] += profs[i]->ns[p];
+	prof_reset(0);
+	printf("  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step):\n",
+	       srt_engine_threads(e), o->prompt, o->steps, step * 1e3);
+	double sum = 0;
+	for (int p = 0; p < SRT_PROF_COUNT; p++) {
+		double ms = (double)ns[p] * 1e-6 / o->steps;
+		sum += ms;
+		printf("    %-26s %8.3f ms  %5.1f %%\n", srt_prof_name(p), ms, 100.0 * ms / (step * 1e3));
+	}
+	printf("    %-26s %8.3f ms  %5.1f %%\n", "engine rest (head, embed)", step * 1e3 - sum,
+	       100.0 * (step * 1e3 - sum) / (step * 1e3));
+	if (!nprofs)
+		printf("    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
+	live_close(&l);
+	return 0;
+fail:
+	live_close(&l);
+	return 1;
+}
+
+/* --- the rounds ------------------------------------------------------------------------------ */
+
+struct tstate {
+	struct srt_engine *e;
+	double bw;
+	uint64_t wb;
+	struct live deep[MAXD];
+	double deep_pf[MAXD];
+	double pf[MAXR], dc[MAXD + 1][MAXR], ratio[MAXD + 1][MAXR];
+	uint64_t kv_short;
+};
+
+static int run(const struct opts *o, const char *model)
+{
+	char err[2048];
+	struct tstate *ts = calloc((size_t)o->nthreads, sizeof(*ts));
+	float *lg = NULL;
+	int rc = 1;
+	if (!ts)
+		return 1;
+	for (int t = 0; t < o->nthreads; t++) {
+		struct srt_engine_opts eo = {.model = model, .threads = o->threads[t], .profile = -1};
+		if (srt_engine_open(&eo, &ts[t].e, err, sizeof(err))) {
+			fprintf(stderr, "exec_bench: %s\n", err);
+			goto out;
+		}
+		ts[t].wb = srt_engine_decode_weight_bytes(ts[t].e);
+	}
+	size_t V = (size_t)srt_engine_model(ts[0].e)->vocab_size;
+	if (!(lg = malloc(sizeof(float) * V * 16)))
+		goto out;
+	printf("model %s, %s profile, prefill chunk %d; decode weights %.1f MiB per step\n", model,
+	       srt_profile_name(srt_engine_profile(ts[0].e)), srt_engine_chunk(ts[0].e),
+	       (double)ts[0].wb / 1048576.0);
+	for (int t = 0; t < o->nthreads; t++)
+		ts[t].bw = read_bandwidth(o->threads[t]);
+
+	/* the deep sequences, prefilled once per thread count */
+	int more = o->steps * (o->runs + 1) + o->warmup;
+	for (int d = 0; d < o->ndepths; d++)
+		for (int t = 0; t < o->nthreads; t++) {
+			fprintf(stderr, "exec_bench: prefilling depth %d with %d threads...\n",
+				o->depths[d], o->threads[t]);
+			if (live_open(ts[t].e, &ts[t].deep[d], o->depths[d], more, 1000 + d,
+				      &ts[t].deep_pf[d], lg))
+				goto out;
+			printf("threads %d: prefill of the depth-%d sequence %.1f tokens/s, KV %.2f MiB\n",
+			       o->threads[t], o->depths[d], ts[t].deep_pf[d],
+			       (double)ts[t].deep[d].kv / 1048576.0);
+		}
+	/* warm-up: decode steps on each engine (first-touch of weights, scratch growth) */
+	for (int t = 0; t < o->nthreads && o->warmup > 0; t++) {
+		struct live l;
+		double pf, r;
+		if (live_open(ts[t].e, &l, o->prompt, o->warmup, 999, &pf, lg) ||
+		    decode_steps(ts[t].e, &l, 1, o->warmup, lg, &r)) {
+			live_close(&l);
+			goto out;
+		}
+		for (int d = 0; d < o->ndepths; d++)
+			if (decode_steps(ts[t].e, &ts[t].deep[d], 1, 1, lg, &r)) {
+				live_close(&l);
+				goto out;
+			}
+		live_close(&l);
+	}
+
+	for (int r = 0; r < o->runs; r++) {
+		for (int t = 0; t < o->nthreads; t++) {
+			struct tstate *s = &ts[t];
+			struct live sh[16];
+			double rate;
+			memset(sh, 0, sizeof(sh));
+			uint64_t kv = 0;
+			for (int b = 0; b < o->batch; b++) {
+				double pf;
+				if (live_open(s->e, &sh[b], o->prompt, o->steps, r * 16 + b, &pf, lg)) {
+					for (int c = 0; c < b; c++)
+						live_close(&sh[c]);
+					goto out;
+				}
+				if (b == 0)
+					s->pf[r] = pf;
+				kv += sh[b].kv;
+			}
+			int bad = decode_steps(s->e, sh, o->batch, o->steps, lg, &rate);
+			for (int b = 0; b < o->batch; b++)
+				live_close(&sh[b]);
+			if (bad)
+				goto out;
+			s->kv_short = kv;
+			s->dc[0][r] = rate;
+			/* a batched step reads the weights once and every sequence's KV */
+			s->ratio[0][r] = rate / o->batch * (double)(s->wb + kv) / s->bw;
+			printf("round %d threads %d: prefill %d tokens %.1f tokens/s; decode depth %d "
+			       "(batch %d) %.2f tokens/s", r + 1, o->threads[t], o->prompt, s->pf[r],
+			       o->prompt, o->batch, rate);
+			for (int d = 0; d < o->ndepths; d++) {
+				if (decode_steps(s->e, &s->deep[d], 1, o->steps, lg, &rate))
+					goto out;
+				s->dc[d + 1][r] = rate;
+				s->ratio[d + 1][r] = rate * (double)(s->wb + s->deep[d].kv) / s->bw;
+				printf("; depth %d %.2f tokens/s", o->depths[d], rate);
+			}
+			printf("\n");
+			fflush(stdout);
+		}
+	}
+	for (int t = 0; t < o->nthreads; t++) {
+		double bw = read_bandwidth(o->threads[t]);
+		if (bw > ts[t].bw) { /* the best read rate seen: the ratios only get smaller */
+			for (int d = 0; d <= o->ndepths; d++)
+				for (int r = 0; r < o->runs; r++)
+					ts[t].ratio[d][r] *= ts[t].bw / bw;
+			ts[t].bw = bw;
+		}
+	}
+
+	printf("\nsummary, best / median of %d interleaved rounds:\n", o->runs);
+	for (int t = 0; t < o->nthreads; t++) {
+		struct tstate *s = &ts[t];
+		printf("threads %d (read bandwidth %.2f GB/s, best of 5 passes before and after):\n",
+		       o->threads[t], s->bw / 1e9);
+		printf("  prefill %d tokens: %.1f / %.1f tokens/s\n", o->prompt, best(s->pf, o->runs),
+		       median(s->pf, o->runs));
+		for (int d = 0; d <= o->ndepths; d++) {
+			int depth = d ? o->depths[d - 1] : o->prompt;
+			uint64_t kv = d ? s->deep[d - 1].kv : s->kv_short;
+			double md = median(s->dc[d], o->runs), m0 = median(s->dc[0], o->runs);
+			printf("  decode depth %6d%s: %.2f / %.2f tokens/s, %.1f MiB weights + %.2f MiB "
+			       "KV per step = %.1f%% / %.1f%% of the read bandwidth", depth,
+			       d ? "" : " (short)", best(s->dc[d], o->runs), md,
+			       (double)s->wb / 1048576.0, (double)kv / 1048576.0,
+			       100.0 * best(s->ratio[d], o->runs), 100.0 * median(s->ratio[d], o->runs));
+			if (d)
+				printf("; median %.1f%% of the short-depth rate", 100.0 * md / m0);
+			printf("\n");
+		}
+		if (t > 0)
+			printf("  threads %d / threads %d (medians): prefill %.2fx, short decode %.2fx\n",
+			       o->threads[t], o->threads[0],
+			       median(s->pf, o->runs) / median(ts[0].pf, o->runs),
+			       median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs));
+	}
+	if (o->profile) {
+		nprofs = 0;
+		dl_iterate_phdr(find_prof, NULL);
+		printf("\n");
+		for (int t = 0; t < o->nthreads; t++)
+			if (profile(ts[t].e, o, 2000 + t, lg))
+				goto out;
+	}
+	rc = 0;
+out:
+	for (int t = 0; t < o->nthreads; t++) {
+		for (int d = 0; d < o->ndepths; d++)
+			if (ts[t].deep[d].s || ts[t].deep[d].tok)
+				live_close(&ts[t].deep[d]);
+		if (ts[t].e)
+			srt_engine_close(ts[t].e);
+	}
+	free(ts);
 	free(lg);
 	return rc;
 }
 
-static int bench(const char *model, int threads, int prompt, int steps, int runs, int batch,
-		 double bw)
-{
-	char err[2048];
-	struct srt_engine_opts o = {.model = model, .threads = threads, .profile = -1, .quiet = 0};
-	struct srt_engine *e;
-	double pf[64], dc[64], ratio[64];
-	uint64_t kv = 0;
-	if (srt_engine_open(&o, &e, err, sizeof(err))) {
-		fprintf(stderr, "exec_bench: %s\n", err);
-		return 1;
-	}
-	uint64_t wb = srt_engine_decode_weight_bytes(e);
-	printf("threads %d (%s profile, chunk %d), read bandwidth %.2f GB/s (best of 5 passes)\n",
-	       srt_engine_threads(e), srt_profile_name(srt_engine_profile(e)), srt_engine_chunk(e),
-	       bw / 1e9);
-	for (int r = 0; r < runs; r++) {
-		if (run_once(e, prompt, steps, batch, r, &pf[r], &dc[r], &kv)) {
-			srt_engine_close(e);
-			return 1;
-		}
-		/* a batched step reads the weights once and every sequence's KV */
-		double steps_s = dc[r] / batch;
-		ratio[r] = steps_s * (double)(wb + kv) / bw;
-		printf("  run %d: prefill %d tokens %.1f tokens/s; decode batch %d, %d steps %.2f "
-		       "tokens/s = %.2f GB/s = %.1f%% of the read bandwidth\n", r + 1, prompt, pf[r],
-		       batch, steps, dc[r], steps_s * (double)(wb + kv) / 1e9, 100.0 * ratio[r]);
-	}
-	printf("  per decode step: weights %.1f MiB + KV held by the batch's sequences %.2f MiB "
-	       "(upper bound of what a step reads)\n", (double)wb / 1048576.0,
-	       (double)kv / 1048576.0);
-	printf("  threads %d best / median of %d: prefill %.1f / %.1f tokens/s; decode (batch %d) "
-	       "%.2f / %.2f tokens/s = %.1f%% / %.1f%% of the read bandwidth\n",
-	       srt_engine_threads(e), runs, best(pf, runs), median(pf, runs), batch,
-	       best(dc, runs), median(dc, runs), 100.0 * best(ratio, runs),
-	       100.0 * median(ratio, runs));
-	srt_engine_close(e);
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
-	const char *model = NULL;
-	int prompt = 256, steps = 8, tmax = 2, runs = 3, batch = 1;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--model"))
-			model = argv[i + 1];
-		else if (!strcmp(argv[i], "--prompt"))
-			prompt = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--steps"))
-			steps = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--threads-max"))
-			tmax = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--runs"))
-			runs = atoi(argv[i + 1]);
-		else if (!strcmp(argv[i], "--batch"))
-			batch = atoi(argv[i + 1]);
-		else {
-			fprintf(stderr, "usage: exec_bench [--model DIR|PRESET] [--prompt N] [--steps N] "
-				"[--threads-max N] [--runs N] [--batch N]\n");
-			return 2;
-		}
-	}
-	if (prompt < 1 || steps < 1 || tmax < 1 || tmax > 64 || runs < 1 || runs > 64 ||
-	    batch < 1 || batch > 16) {
-		fprintf(stderr, "exec_bench: --prompt, --steps >= 1, --threads-max and --runs in "
-			"[1, 64], --batch in [1, 16]\n");
-		return 2;
-	}
+	struct opts o;
+	int prc = parse_args(argc, argv, &o);
+	if (prc)
+		return prc > 0 ? 0 : 2;
+	const char *model = o.model;
 	char dir[4096], exe[4096], err[2048];
 	if (!model) {
 		/* <build>/bin/exec_bench -> <build>/models/small */
@@ -276,10 +612,5 @@ int main(int argc, char **argv)
 		fprintf(stderr, "model small in %s (%.1f s)\n", dir, now_s() - t0);
 		model = dir;
 	}
-	for (int t = 1; t <= tmax; t++) {
-		double bw = read_bandwidth(t);
-		if (bench(model, t, prompt, steps, runs, batch, bw))
-			return 1;
-	}
-	return 0;
+	return run(&o, model);
 }

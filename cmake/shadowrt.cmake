@@ -26,8 +26,12 @@ function(srt_add_plugin target)
   install(TARGETS ${target} LIBRARY DESTINATION "${SRT_PLUGIN_INSTALL_DIR}")
 endfunction()
 
-# srt_add_check_test(<name> SOURCES ... [LIBS ...] [TIMEOUT s])
+# srt_add_check_test(<name> SOURCES ... [LIBS ...])
 # One `check` suite as a ctest test. Skipped (with a message) when check is not installed.
+# No time limits: a loaded machine can exceed any fixed one. ctest sets no TIMEOUT, and
+# CK_TIMEOUT_MULTIPLIER=0 turns off check's per-case timers (its default 4 s and every
+# tcase_set_timeout). A TIMEOUT argument is accepted and ignored. To bound a hung run, give
+# scripts/test.sh SRT_TEST_TIMEOUT=<seconds> (a per-test ctest limit, off by default).
 function(srt_add_check_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
   if(NOT CHECK_FOUND)
@@ -39,9 +43,6 @@ function(srt_add_check_test name)
   target_link_libraries(${name} PRIVATE PkgConfig::CHECK ${T_LIBS})
   add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY "${CMAKE_BINARY_DIR}")
   set_tests_properties(${name} PROPERTIES LABELS unit)
-  if(NOT T_TIMEOUT)
-    set(T_TIMEOUT 300)
-  endif()
-  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT}
-    ENVIRONMENT "SRT_SOURCE_DIR=${PROJECT_SOURCE_DIR};SRT_BUILD_DIR=${CMAKE_BINARY_DIR};SRT_PLUGIN_DIR=${SRT_PLUGIN_OUTPUT_DIR}")
+  set_tests_properties(${name} PROPERTIES
+    ENVIRONMENT "SRT_SOURCE_DIR=${PROJECT_SOURCE_DIR};SRT_BUILD_DIR=${CMAKE_BINARY_DIR};SRT_PLUGIN_DIR=${SRT_PLUGIN_OUTPUT_DIR};CK_TIMEOUT_MULTIPLIER=0")
 endfunction()

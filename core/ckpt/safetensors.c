@@ -14,7 +14,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt/json.h"
+#include <jansson.h>
+
+#include "plugin/host.h"
 #include "tier/sha256.h"
 
 /* ---- messages ------------------------------------------------------------------------------ */
@@ -72,6 +74,7 @@ struct ck_file {
 	const uint8_t *map;
 	size_t size;
 	size_t data_off; /* 8 + header length */
+	int borrowed;    /* map is the caller's memory (srt_ck_check_image), not a mapping */
 	char **meta;	 /* key, value, key, value, ... (owned) */
 	size_t n_meta;
 };
@@ -81,6 +84,7 @@ struct ck_entry {
 	uint32_t file;
 	uint64_t begin;      /* data_offsets, for overlap checks */
 	uint64_t end;
+	void *owned;         /* aligned copy of unaligned data (t.data points to it), or NULL */
 };
 
 struct srt_ckpt {
@@ -91,6 +95,7 @@ struct srt_ckpt {
 	size_t *slots; /* open-addressing table of entry index + 1; 0 = empty */
 	size_t n_slots;
 	uint64_t total_bytes;
+	size_t n_unaligned; /* tensors read through an aligned copy */
 	char fingerprint[48];
 };
 
@@ -189,6 +194,11 @@ const char *srt_ck_metadata(const struct srt_ckpt *ck, size_t file, const char *
 	return NULL;
 }
 
+size_t srt_ck_unaligned_count(const struct srt_ckpt *ck)
+{
+	return ck->n_unaligned;
+}
+
 uint64_t srt_ck_total_bytes(const struct srt_ckpt *ck)
 {
 	return ck->total_bytes;
@@ -203,11 +213,13 @@ void srt_ck_close(struct srt_ckpt *ck)
 {
 	if (!ck)
 		return;
-	for (size_t i = 0; i < ck->n_ents; i++)
+	for (size_t i = 0; i < ck->n_ents; i++) {
 		free((char *)ck->ents[i].t.name);
+		free(ck->ents[i].owned);
+	}
 	for (size_t i = 0; i < ck->n_files; i++) {
 		struct ck_file *f = &ck->files[i];
-		if (f->map)
+		if (f->map && !f->borrowed)
 			munmap((void *)f->map, f->size);
 		for (size_t k = 0; k < 2 * f->n_meta; k++)
 			free(f->meta[k]);
@@ -285,60 +297,87 @@ static int push_entry(struct srt_ckpt *ck, struct ck_entry **out, char *err, siz
 	return 0;
 }
 
-static int read_u64_array(const struct srt_cj_doc *doc, const struct srt_cj_node *arr,
-			  int64_t *vals, uint32_t max, uint32_t *n)
+/* A JSON value's type, for messages. */
+static const char *jtype(const json_t *v)
 {
+	switch (json_typeof(v)) {
+	case JSON_OBJECT: return "an object";
+	case JSON_ARRAY: return "an array";
+	case JSON_STRING: return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL: return "a number with a fraction or exponent";
+	case JSON_TRUE:
+	case JSON_FALSE: return "a boolean";
+	case JSON_NULL: return "null";
+	}
+	return "?";
+}
+
+/*
+ * Parse len bytes of JSON at text: strict RFC 8259 text (jansson), one object or array at the
+ * top, duplicate object keys refused, no \u0000 in strings. NULL with "what: message (line L,
+ * column C)" in err on failure.
+ */
+static json_t *srt_ck_json_parse(const char *text, size_t len, const char *what, char *err,
+			  size_t errlen)
+{
+	json_error_t je;
+	json_t *v = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+	if (!v)
+		errf(err, errlen, SRT_ECORRUPT, "%s: %s (line %d, column %d, byte %d)", what, je.text,
+		     je.line, je.column, je.position);
+	return v;
+}
+
+static int read_u64_array(const json_t *arr, int64_t *vals, uint32_t max, uint32_t *n)
+{
+	size_t i;
+	const json_t *c;
 	*n = 0;
-	for (const struct srt_cj_node *c = srt_cj_first(doc, arr); c; c = srt_cj_next(doc, c)) {
-		if (*n >= max || c->type != SRT_CJ_NUM || !c->is_int || c->i < 0)
+	json_array_foreach(arr, i, c) {
+		if (*n >= max || !json_is_integer(c) || json_integer_value(c) < 0)
 			return -1;
-		vals[(*n)++] = c->i;
+		vals[(*n)++] = json_integer_value(c);
 	}
 	return 0;
 }
 
 /* One tensor entry of a header: fills e (name owned by e). */
-static int parse_tensor(const char *path, const struct srt_cj_doc *doc,
-			const struct srt_cj_node *m, struct ck_entry *e, char *err, size_t errlen)
+static int parse_tensor(const char *path, const char *name, const json_t *m, struct ck_entry *e,
+			char *err, size_t errlen)
 {
-	const char *name = m->key;
-	if (!m->key_len || strlen(name) != m->key_len)
-		return errf(err, errlen, SRT_ECORRUPT, "%s: header has a tensor with an empty name "
-			    "or a NUL byte in its name", path);
-	if (m->type != SRT_CJ_OBJ)
+	if (!*name)
+		return errf(err, errlen, SRT_ECORRUPT, "%s: header has a tensor with an empty name",
+			    path);
+	if (!json_is_object(m))
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': expected an object, got %s",
-			    path, name, srt_cj_type_name(m->type));
-	const struct srt_cj_node *dt = NULL, *shape = NULL, *offs = NULL;
-	for (const struct srt_cj_node *c = srt_cj_first(doc, m); c; c = srt_cj_next(doc, c)) {
-		const struct srt_cj_node **slot = !strcmp(c->key, "dtype")	  ? &dt
-						  : !strcmp(c->key, "shape")	  ? &shape
-						  : !strcmp(c->key, "data_offsets") ? &offs
-										    : NULL;
-		if (!slot)
+			    path, name, jtype(m));
+	const char *k;
+	const json_t *c;
+	json_object_foreach((json_t *)m, k, c) {
+		if (strcmp(k, "dtype") && strcmp(k, "shape") && strcmp(k, "data_offsets"))
 			return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': unknown key '%s' "
-				    "(expected dtype, shape, data_offsets)", path, name, c->key);
-		if (*slot)
-			return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': key '%s' given twice",
-				    path, name, c->key);
-		*slot = c;
+				    "(expected dtype, shape, data_offsets)", path, name, k);
 	}
+	const json_t *dt = json_object_get(m, "dtype"), *shape = json_object_get(m, "shape"),
+		     *offs = json_object_get(m, "data_offsets");
 	if (!dt || !shape || !offs)
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': missing key '%s'", path, name,
 			    !dt ? "dtype" : !shape ? "shape" : "data_offsets");
-	if (dt->type != SRT_CJ_STR)
+	if (!json_is_string(dt))
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': dtype: expected a string, "
-			    "got %s", path, name, srt_cj_type_name(dt->type));
-	if (srt_ck_dtype_parse(dt->str, &e->t.dtype))
+			    "got %s", path, name, jtype(dt));
+	if (srt_ck_dtype_parse(json_string_value(dt), &e->t.dtype))
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': unknown dtype \"%s\" (expected "
 			    "one of F32, BF16, F16, F8_E4M3, F8_E8M0, I8, U8, I32, I64, F64)",
-			    path, name, dt->str);
-	if (shape->type != SRT_CJ_ARR ||
-	    read_u64_array(doc, shape, e->t.shape, SRT_TENSOR_MAX_DIMS, &e->t.ndim))
+			    path, name, json_string_value(dt));
+	if (!json_is_array(shape) ||
+	    read_u64_array(shape, e->t.shape, SRT_TENSOR_MAX_DIMS, &e->t.ndim))
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': shape must be an array of at "
 			    "most %d non-negative integers", path, name, SRT_TENSOR_MAX_DIMS);
 	int64_t o[2];
 	uint32_t no;
-	if (offs->type != SRT_CJ_ARR || read_u64_array(doc, offs, o, 2, &no) || no != 2)
+	if (!json_is_array(offs) || read_u64_array(offs, o, 2, &no) || no != 2)
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': data_offsets must be an array "
 			    "of 2 non-negative integers", path, name);
 	if (o[0] > o[1])
@@ -353,8 +392,8 @@ static int parse_tensor(const char *path, const struct srt_cj_doc *doc,
 	if (nbytes != (uint64_t)(o[1] - o[0]))
 		return errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s': shape %s of %s needs %llu "
 			    "bytes, but data_offsets [%lld, %lld] hold %llu", path, name, sh,
-			    dt->str, (unsigned long long)nbytes, (long long)o[0], (long long)o[1],
-			    (unsigned long long)(o[1] - o[0]));
+			    json_string_value(dt), (unsigned long long)nbytes, (long long)o[0],
+			    (long long)o[1], (unsigned long long)(o[1] - o[0]));
 	e->begin = (uint64_t)o[0];
 	e->end = (uint64_t)o[1];
 	e->t.nbytes = (size_t)nbytes;
@@ -364,21 +403,23 @@ static int parse_tensor(const char *path, const struct srt_cj_doc *doc,
 	return 0;
 }
 
-static int parse_metadata(const char *path, const struct srt_cj_doc *doc,
-			  const struct srt_cj_node *m, struct ck_file *f, char *err, size_t errlen)
+static int parse_metadata(const char *path, const json_t *m, struct ck_file *f, char *err,
+			  size_t errlen)
 {
-	if (m->type != SRT_CJ_OBJ)
+	if (!json_is_object(m))
 		return errf(err, errlen, SRT_ECORRUPT, "%s: __metadata__: expected an object, got %s",
-			    path, srt_cj_type_name(m->type));
-	f->meta = calloc(2 * (size_t)m->count + 1, sizeof(char *));
+			    path, jtype(m));
+	f->meta = calloc(2 * json_object_size(m) + 1, sizeof(char *));
 	if (!f->meta)
 		return errf(err, errlen, SRT_ENOMEM, "out of memory");
-	for (const struct srt_cj_node *c = srt_cj_first(doc, m); c; c = srt_cj_next(doc, c)) {
-		if (c->type != SRT_CJ_STR)
+	const char *k;
+	const json_t *c;
+	json_object_foreach((json_t *)m, k, c) {
+		if (!json_is_string(c))
 			return errf(err, errlen, SRT_ECORRUPT, "%s: __metadata__ key '%s': expected a "
-				    "string, got %s", path, c->key, srt_cj_type_name(c->type));
-		f->meta[2 * f->n_meta] = strdup(c->key);
-		f->meta[2 * f->n_meta + 1] = strdup(c->str);
+				    "string, got %s", path, k, jtype(c));
+		f->meta[2 * f->n_meta] = strdup(k);
+		f->meta[2 * f->n_meta + 1] = strdup(json_string_value(c));
 		f->n_meta++;
 		if (!f->meta[2 * f->n_meta - 2] || !f->meta[2 * f->n_meta - 1])
 			return errf(err, errlen, SRT_ENOMEM, "out of memory");
@@ -410,6 +451,8 @@ static int check_ranges(struct srt_ckpt *ck, struct ck_file *f, size_t first, ch
 		order[i] = &ck->ents[first + i];
 	qsort(order, n, sizeof(*order), cmp_ent_begin);
 	int rc = 0;
+	size_t n_copied = 0, copied = 0;
+	const struct ck_entry *first_copied = NULL;
 	for (size_t i = 0; i < n; i++) {
 		struct ck_entry *e = order[i];
 		if (e->end > data_size) {
@@ -429,23 +472,47 @@ static int check_ranges(struct srt_ckpt *ck, struct ck_file *f, size_t first, ch
 			break;
 		}
 		/* Kernels read tensors through typed pointers (and the compiler may vectorise with
-		 * aligned loads): data must sit on its element size. The mapping is page-aligned.
-		 * safetensors writers pad the header to 8 bytes and order tensors by element size. */
+		 * aligned loads): data must sit on its element size. The format does not require it
+		 * (the mapping is page-aligned, but a header not padded to 8 bytes or tensors not
+		 * ordered by element size leave some off): such tensors get an aligned copy. */
 		size_t esz = srt_ck_dtype_size(e->t.dtype);
-		if (e->t.nbytes && (f->data_off + e->begin) % esz) {
-			rc = errf(err, errlen, SRT_ECORRUPT, "%s: tensor '%s' starts at file offset "
-				  "%llu, not a multiple of its %zu-byte %s elements (unaligned data: the "
-				  "header is not padded to 8 bytes or tensors are not ordered by element "
-				  "size; rewrite the file)", f->path, e->t.name,
-				  (unsigned long long)(f->data_off + e->begin), esz,
-				  srt_ck_dtype_name(e->t.dtype));
-			break;
+		const uint8_t *at = f->map + f->data_off + e->begin;
+		if (e->t.nbytes && (uintptr_t)at % esz) {
+			size_t cap = (e->t.nbytes + 63) / 64 * 64;
+			e->owned = aligned_alloc(64, cap);
+			if (!e->owned) {
+				rc = errf(err, errlen, SRT_ENOMEM, "%s: tensor '%s': out of memory for an "
+					  "aligned copy of its %zu unaligned bytes", f->path, e->t.name,
+					  e->t.nbytes);
+				break;
+			}
+			memcpy(e->owned, at, e->t.nbytes);
+			at = e->owned;
+			n_copied++;
+			copied += e->t.nbytes;
+			if (!first_copied)
+				first_copied = e;
 		}
-		e->t.data = f->map + f->data_off + e->begin;
+		e->t.data = at;
+	}
+	if (!rc && n_copied) {
+		char what[256];
+		snprintf(what, sizeof(what), "%zu tensor%s (first '%s' at file offset %llu, not a "
+			 "multiple of its %zu-byte %s elements)", n_copied, n_copied == 1 ? "" : "s",
+			 first_copied->t.name,
+			 (unsigned long long)(f->data_off + first_copied->begin),
+			 srt_ck_dtype_size(first_copied->t.dtype),
+			 srt_ck_dtype_name(first_copied->t.dtype));
+		srt_log(SRT_LOG_WARN, "ckpt", "%s: %s not aligned to the element size: copied %zu "
+			"bytes into aligned memory (pad the header to 8 bytes and order tensors by "
+			"element size to map them in place)", f->path, what, copied);
+		ck->n_unaligned += n_copied;
 	}
 	free(order);
 	return rc;
 }
+
+static int parse_file(struct srt_ckpt *ck, uint32_t fi, char *err, size_t errlen);
 
 /* Map and validate one .safetensors file, appending its tensors. */
 static int load_file(struct srt_ckpt *ck, const char *path, char *err, size_t errlen)
@@ -457,6 +524,15 @@ static int load_file(struct srt_ckpt *ck, const char *path, char *err, size_t er
 	struct ck_file *f = &ck->files[fi];
 	if ((rc = map_file(path, &f->map, &f->size, err, errlen)))
 		return rc;
+	return parse_file(ck, fi, err, errlen);
+}
+
+/* Validate the mapped image of file fi, appending its tensors. */
+static int parse_file(struct srt_ckpt *ck, uint32_t fi, char *err, size_t errlen)
+{
+	struct ck_file *f = &ck->files[fi];
+	const char *path = f->path;
+	int rc;
 	if (f->size < 8)
 		return errf(err, errlen, SRT_ECORRUPT, "%s: file is %zu bytes, too short for the "
 			    "8-byte header length (truncated or not a safetensors file)", path, f->size);
@@ -473,26 +549,22 @@ static int load_file(struct srt_ckpt *ck, const char *path, char *err, size_t er
 			    (unsigned long long)SRT_CK_HEADER_MAX);
 	f->data_off = 8 + (size_t)hl;
 
-	struct srt_cj_doc doc;
-	char jerr[160];
-	rc = srt_cj_parse((const char *)f->map + 8, (size_t)hl, &doc, jerr, sizeof(jerr));
-	if (rc)
-		return errf(err, errlen, rc == SRT_ENOMEM ? rc : SRT_ECORRUPT, "%s: header: %s", path,
-			    jerr);
-	const struct srt_cj_node *root = &doc.nodes[0];
+	char what[4200];
+	snprintf(what, sizeof(what), "%s: header", path);
+	json_t *root = srt_ck_json_parse((const char *)f->map + 8, (size_t)hl, what, err, errlen);
+	if (!root)
+		return SRT_ECORRUPT;
 	size_t first = ck->n_ents;
-	if (root->type != SRT_CJ_OBJ) {
+	if (!json_is_object(root)) {
 		rc = errf(err, errlen, SRT_ECORRUPT, "%s: header: expected a JSON object, got %s", path,
-			  srt_cj_type_name(root->type));
+			  jtype(root));
 		goto out;
 	}
-	for (const struct srt_cj_node *m = srt_cj_first(&doc, root); m; m = srt_cj_next(&doc, m)) {
-		if (!strcmp(m->key, "__metadata__")) {
-			if (f->meta) {
-				rc = errf(err, errlen, SRT_ECORRUPT, "%s: __metadata__ given twice", path);
-				goto out;
-			}
-			if ((rc = parse_metadata(path, &doc, m, f, err, errlen)))
+	const char *key;
+	const json_t *m;
+	json_object_foreach(root, key, m) {
+		if (!strcmp(key, "__metadata__")) {
+			if ((rc = parse_metadata(path, m, f, err, errlen)))
 				goto out;
 			continue;
 		}
@@ -500,14 +572,14 @@ static int load_file(struct srt_ckpt *ck, const char *path, char *err, size_t er
 		if ((rc = push_entry(ck, &e, err, errlen)))
 			goto out;
 		e->file = fi;
-		if ((rc = parse_tensor(path, &doc, m, e, err, errlen)))
+		if ((rc = parse_tensor(path, key, m, e, err, errlen)))
 			goto out;
 		ck->n_ents++;
 		ck->total_bytes += e->t.nbytes;
 	}
 	rc = check_ranges(ck, f, first, err, errlen);
 out:
-	srt_cj_free(&doc);
+	json_decref(root);
 	return rc;
 }
 
@@ -520,6 +592,11 @@ static int read_small_file(const char *path, char **out, size_t *len, char *err,
 	int rc = map_file(path, &map, &size, err, errlen);
 	if (rc)
 		return rc;
+	if (size > SRT_CK_HEADER_MAX) {
+		munmap((void *)map, size);
+		return errf(err, errlen, SRT_ECORRUPT, "%s: %zu bytes, more than the %llu-byte limit "
+			    "of a checkpoint index", path, size, (unsigned long long)SRT_CK_HEADER_MAX);
+	}
 	*out = malloc(size + 1);
 	if (!*out) {
 		rc = errf(err, errlen, SRT_ENOMEM, "%s: out of memory for %zu bytes", path, size);
@@ -546,45 +623,48 @@ static int load_index(struct srt_ckpt *ck, const char *index_path, char *err, si
 	const char **shards = NULL;
 	size_t n_shards = 0;
 	uint8_t *seen = NULL;
-	struct srt_cj_doc doc = {0};
+	json_t *root = NULL;
 	int rc = read_small_file(index_path, &text, &len, err, errlen);
 	if (rc)
 		return rc;
-	char jerr[160];
-	if ((rc = srt_cj_parse(text, len, &doc, jerr, sizeof(jerr)))) {
-		rc = errf(err, errlen, SRT_ECORRUPT, "%s: %s", index_path, jerr);
+	if (!(root = srt_ck_json_parse(text, len, index_path, err, errlen))) {
+		rc = SRT_ECORRUPT;
 		goto out;
 	}
-	const struct srt_cj_node *wm = srt_cj_get(&doc, &doc.nodes[0], "weight_map");
-	if (doc.nodes[0].type != SRT_CJ_OBJ || !wm || wm->type != SRT_CJ_OBJ) {
+	const json_t *wm = json_object_get(root, "weight_map");
+	if (!json_is_object(root) || !json_is_object(wm)) {
 		rc = errf(err, errlen, SRT_ECORRUPT, "%s: expected a JSON object with a \"weight_map\" "
 			  "object", index_path);
 		goto out;
 	}
-	if (!wm->count) {
+	size_t n_wm = json_object_size(wm);
+	if (!n_wm) {
 		rc = errf(err, errlen, SRT_ECORRUPT, "%s: \"weight_map\" is empty: the index lists "
 			  "no tensors", index_path);
 		goto out;
 	}
 	const char *slash = strrchr(index_path, '/');
 	dir = slash ? strndup(index_path, (size_t)(slash - index_path + 1)) : strdup("");
-	shards = calloc(wm->count + 1, sizeof(*shards));
+	shards = calloc(n_wm + 1, sizeof(*shards));
 	if (!dir || !shards) {
 		rc = errf(err, errlen, SRT_ENOMEM, "out of memory");
 		goto out;
 	}
 	/* Distinct shard files, in order of first mention. */
-	for (const struct srt_cj_node *c = srt_cj_first(&doc, wm); c; c = srt_cj_next(&doc, c)) {
-		if (c->type != SRT_CJ_STR || !valid_shard_name(c->str)) {
+	const char *key;
+	const json_t *c;
+	json_object_foreach((json_t *)wm, key, c) {
+		if (!json_is_string(c) || !valid_shard_name(json_string_value(c))) {
 			rc = errf(err, errlen, SRT_ECORRUPT, "%s: weight_map['%s']: expected the plain "
-				  "name of a file next to the index", index_path, c->key);
+				  "name of a file next to the index", index_path, key);
 			goto out;
 		}
+		const char *sn = json_string_value(c);
 		size_t k = 0;
-		while (k < n_shards && strcmp(shards[k], c->str))
+		while (k < n_shards && strcmp(shards[k], sn))
 			k++;
 		if (k == n_shards)
-			shards[n_shards++] = c->str;
+			shards[n_shards++] = sn;
 	}
 	for (size_t k = 0; k < n_shards; k++) {
 		size_t pl = strlen(dir) + strlen(shards[k]) + 1;
@@ -604,35 +684,30 @@ static int load_index(struct srt_ckpt *ck, const char *index_path, char *err, si
 	}
 	if ((rc = index_entries(ck, err, errlen)))
 		goto out;
-	/* The index and the shards must agree exactly. */
+	/* The index and the shards must agree exactly (duplicate keys were refused above). */
 	seen = calloc(ck->n_ents + 1, 1);
 	if (!seen) {
 		rc = errf(err, errlen, SRT_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (const struct srt_cj_node *c = srt_cj_first(&doc, wm); c; c = srt_cj_next(&doc, c)) {
-		const struct srt_tensor *t = srt_ck_find(ck, c->key);
+	json_object_foreach((json_t *)wm, key, c) {
+		const char *sn = json_string_value(c);
+		const struct srt_tensor *t = srt_ck_find(ck, key);
 		if (!t) {
 			rc = errf(err, errlen, SRT_ECORRUPT, "%s: weight_map puts tensor '%s' in %s, "
-				  "which has no such tensor", index_path, c->key, c->str);
+				  "which has no such tensor", index_path, key, sn);
 			goto out;
 		}
 		const struct ck_entry *e = (const struct ck_entry *)t;
 		const char *fp = ck->files[e->file].path;
 		const char *base = strrchr(fp, '/');
 		base = base ? base + 1 : fp;
-		if (strcmp(base, c->str)) {
+		if (strcmp(base, sn)) {
 			rc = errf(err, errlen, SRT_ECORRUPT, "%s: weight_map puts tensor '%s' in %s, but "
-				  "it is in %s", index_path, c->key, c->str, fp);
+				  "it is in %s", index_path, key, sn, fp);
 			goto out;
 		}
-		size_t i = (size_t)(e - ck->ents);
-		if (seen[i]) {
-			rc = errf(err, errlen, SRT_ECORRUPT, "%s: weight_map lists tensor '%s' twice",
-				  index_path, c->key);
-			goto out;
-		}
-		seen[i] = 1;
+		seen[(size_t)(e - ck->ents)] = 1;
 	}
 	for (size_t i = 0; i < ck->n_ents; i++)
 		if (!seen[i]) {
@@ -645,7 +720,7 @@ out:
 	free(seen);
 	free(shards);
 	free(dir);
-	srt_cj_free(&doc);
+	json_decref(root);
 	free(text);
 	return rc;
 }
@@ -828,6 +903,26 @@ int srt_ck_open(const char *path, struct srt_ckpt **out, char *err, size_t errle
 	fingerprint_sampled(ck);
 	*out = ck;
 	return 0;
+}
+
+int srt_ck_check_image(const void *data, size_t size, const char *name, char *err,
+		       size_t errlen)
+{
+	struct srt_ckpt *ck = calloc(1, sizeof(*ck));
+	if (!ck)
+		return errf(err, errlen, SRT_ENOMEM, "out of memory");
+	uint32_t fi = 0;
+	int rc = add_file(ck, name ? name : "<memory>", &fi, err, errlen);
+	if (!rc) {
+		ck->files[fi].map = data;
+		ck->files[fi].size = size;
+		ck->files[fi].borrowed = 1;
+		rc = parse_file(ck, fi, err, errlen);
+	}
+	if (!rc)
+		rc = index_entries(ck, err, errlen);
+	srt_ck_close(ck);
+	return rc;
 }
 
 /* ---- srt_weights view ---------------------------------------------------------------------- */

@@ -55,7 +55,11 @@ struct srt_ckpt; /* opaque; an open, validated checkpoint */
  * data_offsets [begin <= end] inside the data region, non-overlapping, end - begin = numel x
  * dtype size, no duplicate names (also across shards); a sharded index must match its shards
  * exactly. The checkpoint's sampled fingerprint (see srt_ck_fingerprint) is computed here.
- * On success *out is owned by the caller: release with srt_ck_close().
+ * Headers are read with jansson: strict RFC 8259, valid UTF-8, duplicate keys refused, at most
+ * SRT_CK_HEADER_MAX bytes (an index file too). Tensor data need not be aligned to its element
+ * size: an unaligned tensor is copied once into aligned memory (logged once per file with the
+ * count and bytes; see srt_ck_unaligned_count). On success *out is owned by the caller: release
+ * with srt_ck_close().
  */
 int srt_ck_open(const char *path, struct srt_ckpt **out, char *err, size_t errlen);
 void srt_ck_close(struct srt_ckpt *ck); /* NULL is a no-op; tensor views die with it */
@@ -70,6 +74,15 @@ const char *srt_ck_tensor_file(const struct srt_ckpt *ck, const struct srt_tenso
 size_t srt_ck_file_count(const struct srt_ckpt *ck);
 /* Value of a string key of a file's __metadata__ (file 0 for single files), or NULL. */
 const char *srt_ck_metadata(const struct srt_ckpt *ck, size_t file, const char *key);
+/* Tensors whose data was not aligned to the element size and is read from an aligned copy. */
+size_t srt_ck_unaligned_count(const struct srt_ckpt *ck);
+/*
+ * Validate one safetensors file image held in memory (size bytes at data, borrowed) exactly as
+ * srt_ck_open validates a file: 0, or SRT_ECORRUPT / SRT_ENOMEM with a message naming `name`.
+ * For tools and the fuzz targets.
+ */
+int srt_ck_check_image(const void *data, size_t size, const char *name, char *err,
+		       size_t errlen);
 /* Sum of all tensors' bytes. */
 uint64_t srt_ck_total_bytes(const struct srt_ckpt *ck);
 
@@ -142,6 +155,15 @@ struct srt_ck_write_opts {
  */
 int srt_ck_write(const char *dir, const struct srt_ck_wtensor *tensors, size_t n,
 		 const struct srt_ck_write_opts *opts, size_t *n_files_out, char *err, size_t errlen);
+
+/*
+ * Remove what writers that were killed left in dir: entries named "<stem>.tmp.<pid>" (stem
+ * NULL: any hidden ".<name>.tmp.<pid>") whose process no longer exists; a directory loses its
+ * plain files and is removed. Entries of live processes (and this one) stay. srt_ck_write calls
+ * it on its output directory; callers that write "<stem>.tmp.<pid>" directories call it on
+ * their parent. Returns the number removed (logged at info level).
+ */
+int srt_ck_remove_stale_tmp(const char *dir, const char *stem);
 
 /* Bytes a tensor occupies: 0 and *out, or SRT_EINVAL on a negative dim or overflow. */
 int srt_ck_tensor_bytes(uint32_t dtype, uint32_t ndim, const int64_t *shape, uint64_t *out);

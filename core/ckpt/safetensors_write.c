@@ -2,7 +2,9 @@
 #include "ckpt/safetensors.h"
 #include "ckpt/ck_util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -11,62 +13,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A growable string for headers and the index. */
-struct sbuf {
-	char *p;
-	size_t len, cap;
-	int oom;
-};
+#include <jansson.h>
 
-static void sb_put(struct sbuf *b, const char *s, size_t n)
+#include "plugin/host.h"
+
+/* Set key to a new value in obj; false when out of memory (value is consumed either way). */
+static int jset(json_t *obj, const char *key, json_t *v)
 {
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t nc = b->cap ? b->cap : 4096;
-		while (nc < b->len + n + 1)
-			nc *= 2;
-		char *np = realloc(b->p, nc);
-		if (!np) {
-			b->oom = 1;
-			return;
-		}
-		b->p = np;
-		b->cap = nc;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
+	return v && json_object_set_new(obj, key, v) == 0;
 }
 
-static void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sbuf *b, const char *fmt, ...)
+/* Append a new value to arr; false when out of memory. */
+static int jpush(json_t *arr, json_t *v)
 {
-	char tmp[256];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		sb_put(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
-/* A JSON string literal. */
-static void sb_str(struct sbuf *b, const char *s)
-{
-	sb_put(b, "\"", 1);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c == '"' || c == '\\') {
-			char e[2] = {'\\', (char)c};
-			sb_put(b, e, 2);
-		} else if (c < 0x20) {
-			sb_printf(b, "\\u%04x", c);
-		} else {
-			sb_put(b, (const char *)&c, 1);
-		}
-	}
-	sb_put(b, "\"", 1);
+	return v && json_array_append_new(arr, v) == 0;
 }
 
 struct plan_item {
@@ -147,43 +107,54 @@ static int write_shard(struct writer *w, size_t k, size_t first, size_t last, in
 		       const char *path)
 {
 	const struct srt_ck_write_opts *o = w->o;
-	struct sbuf h = {0};
-	int has_format = 0;
-	sb_put(&h, "{\"__metadata__\":{", 17);
-	for (size_t m = 0; m < o->n_meta; m++) {
-		if (m)
-			sb_put(&h, ",", 1);
-		sb_str(&h, o->meta_keys[m]);
-		sb_put(&h, ":", 1);
-		sb_str(&h, o->meta_values[m]);
-		has_format |= !strcmp(o->meta_keys[m], "format");
-	}
-	if (!has_format)
-		sb_printf(&h, "%s\"format\":\"pt\"", o->n_meta ? "," : "");
-	sb_put(&h, "}", 1);
-	for (size_t i = first; i < last; i++) {
+	/* The header through jansson, compact, keys in insertion order: __metadata__ first, then
+	 * the tensors in file order. */
+	json_t *hdr = json_object(), *meta = json_object();
+	char *text = NULL;
+	size_t hlen = 0;
+	int ok = hdr && meta && !json_object_set(hdr, "__metadata__", meta);
+	for (size_t m = 0; ok && m < o->n_meta; m++)
+		ok = jset(meta, o->meta_keys[m], json_string(o->meta_values[m]));
+	if (ok && !json_object_get(meta, "format"))
+		ok = jset(meta, "format", json_string("pt"));
+	for (size_t i = first; ok && i < last; i++) {
 		const struct srt_ck_wtensor *t = &w->t[w->items[i].idx];
-		sb_put(&h, ",", 1);
-		sb_str(&h, t->name);
-		sb_printf(&h, ":{\"dtype\":\"%s\",\"shape\":[", srt_ck_dtype_name(t->dtype));
-		for (uint32_t d = 0; d < t->ndim; d++)
-			sb_printf(&h, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-		sb_printf(&h, "],\"data_offsets\":[%llu,%llu]}",
-			  (unsigned long long)w->items[i].begin,
-			  (unsigned long long)(w->items[i].begin + w->items[i].nbytes));
+		json_t *ent = json_object(), *shape = json_array(), *offs = json_array();
+		ok = ent && shape && offs && jset(ent, "dtype", json_string(srt_ck_dtype_name(t->dtype)));
+		for (uint32_t d = 0; ok && d < t->ndim; d++)
+			ok = jpush(shape, json_integer(t->shape[d]));
+		ok = ok && jpush(offs, json_integer((json_int_t)w->items[i].begin)) &&
+		     jpush(offs, json_integer((json_int_t)(w->items[i].begin + w->items[i].nbytes)));
+		ok = ok && !json_object_set(ent, "shape", shape) &&
+		     !json_object_set(ent, "data_offsets", offs) && !json_object_set(hdr, t->name, ent);
+		json_decref(shape);
+		json_decref(offs);
+		json_decref(ent);
 	}
-	sb_put(&h, "}", 1);
-	while ((8 + h.len) % 8) /* data region 8-byte aligned */
-		sb_put(&h, " ", 1);
-	if (h.oom) {
-		free(h.p);
+	if (ok && (text = json_dumps(hdr, JSON_COMPACT | JSON_PRESERVE_ORDER))) {
+		hlen = strlen(text);
+		size_t padded = (8 + hlen + 7) / 8 * 8 - 8; /* data region 8-byte aligned */
+		char *grown = realloc(text, padded + 1);
+		if (grown) {
+			memset(grown + hlen, ' ', padded - hlen);
+			grown[padded] = '\0';
+			text = grown;
+			hlen = padded;
+		} else {
+			ok = 0;
+		}
+	}
+	json_decref(meta);
+	json_decref(hdr);
+	if (!ok || !text) {
+		free(text);
 		return errf(w->err, w->errlen, SRT_ENOMEM, "out of memory for the header of %s", path);
 	}
 	uint8_t lenb[8];
 	for (int b = 0; b < 8; b++)
-		lenb[b] = (uint8_t)((uint64_t)h.len >> (8 * b));
+		lenb[b] = (uint8_t)((uint64_t)hlen >> (8 * b));
 	int rc = 0;
-	if (write_all(fd, lenb, 8) || write_all(fd, h.p, h.len)) {
+	if (write_all(fd, lenb, 8) || write_all(fd, text, hlen)) {
 		rc = errf(w->err, w->errlen, errno == ENOSPC ? SRT_ENOSPC : SRT_EIO,
 			  "%s: write failed: %s", path, strerror(errno));
 		goto out;
@@ -229,7 +200,7 @@ static int write_shard(struct writer *w, size_t k, size_t first, size_t last, in
 		rc = errf(w->err, w->errlen, SRT_EIO, "%s: fsync failed: %s", path, strerror(errno));
 out:
 	(void)k;
-	free(h.p);
+	free(text);
 	return rc;
 }
 
@@ -255,7 +226,8 @@ static int write_index(struct writer *w, char **tmp_out)
 	/* weight_map in name order, as Hugging Face writes it. */
 	size_t *by_name = malloc(w->n * sizeof(*by_name));
 	size_t *shard_of = malloc(w->n * sizeof(*shard_of));
-	struct sbuf b = {0};
+	json_t *root = NULL, *wm = NULL;
+	char *text = NULL;
 	int rc = 0, fd = -1;
 	if (!by_name || !shard_of) {
 		rc = errf(w->err, w->errlen, SRT_ENOMEM, "out of memory");
@@ -266,30 +238,32 @@ static int write_index(struct writer *w, char **tmp_out)
 		shard_of[w->items[i].idx] = w->items[i].shard;
 	}
 	qsort_r(by_name, w->n, sizeof(*by_name), cmp_name_idx, (void *)w->t);
-	sb_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
-		  (unsigned long long)w->total);
-	for (size_t i = 0; i < w->n; i++) {
+	root = json_object();
+	json_t *meta = json_object();
+	wm = json_object();
+	int ok = root && wm && jset(root, "metadata", meta) &&
+		 jset(meta, "total_size", json_integer((json_int_t)w->total)) &&
+		 !json_object_set(root, "weight_map", wm);
+	for (size_t i = 0; ok && i < w->n; i++) {
 		char sn[64];
 		shard_name(sn, sizeof(sn), shard_of[by_name[i]], w->n_shards);
-		sb_put(&b, i ? ",\n    " : "\n    ", i ? 6 : 5);
-		sb_str(&b, w->t[by_name[i]].name);
-		sb_put(&b, ": ", 2);
-		sb_str(&b, sn);
+		ok = jset(wm, w->t[by_name[i]].name, json_string(sn));
 	}
-	sb_put(&b, "\n  }\n}\n", 7);
-	if (b.oom) {
+	if (!ok || !(text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER))) {
 		rc = errf(w->err, w->errlen, SRT_ENOMEM, "out of memory for the index");
 		goto out;
 	}
 	if ((rc = open_tmp(w, SRT_CK_INDEX_NAME, tmp_out, &fd)))
 		goto out;
-	if (write_all(fd, b.p, b.len) || fsync(fd))
+	if (write_all(fd, text, strlen(text)) || write_all(fd, "\n", 1) || fsync(fd))
 		rc = errf(w->err, w->errlen, errno == ENOSPC ? SRT_ENOSPC : SRT_EIO,
 			  "%s: write failed: %s", *tmp_out, strerror(errno));
 out:
 	if (fd >= 0)
 		close(fd);
-	free(b.p);
+	free(text);
+	json_decref(wm);
+	json_decref(root);
 	free(by_name);
 	free(shard_of);
 	return rc;
@@ -338,6 +312,7 @@ int srt_ck_write(const char *dir, const struct srt_ck_wtensor *tensors, size_t n
 	struct stat st;
 	if (stat(dir, &st) || !S_ISDIR(st.st_mode))
 		return errf(err, errlen, SRT_ENOENT, "%s: not a directory", dir);
+	srt_ck_remove_stale_tmp(dir, NULL); /* a killed earlier write left these for ever */
 
 	struct writer w = {.dir = dir, .t = tensors, .o = o, .n = n, .err = err, .errlen = errlen};
 	w.items = calloc(n ? n : 1, sizeof(*w.items));
@@ -445,4 +420,75 @@ out:
 	free(w.buf);
 	free(w.items);
 	return rc;
+}
+
+/* ---- leftovers of writers that died -------------------------------------------------------- */
+
+/* "<stem>.tmp.<pid>": 1 and *pid when name has that shape (stem NULL: any hidden ".x"). */
+static int tmp_name_pid(const char *name, const char *stem, long *pid)
+{
+	const char *t = strstr(name, ".tmp.");
+	if (!t || t == name)
+		return 0;
+	while (strstr(t + 1, ".tmp."))
+		t = strstr(t + 1, ".tmp.");
+	if (stem ? (size_t)(t - name) != strlen(stem) || strncmp(name, stem, strlen(stem))
+		 : name[0] != '.')
+		return 0;
+	const char *d = t + 5;
+	if (!*d)
+		return 0;
+	for (const char *c = d; *c; c++)
+		if (*c < '0' || *c > '9')
+			return 0;
+	errno = 0;
+	*pid = strtol(d, NULL, 10);
+	return !errno && *pid > 0;
+}
+
+static int pid_is_dead(long pid)
+{
+	return pid != (long)getpid() && kill((pid_t)pid, 0) && errno == ESRCH;
+}
+
+int srt_ck_remove_stale_tmp(const char *dir, const char *stem)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	int removed = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		long pid;
+		if (!tmp_name_pid(de->d_name, stem, &pid) || !pid_is_dead(pid))
+			continue;
+		char *p = NULL;
+		if (asprintf(&p, "%s/%s", dir, de->d_name) < 0)
+			break;
+		struct stat st;
+		if (!lstat(p, &st) && S_ISDIR(st.st_mode)) {
+			/* a private output directory: only plain files of the dead writer inside */
+			DIR *sub = opendir(p);
+			struct dirent *e;
+			while (sub && (e = readdir(sub))) {
+				char *q = NULL;
+				struct stat qs;
+				if (asprintf(&q, "%s/%s", p, e->d_name) >= 0 && !lstat(q, &qs) &&
+				    S_ISREG(qs.st_mode))
+					unlink(q);
+				free(q);
+			}
+			if (sub)
+				closedir(sub);
+			removed += !rmdir(p);
+		} else if (!lstat(p, &st) && S_ISREG(st.st_mode)) {
+			removed += !unlink(p);
+		}
+		free(p);
+	}
+	closedir(d);
+	if (removed)
+		srt_log(SRT_LOG_INFO, "ckpt", "%s: removed %d temporary file%s of writers that died",
+			dir, removed, removed == 1 ? "" : "s");
+	return removed;
 }

@@ -11,9 +11,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "ckpt/dsv4_tensors.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
+#include "tok/tok.h"
 
 /* ---- counter-based random numbers ---------------------------------------------------------- */
 
@@ -259,30 +262,37 @@ int srt_ck_synth_bytes(const struct srt_model_config *cfg, uint64_t *out, char *
 	return 0;
 }
 
-/* Shortest decimal that reads back as the same double, always with a '.' or exponent. */
-static void put_double(char *buf, size_t len, double v)
+/* Digits that make v read back as the same double (at least its integer digits, so that
+ * 10000 prints as 10000.0, not 1e4). */
+static int round_trip_digits(double v)
 {
-	for (int prec = 6; prec <= 17; prec++) {
-		snprintf(buf, len, "%.*g", prec, v);
+	char buf[64];
+	int first = 1;
+	for (double a = fabs(v); a >= 10 && first < 17; a /= 10)
+		first++;
+	for (int prec = first; prec < 17; prec++) {
+		snprintf(buf, sizeof(buf), "%.*g", prec, v);
 		if (strtod(buf, NULL) == v)
-			break;
+			return prec;
 	}
-	if (!strpbrk(buf, ".eEn"))
-		strncat(buf, ".0", len - strlen(buf) - 1);
+	return 17;
 }
 
+/* config.json through jansson, keys in the order real DeepSeek-V4 configs have them. */
 int srt_ck_config_json(const struct srt_model_config *c, char **out, char *err, size_t errlen)
 {
-	char *p = NULL;
-	size_t len = 0;
-	FILE *f = open_memstream(&p, &len);
-	if (!f)
-		return errf(err, errlen, SRT_ENOMEM, "out of memory");
-	char d[64];
-#define I(k, v) fprintf(f, "  \"%s\": %lld,\n", k, (long long)(v))
-#define D(k, v) (put_double(d, sizeof(d), (v)), fprintf(f, "  \"%s\": %s,\n", k, d))
-	fprintf(f, "{\n  \"architectures\": [\"DeepseekV4ForCausalLM\"],\n"
-		   "  \"model_type\": \"deepseek_v4\",\n  \"torch_dtype\": \"bfloat16\",\n");
+	json_t *o = json_object(), *ratios = json_array(), *wbs = json_array();
+	int ok = o && ratios && wbs;
+	int digits = 1;
+#define SET(k, v) (ok = ok && (v) && !json_object_set_new(o, k, v))
+#define I(k, v) SET(k, json_integer((json_int_t)(v)))
+#define D(k, v) (digits = round_trip_digits(v) > digits ? round_trip_digits(v) : digits, \
+		 SET(k, json_real(v)))
+	json_t *arch = json_array();
+	ok = ok && arch && !json_array_append_new(arch, json_string("DeepseekV4ForCausalLM"));
+	SET("architectures", arch);
+	SET("model_type", json_string("deepseek_v4"));
+	SET("torch_dtype", json_string("bfloat16"));
 	I("hidden_size", c->hidden_size);
 	I("num_hidden_layers", c->num_hidden_layers);
 	I("num_attention_heads", c->num_attention_heads);
@@ -293,10 +303,9 @@ int srt_ck_config_json(const struct srt_model_config *c, char **out, char *err, 
 	I("o_groups", c->o_groups);
 	I("o_lora_rank", c->o_lora_rank);
 	I("sliding_window", c->sliding_window);
-	fprintf(f, "  \"compress_ratios\": [");
-	for (int i = 0; i < c->n_compress_ratios; i++)
-		fprintf(f, "%s%d", i ? ", " : "", c->compress_ratios[i]);
-	fprintf(f, "],\n");
+	for (int i = 0; ok && i < c->n_compress_ratios; i++)
+		ok = !json_array_append_new(ratios, json_integer(c->compress_ratios[i]));
+	ok = ok && !json_object_set(o, "compress_ratios", ratios);
 	I("index_n_heads", c->index_n_heads);
 	I("index_head_dim", c->index_head_dim);
 	I("index_topk", c->index_topk);
@@ -306,8 +315,9 @@ int srt_ck_config_json(const struct srt_model_config *c, char **out, char *err, 
 	I("n_shared_experts", c->n_shared_experts);
 	I("moe_intermediate_size", c->moe_intermediate_size);
 	I("num_hash_layers", c->num_hash_layers);
-	fprintf(f, "  \"scoring_func\": \"sqrtsoftplus\",\n  \"topk_method\": \"noaux_tc\",\n"
-		   "  \"norm_topk_prob\": true,\n");
+	SET("scoring_func", json_string("sqrtsoftplus"));
+	SET("topk_method", json_string("noaux_tc"));
+	SET("norm_topk_prob", json_true());
 	D("routed_scaling_factor", c->routed_scaling_factor);
 	D("swiglu_limit", c->swiglu_limit);
 	I("hc_mult", c->hc_mult);
@@ -317,36 +327,113 @@ int srt_ck_config_json(const struct srt_model_config *c, char **out, char *err, 
 	D("rope_theta", c->rope_theta);
 	D("compress_rope_theta", c->compress_rope_theta);
 	if (c->rope_factor > 1.0) {
-		fprintf(f, "  \"rope_scaling\": {\n    \"type\": \"yarn\",\n");
-		put_double(d, sizeof(d), c->rope_factor);
-		fprintf(f, "    \"factor\": %s,\n", d);
-		fprintf(f, "    \"original_max_position_embeddings\": %lld,\n",
-			(long long)c->rope_original_max_position);
-		put_double(d, sizeof(d), c->rope_beta_fast);
-		fprintf(f, "    \"beta_fast\": %s,\n", d);
-		put_double(d, sizeof(d), c->rope_beta_slow);
-		fprintf(f, "    \"beta_slow\": %s\n  },\n", d);
+		json_t *y = json_object(), *saved = o;
+		SET("rope_scaling", y);
+		o = y;
+		SET("type", json_string("yarn"));
+		D("factor", c->rope_factor);
+		I("original_max_position_embeddings", c->rope_original_max_position);
+		D("beta_fast", c->rope_beta_fast);
+		D("beta_slow", c->rope_beta_slow);
+		o = saved;
 	}
 	I("max_position_embeddings", c->max_position_embeddings);
 	I("num_nextn_predict_layers", c->num_nextn_predict_layers);
 	I("bos_token_id", c->bos_token_id);
 	I("eos_token_id", c->eos_token_id);
-	fprintf(f, "  \"tie_word_embeddings\": %s,\n", c->tie_word_embeddings ? "true" : "false");
+	SET("tie_word_embeddings", json_boolean(c->tie_word_embeddings));
 	if (c->expert_fp4)
-		fprintf(f, "  \"expert_dtype\": \"fp4\",\n");
-	fprintf(f, "  \"quantization_config\": {\n    \"quant_method\": \"fp8\",\n"
-		   "    \"fmt\": \"e4m3\",\n    \"scale_fmt\": \"ue8m0\",\n"
-		   "    \"activation_scheme\": \"dynamic\",\n"
-		   "    \"weight_block_size\": [%d, %d]\n  }\n}\n",
-		c->weight_block_size, c->weight_block_size);
+		SET("expert_dtype", json_string("fp4"));
+	json_t *q = json_object(), *saved = o;
+	SET("quantization_config", q);
+	o = q;
+	SET("quant_method", json_string("fp8"));
+	SET("fmt", json_string("e4m3"));
+	SET("scale_fmt", json_string("ue8m0"));
+	SET("activation_scheme", json_string("dynamic"));
+	ok = ok && !json_array_append_new(wbs, json_integer(c->weight_block_size)) &&
+	     !json_array_append_new(wbs, json_integer(c->weight_block_size)) &&
+	     !json_object_set(o, "weight_block_size", wbs);
+	o = saved;
+#undef SET
 #undef I
 #undef D
-	if (fclose(f)) {
-		free(p);
-		return errf(err, errlen, SRT_ENOMEM, "out of memory");
+	/* Reals with the fewest digits that read back exactly ("1e-06", not 9.99...e-07). */
+	char *text = ok ? json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+				     JSON_REAL_PRECISION(digits))
+			: NULL;
+	json_decref(ratios);
+	json_decref(wbs);
+	json_decref(o);
+	if (!text)
+		return errf(err, errlen, SRT_ENOMEM, "out of memory for config.json");
+	size_t n = strlen(text);
+	char *nl = realloc(text, n + 2);
+	if (!nl) {
+		free(text);
+		return errf(err, errlen, SRT_ENOMEM, "out of memory for config.json");
 	}
-	*out = p;
+	nl[n] = '\n';
+	nl[n + 1] = '\0';
+	*out = nl;
 	return 0;
+}
+
+/* Copy src_dir/name to dir/name through a temporary file and a rename. */
+static int copy_file(const char *src_dir, const char *dir, const char *name, char *err,
+		     size_t errlen)
+{
+	char src[4096], tmp[4200], dst[4200];
+	snprintf(src, sizeof(src), "%s/%s", src_dir, name);
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp.%ld", dir, name, (long)getpid());
+	snprintf(dst, sizeof(dst), "%s/%s", dir, name);
+	FILE *in = fopen(src, "rb");
+	if (!in)
+		return errf(err, errlen, SRT_EIO, "%s: cannot open: %s", src, strerror(errno));
+	FILE *out = fopen(tmp, "wb");
+	if (!out) {
+		fclose(in);
+		return errf(err, errlen, SRT_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+	}
+	char buf[1 << 16];
+	size_t n;
+	int bad = 0;
+	while ((n = fread(buf, 1, sizeof(buf), in)) > 0)
+		bad |= fwrite(buf, 1, n, out) != n;
+	bad |= ferror(in);
+	fclose(in);
+	bad |= fclose(out) != 0;
+	if (bad || rename(tmp, dst)) {
+		unlink(tmp);
+		return errf(err, errlen, SRT_EIO, "copying %s to %s failed", src, dst);
+	}
+	return 0;
+}
+
+/* tokenizer.json (and tokenizer_config.json when the source has one) next to the weights. */
+static int write_tokenizer(const struct srt_model_config *cfg, const char *dir,
+			   const struct srt_ck_synth_opts *o, char *err, size_t errlen)
+{
+	char shipped[4096];
+	const char *src = o->tokenizer_dir;
+	if (o->no_tokenizer)
+		return 0;
+	if (!src) {
+		if (cfg->vocab_size != SRT_TOK_DSV4_VOCAB)
+			return 0;
+		if (srt_tok_shipped_dir(shipped, sizeof(shipped)))
+			return errf(err, errlen, SRT_ENOENT,
+				    "preset %s has the DeepSeek-V4 vocabulary but the shipped tokenizer "
+				    "is missing (looked in %s; set SHADOWRT_TOKENIZER_DIR)",
+				    cfg->name, shipped);
+		src = shipped;
+	}
+	int rc = copy_file(src, dir, "tokenizer.json", err, errlen);
+	char cfgp[4200];
+	snprintf(cfgp, sizeof(cfgp), "%s/tokenizer_config.json", src);
+	if (!rc && access(cfgp, R_OK) == 0)
+		rc = copy_file(src, dir, "tokenizer_config.json", err, errlen);
+	return rc;
 }
 
 static int write_config(const struct srt_model_config *cfg, const char *dir, char *err,
@@ -426,7 +513,8 @@ int srt_ck_synth_write(const struct srt_model_config *cfg, const char *dir,
 		.progress = o.progress ? progress : NULL,
 		.user = &s,
 	};
-	if ((rc = write_config(cfg, dir, err, errlen)))
+	if ((rc = write_config(cfg, dir, err, errlen)) ||
+	    (rc = write_tokenizer(cfg, dir, &o, err, errlen)))
 		goto out;
 	rc = srt_ck_write(dir, wt, n, &wo, NULL, err, errlen);
 out:

@@ -24,6 +24,7 @@
 #ifndef SRT_CKPT_SYNTH_H
 #define SRT_CKPT_SYNTH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -39,6 +40,12 @@ struct srt_ck_synth_opts {
 	uint64_t shard_bytes; /* 0: one file */
 	srt_ck_progress_fn progress; /* may be NULL */
 	void *user;
+	/* Tokenizer to write next to the weights (tokenizer.json, tokenizer_config.json), as a
+	 * real checkpoint has them: copied from this directory; NULL = the shipped DeepSeek-V4
+	 * tokenizer when cfg->vocab_size is its 129,280 (SRT_TOK_DSV4_VOCAB), else none (the
+	 * checkpoint then works on token ids). */
+	const char *tokenizer_dir;
+	bool no_tokenizer; /* write no tokenizer at all */
 };
 
 /* Total bytes of the safetensors data a config produces (headers excluded). */

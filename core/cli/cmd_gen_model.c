@@ -17,6 +17,7 @@
 #include "ckpt/synth.h"
 #include "commands.h"
 #include "config/model_config.h"
+#include "tok/tok.h"
 
 #define BIG_BYTES ((uint64_t)8 << 30) /* above this, --force is required */
 
@@ -31,7 +32,10 @@ static void usage(FILE *out)
 		"128x128 block scales, packed FP4 routed experts with UE8M0 per-32 scales, bf16 norms,\n"
 		"router and compressors, fp32 mHC, attention sinks, ape and tid2eid). The same preset and\n"
 		"seed always give the same bytes. PRESET is an embedded preset (tiny, small, tiny-pro,\n"
-		"deepseek-v4-flash, deepseek-v4-pro) or a config file / checkpoint directory.\n"
+		"tiny-chat, deepseek-v4-flash, deepseek-v4-pro) or a config file / checkpoint directory.\n"
+		"Presets with DeepSeek-V4's vocabulary (129,280 ids: tiny-chat, flash, pro) also get\n"
+		"the real tokenizer.json and tokenizer_config.json next to the weights, as a real\n"
+		"checkpoint has them; the others work on token ids.\n"
 		"\n"
 		"With --check, opens DIR, validates every file and every tensor against the model config\n"
 		"(DIR/config.json unless --config) and prints tensor count, bytes by dtype and the\n"
@@ -169,6 +173,19 @@ static int check_dir(const char *dir, const char *config, int full_hash)
 		       count_dtype[d], by_dtype[d], h);
 	}
 	printf("fingerprint  %s\n", srt_ck_fingerprint(ck));
+	struct srt_tok *tok;
+	char terr[4608];
+	int trc = srt_tok_load_dir(dir, &tok, terr, sizeof(terr));
+	if (trc == SRT_ENOENT) {
+		printf("tokenizer    none (works on token ids)\n");
+	} else if (trc) {
+		printf("tokenizer    INVALID\n");
+		fprintf(stderr, "shadowrt gen-model --check: %s\n", terr);
+	} else {
+		printf("tokenizer    tokenizer.json: %u token ids, bos %d, eos %d\n",
+		       srt_tok_vocab_size(tok), srt_tok_bos_id(tok), srt_tok_eos_id(tok));
+		srt_tok_free(tok);
+	}
 	if (full_hash) {
 		char fp[48];
 		if (srt_ck_fingerprint_full(ck, fp, err, sizeof(err)))
@@ -186,7 +203,7 @@ static int check_dir(const char *dir, const char *config, int full_hash)
 		       st.expected, st.extra);
 	}
 	srt_ck_close(ck);
-	return rc ? 1 : 0;
+	return rc || (trc && trc != SRT_ENOENT) ? 1 : 0;
 }
 
 int srt_cmd_gen_model(int argc, char **argv)
@@ -302,6 +319,13 @@ int srt_cmd_gen_model(int argc, char **argv)
 	       "fingerprint %s\n", dir, cfg.name, (unsigned long long)o.seed, srt_ck_count(ck), h,
 	       srt_ck_file_count(ck), srt_ck_file_count(ck) == 1 ? "" : "s", secs,
 	       secs > 0 ? (double)total / secs / 1e6 : 0.0, srt_ck_fingerprint(ck));
+	char tpath[4200];
+	snprintf(tpath, sizeof(tpath), "%s/tokenizer.json", dir);
+	if (access(tpath, R_OK) == 0)
+		printf("tokenizer: %s (DeepSeek-V4's, with tokenizer_config.json)\n", tpath);
+	else
+		printf("tokenizer: none (vocab_size %d is not DeepSeek-V4's %d): the checkpoint works "
+		       "on token ids\n", cfg.vocab_size, SRT_TOK_DSV4_VOCAB);
 	srt_ck_close(ck);
 	return 0;
 }

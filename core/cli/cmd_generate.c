@@ -1,5 +1,6 @@
 /* shadowrt generate: one prompt through the executor, greedy or sampled continuation. */
 #include <errno.h>
+#include <math.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -7,8 +8,12 @@
 #include <string.h>
 #include <time.h>
 
+#include <shadowrt/plugin.h>
+
 #include "commands.h"
 #include "config/runtime_config.h"
+#include "tok/chat.h"
+#include "tok_cli.h"
 #include "exec/engine.h"
 #include "exec/sampler.h"
 
@@ -18,8 +23,11 @@ static void generate_usage(FILE *out)
 		"usage: shadowrt generate [options]\n"
 		"\n"
 		"Run one prompt through the model (chunked prefill, then token-by-token decode) and\n"
-		"print the generated token ids and the timing: time to first token, prefill and decode\n"
-		"tokens/s. Stops after --max-new-tokens or at the model's eos token.\n"
+		"print the generated text (token ids with --ids) and the timing: time to first token,\n"
+		"prefill and decode tokens/s. Stops after --max-new-tokens or at the model's eos token.\n"
+		"Text goes through the checkpoint's tokenizer.json (the presets with the real\n"
+		"vocabulary, e.g. tiny-chat, carry DeepSeek-V4's); a checkpoint without one works on\n"
+		"token ids and says so. Synthetic checkpoints have random weights: their text is random.\n"
 		"\n"
 		"options:\n"
 		"  --model DIR|PRESET   checkpoint directory, or a preset name whose synthetic\n"
@@ -27,7 +35,13 @@ static void generate_usage(FILE *out)
 		"                       ($XDG_CACHE_HOME/shadowrt/models or ./shadowrt-models)\n"
 		"  --config INI         runtime config over the built-in default\n"
 		"  --prompt-tokens L    comma-separated token ids, e.g. 1,2,3\n"
-		"  --prompt TEXT        the UTF-8 bytes of TEXT as token ids (presets have no tokenizer)\n"
+		"  --prompt TEXT        the prompt, encoded with the checkpoint's tokenizer (no BOS is\n"
+		"                       added); without a tokenizer, the UTF-8 bytes of TEXT as ids\n"
+		"  --chat               TEXT is a user message: DeepSeek-V4's chat encoding (BOS, turn\n"
+		"                       tokens, generation prompt) turns it into the prompt\n"
+		"  --system TEXT        --chat: a system message before it\n"
+		"  --thinking           --chat: thinking mode (default: chat mode, no reasoning)\n"
+		"  --ids                print the generated token ids, not the text\n"
 		"  --max-new-tokens N   tokens to generate (default: [sampling] max_new_tokens)\n"
 		"  --temperature T      0 = greedy (default: [sampling] temperature)\n"
 		"  --top-p P            nucleus mass in (0, 1] (default: [sampling] top_p)\n"
@@ -79,9 +93,60 @@ static int parse_tokens(const char *s, int32_t **out, uint64_t *n)
 		t[k++] = (int32_t)v;
 		p = *end ? end + 1 : end;
 	}
+	if (!k) { /* "" */
+		free(t);
+		return -1;
+	}
 	*out = t;
 	*n = k;
-	return k ? 0 : -1;
+	return 0;
+}
+
+/*
+ * The prompt ids of --prompt TEXT: the tokenizer's encoding (with --chat, of a request with a
+ * user message, optionally a system message, in chat or thinking mode), or the UTF-8 bytes
+ * when the checkpoint has no tokenizer.
+ */
+static int make_prompt(const struct srt_tok *tok, const char *text, int chat, const char *system,
+		       int thinking, int32_t **out, uint64_t *n)
+{
+	char err[1024];
+	struct srt_tok_ids ids = {0};
+	int rc = 0;
+	if (!tok) {
+		size_t len = strlen(text);
+		for (size_t i = 0; i < len && !rc; i++)
+			rc = srt_tok_ids_push(&ids, &(int32_t){(unsigned char)text[i]}, 1);
+	} else if (!chat) {
+		rc = srt_tok_encode(tok, text, strlen(text), 0, &ids, err, sizeof(err));
+	} else {
+		json_t *q = json_pack("{s:[], s:{s:s}, s:s}", "messages", "thinking", "type",
+				      thinking ? "enabled" : "disabled", "reasoning_effort",
+				      thinking ? "high" : "low");
+		json_t *msgs = json_object_get(q, "messages");
+		if (system)
+			json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "system", "content",
+							      system));
+		json_array_append_new(msgs, json_pack("{s:s, s:s}", "role", "user", "content", text));
+		struct srt_tok_chat c = {0};
+		rc = srt_tok_chat_render(q, &c, err, sizeof(err));
+		if (!rc)
+			rc = srt_tok_chat_encode(tok, &c, &ids, err, sizeof(err));
+		srt_tok_chat_free(&c);
+		json_decref(q);
+	}
+	if (!rc && !ids.n) {
+		snprintf(err, sizeof(err), "the prompt encodes to no tokens");
+		rc = SRT_EINVAL;
+	}
+	if (rc) {
+		fprintf(stderr, "shadowrt generate: --prompt: %s\n", rc == SRT_ENOMEM ? "out of memory" : err);
+		srt_tok_ids_free(&ids);
+		return -1;
+	}
+	*out = ids.ids;
+	*n = ids.n;
+	return 0;
 }
 
 static int write_all(FILE *f, const float *x, size_t n)
@@ -100,7 +165,8 @@ int srt_cmd_generate(int argc, char **argv)
 	long max_new = -1, v;
 	double temp = -1, top_p = -1;
 	long long seed = -1;
-	int quiet = 0, no_eos = 0, use_cache = 0;
+	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0, use_cache = 0;
+	const char *system_text = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -135,11 +201,11 @@ int srt_cmd_generate(int argc, char **argv)
 				BAD("an integer in [0, 16777216]");
 		} else if (!strcmp(a, "--temperature")) {
 			NEED();
-			if (parse_double(val, &temp) || temp < 0)
-				BAD("a number >= 0");
+			if (parse_double(val, &temp) || !isfinite(temp) || temp < 0)
+				BAD("a finite number >= 0");
 		} else if (!strcmp(a, "--top-p")) {
 			NEED();
-			if (parse_double(val, &top_p) || top_p <= 0 || top_p > 1)
+			if (parse_double(val, &top_p) || !(top_p > 0 && top_p <= 1))
 				BAD("a number in (0, 1]");
 		} else if (!strcmp(a, "--seed")) {
 			NEED();
@@ -167,6 +233,15 @@ int srt_cmd_generate(int argc, char **argv)
 		} else if (!strcmp(a, "--logits")) {
 			NEED();
 			logits_path = val;
+		} else if (!strcmp(a, "--chat")) {
+			chat = 1;
+		} else if (!strcmp(a, "--thinking")) {
+			thinking = 1;
+		} else if (!strcmp(a, "--ids")) {
+			print_ids = 1;
+		} else if (!strcmp(a, "--system")) {
+			NEED();
+			system_text = val;
 		} else if (!strcmp(a, "--no-eos")) {
 			no_eos = 1;
 		} else if (!strcmp(a, "--cache")) {
@@ -184,6 +259,10 @@ int srt_cmd_generate(int argc, char **argv)
 		fprintf(stderr, "shadowrt generate: give exactly one of --prompt-tokens and --prompt\n");
 		return 2;
 	}
+	if (chat && !prompt_text) {
+		fprintf(stderr, "shadowrt generate: --chat needs --prompt TEXT (the user message)\n");
+		return 2;
+	}
 	int32_t *prompt = NULL;
 	uint64_t n = 0;
 	if (prompt_tokens) {
@@ -192,17 +271,9 @@ int srt_cmd_generate(int argc, char **argv)
 				"non-negative integers\n", prompt_tokens);
 			return 2;
 		}
-	} else {
-		n = strlen(prompt_text);
-		if (!n) {
-			fprintf(stderr, "shadowrt generate: --prompt is empty\n");
-			return 2;
-		}
-		prompt = malloc(sizeof(int32_t) * n);
-		if (!prompt)
-			return 1;
-		for (uint64_t i = 0; i < n; i++)
-			prompt[i] = (unsigned char)prompt_text[i];
+	} else if (!*prompt_text && !chat) {
+		fprintf(stderr, "shadowrt generate: --prompt is empty\n");
+		return 2;
 	}
 	o.quiet = quiet;
 	o.tiers = use_cache; /* --cache: the config's L2/L3 tiers behind L1 */
@@ -215,6 +286,9 @@ int srt_cmd_generate(int argc, char **argv)
 	void *scratch = NULL;
 	int32_t *gen = NULL;
 	FILE *lf = NULL;
+	struct srt_tok *tok = NULL;
+	struct srt_tok_stream ts;
+	struct srt_tok_text piece = {0};
 	double t0 = srt_cli_now();
 	if (srt_engine_open(&o, &e, err, sizeof(err))) {
 		fprintf(stderr, "shadowrt generate: %s\n", err);
@@ -222,6 +296,19 @@ int srt_cmd_generate(int argc, char **argv)
 	}
 	double t_open = srt_cli_now() - t0;
 	const struct srt_model_config *m = srt_engine_model(e);
+	const char *dir = srt_engine_model_path(e);
+	if (srt_cli_model_tokenizer(dir, (uint32_t)m->vocab_size, &tok, "shadowrt generate"))
+		goto out;
+	if (chat && !tok) {
+		fprintf(stderr, "shadowrt generate: --chat needs a checkpoint with a tokenizer "
+			"(e.g. --model tiny-chat)\n");
+		goto out;
+	}
+	if (prompt_text && make_prompt(tok, prompt_text, chat, system_text, thinking, &prompt, &n))
+		goto out;
+	if (!quiet && tok && srt_cli_synthetic_weights(dir))
+		fprintf(stderr, "shadowrt generate: note: %s holds random (synthetic) weights: the "
+			"generated text is random\n", dir);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
 	size_t V = (size_t)m->vocab_size;
 	if (max_new < 0)
@@ -264,14 +351,26 @@ int srt_cmd_generate(int argc, char **argv)
 	double t_prefill = srt_cli_now() - t1;
 	long n_gen = 0, steps = 0;
 	double t2 = srt_cli_now();
+	bool text_out = tok && !print_ids;
+	if (text_out)
+		srt_tok_stream_init(&ts, tok, SRT_TOK_SKIP_SPECIAL);
 	while (n_gen < max_new) {
-		int32_t tok = srt_sample(&smp, last, (int32_t)V, scratch);
-		gen[n_gen++] = tok;
-		int stop = n_gen == max_new || (!no_eos && tok == m->eos_token_id);
+		int32_t id = srt_sample(&smp, last, (int32_t)V, scratch);
+		gen[n_gen++] = id;
+		if (text_out && (uint32_t)id < srt_tok_vocab_size(tok) &&
+		    srt_tok_token_bytes(tok, id, &(size_t){0})) {
+			/* stream the text as it comes (whole characters only) */
+			piece.len = 0;
+			if (!srt_tok_stream_push(&ts, id, &piece, err, sizeof(err)) && piece.len) {
+				fwrite(piece.data, 1, piece.len, stdout);
+				fflush(stdout);
+			}
+		}
+		int stop = n_gen == max_new || (!no_eos && id == m->eos_token_id);
 		if (stop && !lf)
 			break;
 		/* the next logits; with --logits also those of the last generated token */
-		if (srt_engine_decode(e, &s, 1, &tok, logits, err, sizeof(err))) {
+		if (srt_engine_decode(e, &s, 1, &id, logits, err, sizeof(err))) {
 			fprintf(stderr, "shadowrt generate: decode: %s\n", err);
 			goto out;
 		}
@@ -296,9 +395,16 @@ int srt_cmd_generate(int argc, char **argv)
 		fprintf(stderr, "shadowrt generate: caching the sequence: %s\n", err);
 		goto out;
 	}
-	for (long i = 0; i < n_gen; i++)
-		printf("%s%d", i ? "," : "", gen[i]);
-	printf("\n");
+	if (text_out) {
+		piece.len = 0;
+		srt_tok_stream_finish(&ts, &piece);
+		fwrite(piece.data ? piece.data : "", 1, piece.len, stdout);
+		printf("\n");
+	} else {
+		for (long i = 0; i < n_gen; i++)
+			printf("%s%d", i ? "," : "", gen[i]);
+		printf("\n");
+	}
 	fflush(stdout);
 	if (!quiet) {
 		fprintf(stderr,
@@ -331,5 +437,7 @@ out:
 	free(all);
 	free(scratch);
 	free(gen);
+	srt_tok_text_free(&piece);
+	srt_tok_free(tok);
 	return status;
 }

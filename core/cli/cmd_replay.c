@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "radix/geometry.h"
 #include "config/runtime_config.h"
+#include "config/size.h"
 #include "radix/radix.h"
 #include "tier/manager.h"
 #include "tier/stack.h"
@@ -23,13 +24,25 @@ static void replay_usage(FILE *out)
 		"pool geometry the attention plugins declare for a model, under a KV byte budget, with no\n"
 		"model compute. Each request is matched, prefilled in chunks (committed to the cache after\n"
 		"each chunk), decoded for output_length tokens (window pages released as it goes) and\n"
-		"finished, one after another in arrival order. Prints the hit rate against the\n"
-		"infinite-cache ceiling (whole pages), evictions and peak bytes per pool, wall time.\n"
+		"finished. Prints the hit rate against the infinite-cache ceiling (whole pages),\n"
+		"evictions and peak bytes per pool, wall time. A request that does not fit the budget\n"
+		"even alone is an error naming the request and the pool (exit 1).\n"
+		"\n"
+		"Time: --mode sequential (default) runs the requests one after another in trace order.\n"
+		"--mode concurrent runs a discrete-event model on a simulated clock (nothing sleeps):\n"
+		"request i arrives at (timestamp_i - timestamp_0) x --time-scale seconds and is admitted\n"
+		"in arrival order when fewer than --max-running requests run and its pages fit beside\n"
+		"theirs (else it waits for the next completion). Admission matches, loads from the tiers,\n"
+		"prefills and decodes on the cache at once (later arrivals hit its prefix); the request\n"
+		"then holds every page it locked for (input - hit) / --prefill-tps + output / --decode-tps\n"
+		"seconds before it finishes, so running requests contend for L1. Tier I/O takes no\n"
+		"simulated time.\n"
 		"\n"
 		"options:\n"
 		"  --model NAME       model preset or config path (default deepseek-v4-flash)\n"
-		"  --budget B         total L1 KV bytes (suffix K, M, G, T = 2^10..2^40) or 'unbounded'\n"
-		"                     (default); split over the pools so that TAIL pools (windows,\n"
+		"  --budget B         total L1 KV bytes or 'unbounded' (default); sizes: KB, MB, GB, TB =\n"
+		"                     10^3..10^12, KiB, MiB, GiB, TiB (or K, M, G, T) = 2^10..2^40\n"
+		"                     split over the pools so that TAIL pools (windows,\n"
 		"                     carry state) get --tail-share pages per page of the ALL pools\n"
 		"  --tail-share F     TAIL-pool pages per ALL-pool page under a budget (default 0.1)\n"
 		"  --page-size N      tokens per page, a multiple of every pool ratio (default 256)\n"
@@ -38,6 +51,12 @@ static void replay_usage(FILE *out)
 		"  --kv-dtype T       KV entry layout: bf16 (default), fp8, f32\n"
 		"  --index-dtype T    indexer key layout: bf16, fp8, fp4, f32 (default: as kv)\n"
 		"  --plugin-dir DIR   search DIR for plugins first\n"
+		"  --mode M           sequential (default) or concurrent (see Time above)\n"
+		"  --time-scale F     concurrent: simulated seconds per trace second (default 1;\n"
+		"                     0.5 = arrivals twice as dense)\n"
+		"  --prefill-tps N    concurrent: prefill tokens/s per request (default 10000)\n"
+		"  --decode-tps N     concurrent: decode tokens/s per request (default 30)\n"
+		"  --max-running N    concurrent: requests running at once at most (default 64)\n"
 		"\n"
 		"tiers (L2 host memory, L3 file/sqlite/redis; off unless one of these is given):\n"
 		"  --config INI       runtime config: [tier.l1] budget (unless --budget), [tier.l2],\n"
@@ -50,6 +69,11 @@ static void replay_usage(FILE *out)
 		"  --l3-opt K=V       another L3 plugin option (host=, port=, ...); repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
+		"  --l3-writes M      async (default): L3 writes go through a bounded queue that a\n"
+		"                     writer thread stores in batches; sync: inline, one by one\n"
+		"  --write-queue B    bound of the L3 write queue (default 64MiB)\n"
+		"  --write-batch N    puts per store call (default 64)\n"
+		"  --write-full P     when the queue is full: wait (default; counted) or drop (counted)\n"
 		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
 		"                     (default 0: only before resume points)\n"
 		"  --payload-bytes N  bytes stored per page (default 64): pages carry no KV in a replay;\n"
@@ -58,33 +82,14 @@ static void replay_usage(FILE *out)
 		"  -q, --quiet        no progress on stderr\n");
 }
 
-static int parse_bytes(const char *s, uint64_t *out)
+/* --budget: "unbounded" or a size (config/size.h); err says why not */
+static int parse_budget(const char *s, uint64_t *out, char *err, size_t errlen)
 {
-	if (!strcmp(s, "unbounded") || !strcmp(s, "inf")) {
+	if (!strcmp(s, "unbounded")) {
 		*out = SRT_RDX_UNBOUNDED;
 		return 0;
 	}
-	errno = 0;
-	char *end;
-	double v = strtod(s, &end);
-	if (errno || end == s || v < 0)
-		return -1;
-	double m = 1;
-	switch (*end) {
-	case 'K': case 'k': m = 1024.0; end++; break;
-	case 'M': case 'm': m = 1048576.0; end++; break;
-	case 'G': case 'g': m = 1073741824.0; end++; break;
-	case 'T': case 't': m = 1099511627776.0; end++; break;
-	default: break;
-	}
-	if (*end == 'i')
-		end++;
-	if (*end == 'B')
-		end++;
-	if (*end)
-		return -1;
-	*out = (uint64_t)(v * m);
-	return 0;
+	return srt_size_parse(s, out, err, errlen);
 }
 
 static int parse_u64(const char *s, uint64_t *out)
@@ -143,6 +148,12 @@ static void print_tiers(struct srt_tmgr *tm, const struct srt_replay_result *res
 	       " L3 outages (%" PRIu64 " ops skipped), %" PRIu64 " TAIL pages not kept\n",
 	       ts.loads_failed, ts.l3_rejected, ts.l3_outages, ts.l3_skipped,
 	       ts.skipped_tail_pages);
+	fmt_bytes(a, sizeof(a), ts.l3_queue_peak);
+	printf("L3 writes       %" PRIu64 " puts queued, %" PRIu64 " written in %" PRIu64
+	       " batches, %" PRIu64 " lost (%" PRIu64 " dropped on a full queue); queue peak %s,"
+	       " %" PRIu64 " waits for space (%.2f s), %" PRIu64 " loads served from the queue\n",
+	       ts.l3_puts_queued, ts.l3_puts_written, ts.l3_write_batches, ts.l3_puts_lost,
+	       ts.l3_puts_dropped, a, ts.l3_write_waits, ts.l3_write_wait_s, ts.l3_queue_reads);
 	char why[256];
 	if (srt_tmgr_check(tm, why, sizeof(why)))
 		printf("tier check      FAILED: %s\n", why);
@@ -163,11 +174,15 @@ int srt_cmd_replay(int argc, char **argv)
 	int budget_given = 0, tiers_on = 0;
 	uint64_t payload = 64, stride = 0;
 	int n_l3opt = 0;
+	int concurrent = 0;
+	double time_scale = 1, prefill_tps = 10000, decode_tps = 30;
+	uint64_t max_running = 64;
 	struct srt_tier_overrides ov = {.write_policy = -1, .prefetch = -1};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
+		char why[256] = "";
 		if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			quiet = 1;
 			continue;
@@ -189,7 +204,7 @@ int srt_cmd_replay(int argc, char **argv)
 		if (!strcmp(a, "--model"))
 			model = v;
 		else if (!strcmp(a, "--budget"))
-			bad = parse_bytes(v, &budget), budget_given = 1;
+			bad = parse_budget(v, &budget, why, sizeof(why)), budget_given = 1;
 		else if (!strcmp(a, "--config"))
 			config = v, tiers_on = 1;
 		else if (!strcmp(a, "--l2")) {
@@ -197,12 +212,14 @@ int srt_cmd_replay(int argc, char **argv)
 			if (!strcmp(v, "none"))
 				ov.l2_plugin = "none";
 			else
-				bad = srt_parse_size(v, &ov.l2_budget) || !ov.l2_budget,
+				bad = srt_size_parse(v, &ov.l2_budget, why, sizeof(why)) ||
+				      (!ov.l2_budget && snprintf(why, sizeof(why), "a zero L2 (use none)")),
 				ov.l2_plugin = "host";
 		} else if (!strcmp(a, "--l3"))
 			ov.l3_plugin = v, tiers_on = 1;
 		else if (!strcmp(a, "--l3-budget"))
-			bad = srt_parse_size(v, &ov.l3_budget) || !ov.l3_budget;
+			bad = srt_size_parse(v, &ov.l3_budget, why, sizeof(why)) ||
+			      (!ov.l3_budget && snprintf(why, sizeof(why), "a zero L3 budget"));
 		else if (!strcmp(a, "--l3-path") || !strcmp(a, "--l3-opt")) {
 			const char *k = "path", *val = v;
 			char *eq = strchr(v, '=');
@@ -229,7 +246,31 @@ int srt_cmd_replay(int argc, char **argv)
 		} else if (!strcmp(a, "--prefetch")) {
 			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = ov.prefetch < 0;
-		} else if (!strcmp(a, "--tail-stride"))
+		} else if (!strcmp(a, "--l3-writes")) {
+			ov.write_sync = !strcmp(v, "sync") ? 1 : !strcmp(v, "async") ? 0 : -1;
+			bad = ov.write_sync < 0;
+		} else if (!strcmp(a, "--write-queue")) {
+			bad = srt_size_parse(v, &ov.write_queue_bytes, why, sizeof(why)) ||
+			      (!ov.write_queue_bytes && snprintf(why, sizeof(why), "a zero queue"));
+		} else if (!strcmp(a, "--write-batch")) {
+			uint64_t wb;
+			bad = parse_u64(v, &wb) || !wb || wb > 4096;
+			ov.write_batch = (uint32_t)wb;
+		} else if (!strcmp(a, "--write-full")) {
+			ov.write_full = !strcmp(v, "wait") ? SRT_TWR_WAIT : !strcmp(v, "drop") ? SRT_TWR_DROP : -1;
+			bad = ov.write_full < 0;
+		} else if (!strcmp(a, "--mode")) {
+			concurrent = !strcmp(v, "concurrent") ? 1 : !strcmp(v, "sequential") ? 0 : -1;
+			bad = concurrent < 0;
+		} else if (!strcmp(a, "--time-scale") || !strcmp(a, "--prefill-tps") ||
+			   !strcmp(a, "--decode-tps")) {
+			char *end;
+			double d = strtod(v, &end);
+			bad = *end || end == v || !(d > 0 && d < 1e12);
+			*(a[2] == 't' ? &time_scale : a[2] == 'p' ? &prefill_tps : &decode_tps) = d;
+		} else if (!strcmp(a, "--max-running"))
+			bad = parse_u64(v, &max_running) || !max_running || max_running > 65536;
+		else if (!strcmp(a, "--tail-stride"))
 			bad = parse_u64(v, &stride) || stride > (1u << 20);
 		else if (!strcmp(a, "--payload-bytes"))
 			bad = parse_u64(v, &payload) || !payload || payload > (64u << 20);
@@ -251,6 +292,10 @@ int srt_cmd_replay(int argc, char **argv)
 			bad = *end || !(share > 0 && share <= 1);
 		} else {
 			fprintf(stderr, "replay: unknown option '%s' (see --help)\n", a);
+			return 2;
+		}
+		if (bad && why[0]) {
+			fprintf(stderr, "replay: option %s: %s\n", a, why);
 			return 2;
 		}
 		if (bad) {
@@ -366,7 +411,13 @@ int srt_cmd_replay(int argc, char **argv)
 					       rc.write_after_hits, wp, sizeof(wp)),
 		       (ov.prefetch >= 0 ? ov.prefetch : rc.prefetch) ? "on" : "off", payload);
 	struct srt_replay_opts ro = {.chunk_tokens = chunk, .progress = quiet ? NULL : stderr,
-				     .tiers = tm};
+				     .tiers = tm, .concurrent = concurrent, .time_scale = time_scale,
+				     .prefill_tps = prefill_tps, .decode_tps = decode_tps,
+				     .max_running = (uint32_t)max_running};
+	if (concurrent)
+		printf("mode            concurrent: arrivals at trace time x %g, prefill %g tokens/s, "
+		       "decode %g tokens/s per request, at most %" PRIu64 " running\n",
+		       time_scale, prefill_tps, decode_tps, max_running);
 	struct srt_replay_result res;
 	if (srt_trace_replay(c, t, &ro, &res, err, sizeof(err))) {
 		fprintf(stderr, "replay: %s\n", err);
@@ -374,8 +425,12 @@ int srt_cmd_replay(int argc, char **argv)
 	}
 	double rate = res.input_tokens ? 100.0 * res.hit_tokens / res.input_tokens : 0;
 	double ceil = res.input_tokens ? 100.0 * res.ceiling_tokens / res.input_tokens : 0;
-	printf("requests        %" PRIu64 " (%" PRIu64 " rejected: budget held by the running request)\n",
-	       res.requests, res.rejected);
+	printf("requests        %" PRIu64 "\n", res.requests);
+	if (concurrent)
+		printf("concurrency     peak %u running, %zu waiting; %" PRIu64 " waited for memory held by "
+		       "running requests; wait mean %.2f s, max %.2f s; %.0f s simulated\n",
+		       res.peak_running, res.peak_waiting, res.deferred, res.mean_wait_s,
+		       res.max_wait_s, res.sim_s);
 	printf("input tokens    %" PRIu64 "\n", res.input_tokens);
 	printf("output tokens   %" PRIu64 " (decoded, window released as they go)\n", res.output_tokens);
 	printf("hit tokens      %" PRIu64 "\n", res.hit_tokens);

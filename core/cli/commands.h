@@ -42,6 +42,10 @@ int srt_cmd_gen_model(int argc, char **argv);
 int srt_cmd_replay(int argc, char **argv);
 int srt_cmd_generate(int argc, char **argv);
 int srt_cmd_run(int argc, char **argv);
+int srt_cmd_serve(int argc, char **argv);
+int srt_cmd_tokenize(int argc, char **argv);
+int srt_cmd_chat(int argc, char **argv);
+int srt_cmd_detokenize(int argc, char **argv);
 int srt_cmd_check_plugin(int argc, char **argv);
 int srt_cmd_ab(int argc, char **argv);
 

@@ -2,6 +2,7 @@
  * Model description loader (see model_config.h).
  *
  * Three passes over the text:
+ *   0. a .json file is first checked to be JSON by jansson (no YAML-only syntax);
  *   1. libyaml events -> a table of every key path with its line and scalar text
  *      ("rope_scaling.factor", "compress_ratios[3]"). It catches syntax errors with their
  *      position, checks scalar types against the field table below (libcyaml 1.3.1 accepts
@@ -15,22 +16,27 @@
 #include <assert.h>
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cyaml/cyaml.h>
+#include <jansson.h>
 #include <yaml.h>
 
 #include <shadowrt/plugin.h>
 
 #include "config/embedded.h"
 
-#define MC_MAX_FILE (4u << 20) /* a config.json is a few KiB; refuse anything absurd */
+#define MC_MAX_FILE (1u << 20) /* a config.json is a few KiB; refuse anything absurd */
 
 /* ---------------------------------------------------------------------------------------- */
 /* Raw document, as libcyaml loads it.                                                       */
@@ -249,7 +255,75 @@ struct mc_frame {
 	int key_line;
 	char path[256];
 	char key[96];
+	char anchor[64];    /* the collection's anchor, "" when none */
+	size_t start_nodes; /* expanded node count when it started */
 };
+
+/*
+ * Size limits of a model description. Aliases are counted as what they expand to: libcyaml
+ * copies an aliased subtree at every use (also under ignored keys), so a 2 KB "alias bomb"
+ * expands to gigabytes. The flash config has about 150 values.
+ */
+#define MC_MAX_NODES 20000  /* values after alias expansion */
+#define MC_MAX_ANCHORS 256
+
+struct mc_anchor {
+	char name[64];
+	size_t weight; /* nodes the anchored value expands to */
+};
+
+struct mc_expand {
+	size_t nodes;
+	struct mc_anchor anchors[MC_MAX_ANCHORS];
+	size_t n_anchors;
+};
+
+static const char *mc_event_anchor(const yaml_event_t *ev)
+{
+	const yaml_char_t *a = ev->type == YAML_SCALAR_EVENT	     ? ev->data.scalar.anchor
+			       : ev->type == YAML_SEQUENCE_START_EVENT ? ev->data.sequence_start.anchor
+			       : ev->type == YAML_MAPPING_START_EVENT  ? ev->data.mapping_start.anchor
+								       : NULL;
+	return (const char *)a;
+}
+
+static int mc_anchor_set(struct mc_expand *x, const char *name, size_t weight, char *msg,
+			 size_t msglen)
+{
+	if (x->n_anchors == MC_MAX_ANCHORS) {
+		snprintf(msg, msglen, "more than %d YAML anchors", MC_MAX_ANCHORS);
+		return SRT_EINVAL;
+	}
+	struct mc_anchor *a = &x->anchors[x->n_anchors++];
+	snprintf(a->name, sizeof(a->name), "%s", name);
+	a->weight = weight;
+	return 0;
+}
+
+/* Count one node event (and what an alias expands to); refuse past the limit. */
+static int mc_count(struct mc_expand *x, const yaml_event_t *ev, char *msg, size_t msglen)
+{
+	const char *anchor = mc_event_anchor(ev);
+	size_t w = 1;
+	if (ev->type == YAML_ALIAS_EVENT) {
+		w = 0;
+		for (size_t i = x->n_anchors; i-- > 0;)
+			if (!strcmp(x->anchors[i].name, (const char *)ev->data.alias.anchor)) {
+				w = x->anchors[i].weight;
+				break;
+			}
+	}
+	x->nodes += w;
+	if (x->nodes > MC_MAX_NODES) {
+		snprintf(msg, msglen, "more than %d values%s: not a model description (refused "
+			 "before expanding them)", MC_MAX_NODES,
+			 ev->type == YAML_ALIAS_EVENT ? " once YAML aliases are expanded" : "");
+		return SRT_EINVAL;
+	}
+	if (anchor && ev->type == YAML_SCALAR_EVENT)
+		return mc_anchor_set(x, anchor, 1, msg, msglen);
+	return 0;
+}
 
 static int mc_add(struct mc_doc *d, const struct mc_frame *f, const yaml_event_t *ev,
 		  enum mc_kind kind, int line)
@@ -288,6 +362,9 @@ static int mc_scan(struct mc_doc *d, const char *text, size_t len, char *msg, si
 	yaml_event_t ev;
 	struct mc_frame st[MC_DEPTH];
 	int depth = -1, rc = 0, root_seen = 0;
+	struct mc_expand *x = calloc(1, sizeof(*x));
+	if (!x)
+		return SRT_ENOMEM;
 
 	*line = 0;
 	if (!yaml_parser_initialize(&parser))
@@ -310,6 +387,10 @@ static int mc_scan(struct mc_doc *d, const char *text, size_t len, char *msg, si
 		}
 		if (t == YAML_SCALAR_EVENT || t == YAML_SEQUENCE_START_EVENT ||
 		    t == YAML_MAPPING_START_EVENT || t == YAML_ALIAS_EVENT) {
+			if ((rc = mc_count(x, &ev, msg, msglen))) {
+				*line = ev_line;
+				goto out_event;
+			}
 			if (depth < 0) {
 				if (root_seen++ || t != YAML_MAPPING_START_EVENT) {
 					*line = ev_line;
@@ -359,11 +440,20 @@ static int mc_scan(struct mc_doc *d, const char *text, size_t len, char *msg, si
 				memset(n, 0, sizeof(*n));
 				n->is_map = t == YAML_MAPPING_START_EVENT;
 				n->want_key = true;
+				if (mc_event_anchor(&ev))
+					snprintf(n->anchor, sizeof(n->anchor), "%s", mc_event_anchor(&ev));
+				n->start_nodes = x->nodes;
 				if (depth >= 0)
 					snprintf(n->path, sizeof(n->path), "%.250s", d->pos[d->n - 1].path);
 				depth++;
 			}
 		} else if (t == YAML_SEQUENCE_END_EVENT || t == YAML_MAPPING_END_EVENT) {
+			if (depth >= 0 && st[depth].anchor[0] &&
+			    (rc = mc_anchor_set(x, st[depth].anchor,
+						x->nodes - st[depth].start_nodes + 1, msg, msglen))) {
+				*line = ev_line;
+				goto out_event;
+			}
 			depth--;
 		}
 		yaml_event_delete(&ev);
@@ -373,6 +463,7 @@ out_event:
 		break;
 	}
 	yaml_parser_delete(&parser);
+	free(x);
 	return rc;
 }
 
@@ -587,6 +678,121 @@ static bool is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 		return SRT_EINVAL;                                                             \
 	} while (0)
 
+/*
+ * Upper bounds: what a config may say is bounded by what can exist, so that no size taken
+ * from a file makes the loader allocate terabytes or a loop run for hours. Each width is at
+ * least 8x the largest released model's (DeepSeek-V4-Pro: hidden 7168, 128 heads, 384
+ * experts, vocab 129280, 1M context); their products cannot overflow 64 bits, and the total
+ * weight count is checked as a whole below.
+ */
+#define MC_MAX_WIDTH (1 << 16)     /* hidden_size, LoRA ranks, expert width */
+#define MC_MAX_HEADS 1024          /* attention and indexer heads */
+#define MC_MAX_HEAD_DIM 4096       /* head_dim, index_head_dim */
+#define MC_MAX_VOCAB (1 << 24)     /* 16M token ids */
+#define MC_MAX_EXPERTS 4096        /* routed experts per layer */
+#define MC_MAX_SHARED 64           /* shared experts per layer */
+#define MC_MAX_MTP 16              /* multi-token-prediction blocks */
+#define MC_MAX_SINKHORN 1000       /* Sinkhorn iterations per token and layer (V4: 20) */
+#define MC_MAX_CONTEXT (1LL << 24) /* max_position_embeddings: 16M (= the trace limit) */
+/* Routed expert matrices in the whole model (layers x experts): 8x Pro's 62 x 384. */
+#define MC_MAX_EXPERT_MATS (1LL << 18)
+/* Weights in the whole model (parameters): 2^43 = 8.8T, 5x Pro's 1.6T. */
+#define MC_MAX_PARAMS (1LL << 43)
+
+static int mc_check_bounds(const struct srt_model_config *c, char *key, size_t keylen,
+			   char *msg, size_t msglen)
+{
+	static const struct {
+		const char *key;
+		size_t off;
+		int64_t max;
+		const char *what;
+	} caps[] = {
+#define CAP(f, m, w) {#f, offsetof(struct srt_model_config, f), m, w}
+		CAP(hidden_size, MC_MAX_WIDTH, "model width"),
+		CAP(num_attention_heads, MC_MAX_HEADS, "attention heads"),
+		CAP(head_dim, MC_MAX_HEAD_DIM, "head width"),
+		CAP(q_lora_rank, MC_MAX_WIDTH, "query LoRA rank"),
+		CAP(o_lora_rank, MC_MAX_WIDTH, "output LoRA rank"),
+		CAP(index_n_heads, MC_MAX_HEADS, "indexer heads"),
+		CAP(index_head_dim, MC_MAX_HEAD_DIM, "indexer head width"),
+		CAP(vocab_size, MC_MAX_VOCAB, "token ids"),
+		CAP(n_routed_experts, MC_MAX_EXPERTS, "routed experts per layer"),
+		CAP(n_shared_experts, MC_MAX_SHARED, "shared experts per layer"),
+		CAP(moe_intermediate_size, MC_MAX_WIDTH, "expert width"),
+		CAP(num_nextn_predict_layers, MC_MAX_MTP, "MTP blocks"),
+		CAP(hc_sinkhorn_iters, MC_MAX_SINKHORN, "Sinkhorn iterations per token and layer"),
+#undef CAP
+	};
+	for (size_t i = 0; i < sizeof(caps) / sizeof(caps[0]); i++) {
+		int32_t v;
+		memcpy(&v, (const char *)c + caps[i].off, sizeof(v));
+		if (v > caps[i].max)
+			FAIL(caps[i].key, "%d %s is more than the limit of %lld (8x the largest "
+			     "released model; no checkpoint of this size can exist)", v,
+			     caps[i].what, (long long)caps[i].max);
+	}
+	if (c->max_position_embeddings > MC_MAX_CONTEXT)
+		FAIL("max_position_embeddings", "%lld tokens is more than the limit of %lld",
+		     (long long)c->max_position_embeddings, MC_MAX_CONTEXT);
+	if (c->rope_original_max_position > c->max_position_embeddings)
+		FAIL("rope_scaling.original_max_position_embeddings", "%lld is more than "
+		     "max_position_embeddings (%lld)", (long long)c->rope_original_max_position,
+		     (long long)c->max_position_embeddings);
+	if (c->sliding_window > c->max_position_embeddings)
+		FAIL("sliding_window", "%d tokens is more than max_position_embeddings (%lld)",
+		     c->sliding_window, (long long)c->max_position_embeddings);
+	if (c->index_topk > c->max_position_embeddings)
+		FAIL("index_topk", "%d is more than max_position_embeddings (%lld)", c->index_topk,
+		     (long long)c->max_position_embeddings);
+	for (int i = 0; i < c->n_compress_ratios; i++)
+		if (c->compress_ratios[i] > c->max_position_embeddings) {
+			char k[48];
+			snprintf(k, sizeof(k), "compress_ratios[%d]", i);
+			FAIL(k, "ratio %d is more than max_position_embeddings (%lld)",
+			     c->compress_ratios[i], (long long)c->max_position_embeddings);
+		}
+	/* Non-finite or absurd real numbers (NaN passes no comparison; inf passes "> 0"). */
+	static const struct {
+		const char *key;
+		size_t off;
+		double max;
+	} reals[] = {
+		{"routed_scaling_factor", offsetof(struct srt_model_config, routed_scaling_factor), 1e6},
+		{"swiglu_limit", offsetof(struct srt_model_config, swiglu_limit), 1e9},
+		{"rope_theta", offsetof(struct srt_model_config, rope_theta), 1e12},
+		{"compress_rope_theta", offsetof(struct srt_model_config, compress_rope_theta), 1e12},
+		{"rope_scaling.factor", offsetof(struct srt_model_config, rope_factor), 1e6},
+		{"rope_scaling.beta_fast", offsetof(struct srt_model_config, rope_beta_fast), 1e6},
+	};
+	for (size_t i = 0; i < sizeof(reals) / sizeof(reals[0]); i++) {
+		double v;
+		memcpy(&v, (const char *)c + reals[i].off, sizeof(v));
+		if (!isfinite(v) || v > reals[i].max)
+			FAIL(reals[i].key, "%g is not a finite number up to %g", v, reals[i].max);
+	}
+	/* The model as a whole: per-field bounds still allow products no machine holds. */
+	int64_t layers = (int64_t)c->num_hidden_layers + c->num_nextn_predict_layers;
+	if (layers * c->n_routed_experts > MC_MAX_EXPERT_MATS)
+		FAIL("n_routed_experts", "%d experts x %lld layers = %lld expert blocks is more than "
+		     "the limit of %lld", c->n_routed_experts, (long long)layers,
+		     (long long)(layers * c->n_routed_experts), MC_MAX_EXPERT_MATS);
+	int64_t h = c->hidden_size;
+	int64_t per_layer = 3 * h * c->moe_intermediate_size *
+			    ((int64_t)c->n_routed_experts + c->n_shared_experts) +
+			    h * c->q_lora_rank +
+			    (int64_t)c->q_lora_rank * c->num_attention_heads * c->head_dim +
+			    2 * h * c->head_dim +
+			    (int64_t)c->num_attention_heads * c->head_dim * c->o_lora_rank / c->o_groups +
+			    (int64_t)c->o_groups * c->o_lora_rank * h;
+	int64_t params = layers * per_layer + 2 * h * c->vocab_size;
+	if (params > MC_MAX_PARAMS)
+		FAIL("hidden_size", "these sizes make %.3g weights (%lld layers x %.3g + embeddings), "
+		     "more than the limit of %.3g", (double)params, (long long)layers,
+		     (double)per_layer, (double)MC_MAX_PARAMS);
+	return 0;
+}
+
 static int mc_check(const struct srt_model_config *c, char *key, size_t keylen, char *msg,
 		    size_t msglen)
 {
@@ -708,7 +914,7 @@ static int mc_check(const struct srt_model_config *c, char *key, size_t keylen, 
 	if (c->weight_block_size != 128)
 		FAIL("quantization_config.weight_block_size", "%d: the kernels use 128x128 FP8 "
 		     "weight blocks", c->weight_block_size);
-	return 0;
+	return mc_check_bounds(c, key, keylen, msg, msglen);
 }
 
 int srt_model_config_validate(const struct srt_model_config *c, char *err, size_t errlen)
@@ -859,6 +1065,19 @@ int srt_model_config_load_text(const char *text, size_t len, const char *origin,
 
 	assert(text && out);
 	memset(out, 0, sizeof(*out));
+	/* A .json file must be JSON (jansson: strict RFC 8259, no duplicate keys): YAML-only
+	 * syntax such as anchors and aliases is refused before the YAML reader sees it. */
+	size_t ol = strlen(doc.origin);
+	if (ol >= 5 && !strcmp(doc.origin + ol - 5, ".json")) {
+		json_error_t je;
+		json_t *j = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+		if (!j) {
+			snprintf(err, errlen, "%s:%d: not valid JSON: %s (column %d)", doc.origin,
+				 je.line, je.text, je.column);
+			return SRT_EINVAL;
+		}
+		json_decref(j);
+	}
 	rc = mc_scan(&doc, text, len, msg, sizeof(msg), &line);
 	if (rc == SRT_ENOMEM) {
 		snprintf(err, errlen, "%s: out of memory", doc.origin);
@@ -922,16 +1141,40 @@ static void mc_preset_list(char *buf, size_t len)
 	}
 }
 
-/* Read a whole file (NUL-terminated) into *text. */
+/*
+ * Read a whole file (NUL-terminated) into *text. Only a regular file of at most MC_MAX_FILE
+ * bytes: it is opened without blocking (a FIFO named config.json would hang open() and read()
+ * forever) and checked with fstat before anything is read.
+ */
 static int mc_read_file(const char *path, char **text, size_t *len, char *err, size_t errlen)
 {
-	FILE *f = fopen(path, "rb");
 	char *buf = NULL;
 	size_t n = 0;
 	int rc = 0;
-	if (!f) {
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
 		snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
 		return errno == ENOENT ? SRT_ENOENT : SRT_EIO;
+	}
+	struct stat st;
+	if (fstat(fd, &st)) {
+		rc = SRT_EIO;
+		snprintf(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+		goto out_close;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = SRT_EINVAL;
+		snprintf(err, errlen, "%s: not a regular file (a %s): not a model config", path,
+			 S_ISFIFO(st.st_mode) ? "FIFO" : S_ISDIR(st.st_mode) ? "directory"
+			 : S_ISCHR(st.st_mode) ? "character device" : S_ISSOCK(st.st_mode) ? "socket"
+			 : "special file");
+		goto out_close;
+	}
+	if (st.st_size > MC_MAX_FILE) {
+		rc = SRT_EINVAL;
+		snprintf(err, errlen, "%s: %lld bytes, larger than %u bytes: not a model config",
+			 path, (long long)st.st_size, MC_MAX_FILE);
+		goto out_close;
 	}
 	buf = malloc(MC_MAX_FILE + 1);
 	if (!buf) {
@@ -939,11 +1182,17 @@ static int mc_read_file(const char *path, char **text, size_t *len, char *err, s
 		snprintf(err, errlen, "%s: out of memory", path);
 		goto out_close;
 	}
-	n = fread(buf, 1, MC_MAX_FILE + 1, f);
-	if (ferror(f)) {
-		rc = SRT_EIO;
-		snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
-		goto out_free;
+	for (;;) { /* the file may grow after fstat: read at most MC_MAX_FILE + 1 bytes */
+		ssize_t r = read(fd, buf + n, MC_MAX_FILE + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = SRT_EIO;
+			snprintf(err, errlen, "%s: read error: %s", path, strerror(errno));
+			goto out_free;
+		}
+		if (r == 0 || (n += (size_t)r) > MC_MAX_FILE)
+			break;
 	}
 	if (n > MC_MAX_FILE) {
 		rc = SRT_EINVAL;
@@ -958,7 +1207,7 @@ static int mc_read_file(const char *path, char **text, size_t *len, char *err, s
 out_free:
 	free(buf);
 out_close:
-	fclose(f);
+	close(fd);
 	return rc;
 }
 

@@ -182,7 +182,9 @@ int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, ch
 		       strerror(errno));
 		return SRT_EIO;
 	}
-	/* generate into a private directory, then rename: concurrent users see all or nothing */
+	/* generate into a private directory, then rename: concurrent users see all or nothing;
+	 * private directories of generations that were killed are removed first */
+	srt_ck_remove_stale_tmp(cache_dir, model);
 	char tmp[4200];
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", out, (long)getpid());
 	if (mkdir(tmp, 0755) && errno != EEXIST) {

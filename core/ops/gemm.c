@@ -116,11 +116,21 @@ static void check_args(const struct srt_weight *w, size_t ldx, size_t ldy, size_
  * ISA-specific runs before __builtin_cpu_supports said yes, and there are no constructors. */
 static _Atomic int isa_now = -1;
 
+#if defined(SRT_OPS_X86)
+#include <cpuid.h>
+/* F16C from CPUID leaf 1 (clang's __builtin_cpu_supports does not know "f16c"). */
+static bool cpu_has_f16c(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 enum srt_gemm_isa srt_gemm_isa_best(void)
 {
 #if defined(SRT_OPS_X86)
 	__builtin_cpu_init();
-	const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+	const bool avx2 = __builtin_cpu_supports("avx2") && cpu_has_f16c();
 	if (avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw"))
 		return SRT_GEMM_ISA_AVX512;
 	if (avx2)

@@ -10,8 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "plugin/host.h"
 
 #include <shadowrt/attention.h>
 #include <shadowrt/moe.h>
@@ -43,6 +50,12 @@ struct entry {
 	void *handle;
 	struct srt_plugin_desc desc;
 	union vtable_copy vt;
+	/* Isolated probing: the child's report. deferred = usable in the child, not yet loaded
+	 * in this process (desc holds kind, name, version, caps and ABI only). */
+	int deferred;
+	int report_fd; /* in the child: where load_and_check reports its stage; else -1 */
+	char child_name[NAME_MAX_LEN + 1];
+	char child_version[64];
 };
 
 struct dir {
@@ -53,6 +66,7 @@ struct dir {
 
 struct srt_registry {
 	const struct srt_host *host;
+	unsigned flags;
 	struct entry **entries;
 	size_t n_entries, cap_entries;
 	struct dir *dirs;
@@ -143,6 +157,10 @@ static int ends_with_so(const char *s)
 	size_t n = strlen(s);
 	return n > 3 && !strcmp(s + n - 3, ".so");
 }
+
+/* Stages a child process reports (isolated probing, below). */
+enum { STAGE_LOAD = 0, STAGE_PROBE = 1, STAGE_DONE = 2 };
+static void report_stage(const struct entry *e, uint32_t stage);
 
 /* --- checks ---------------------------------------------------------------------------------- */
 
@@ -335,6 +353,7 @@ static int load_and_check(const struct srt_registry *reg, struct entry *e)
 
 	if (d->probe) {
 		char why[512] = "";
+		report_stage(e, STAGE_PROBE);
 		rc = d->probe(reg->host, why, sizeof(why));
 		if (rc) {
 			why[sizeof(why) - 1] = '\0';
@@ -350,6 +369,236 @@ static int load_and_check(const struct srt_registry *reg, struct entry *e)
 	e->info.reason = "";
 	e->info.desc = &e->desc;
 	e->info.vtable = &e->vt;
+	return 0;
+}
+
+/* --- isolated probing ------------------------------------------------------------------------ */
+
+/*
+ * Each file is first loaded and checked in a child process (fork): a plugin whose static
+ * constructors, entry function or probe crash, call exit() or block cannot take the command
+ * down. The child reports through a pipe; the parent turns a crash, an exit or a timeout into
+ * a rejection that names the file, the plugin (when its descriptor was read) and the stage. A
+ * plugin the child found usable is loaded in this process only when it is asked for
+ * (srt_registry_find, srt_registry_at), so a command loads just the plugins it uses.
+ */
+
+struct probe_report {
+	uint32_t stage;
+	int32_t code;
+	uint32_t state;
+	uint32_t kind;
+	uint16_t abi_major, abi_minor;
+	uint32_t have_desc;
+	uint64_t caps;
+	char name[NAME_MAX_LEN + 1];
+	char version[64];
+	char reason[1024];
+};
+_Static_assert(sizeof(struct probe_report) <= PIPE_BUF, "one atomic pipe write");
+
+static void report_stage(const struct entry *e, uint32_t stage)
+{
+	if (e->report_fd < 0)
+		return;
+	struct probe_report r;
+	memset(&r, 0, sizeof(r));
+	r.stage = stage;
+	r.code = e->info.code;
+	r.state = e->info.state;
+	r.abi_major = e->info.abi_major;
+	r.abi_minor = e->info.abi_minor;
+	if (e->info.desc || stage == STAGE_PROBE) {
+		r.have_desc = 1;
+		r.kind = e->desc.kind;
+		r.caps = e->desc.caps;
+		snprintf(r.name, sizeof(r.name), "%s", e->desc.name ? e->desc.name : "");
+		snprintf(r.version, sizeof(r.version), "%s", e->desc.version ? e->desc.version : "");
+	}
+	if (e->info.reason)
+		snprintf(r.reason, sizeof(r.reason), "%s", e->info.reason);
+	ssize_t w;
+	do
+		w = write(e->report_fd, &r, sizeof(r));
+	while (w < 0 && errno == EINTR);
+}
+
+/* Seconds a child may take (SHADOWRT_PLUGIN_PROBE_TIMEOUT, default 60). */
+static double probe_timeout(void)
+{
+	const char *s = getenv(SRT_PLUGIN_PROBE_TIMEOUT_ENV);
+	char *end;
+	double t = s ? strtod(s, &end) : 0;
+	return s && end != s && !*end && t > 0 && t < 1e6 ? t : SRT_PLUGIN_PROBE_TIMEOUT_DEFAULT;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* The child: load and check one file with a host of its own, report, exit. */
+static _Noreturn void probe_child(const struct srt_registry *reg, struct entry *e, int fd)
+{
+	struct srt_registry child = *reg;
+	struct srt_host *h = NULL;
+	char why[256];
+	/* The parent's worker threads do not exist here: a one-thread host runs parallel_for
+	 * inline. */
+	if (!srt_host_create(1, &h, why, sizeof(why)))
+		child.host = h;
+	e->report_fd = fd;
+	report_stage(e, STAGE_LOAD);
+	load_and_check(&child, e);
+	report_stage(e, STAGE_DONE);
+	_exit(0);
+}
+
+/* Read one report (or the end of the pipe) until the deadline: 1 read, 0 EOF, -1 timeout. */
+static int read_report(int fd, struct probe_report *r, double deadline)
+{
+	size_t got = 0;
+	while (got < sizeof(*r)) {
+		double left = deadline - now_s();
+		if (left <= 0)
+			return -1;
+		struct pollfd pfd = {.fd = fd, .events = POLLIN};
+		int pr = poll(&pfd, 1, left > 3600 ? 3600000 : (int)(left * 1000) + 1);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr <= 0)
+			continue; /* timeout re-checked above */
+		ssize_t n = read(fd, (char *)r + got, sizeof(*r) - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return 0;
+		got += (size_t)n;
+	}
+	return 1;
+}
+
+static void adopt_report(struct entry *e, const struct probe_report *r)
+{
+	e->info.abi_major = r->abi_major;
+	e->info.abi_minor = r->abi_minor;
+	if (!r->have_desc)
+		return;
+	snprintf(e->child_name, sizeof(e->child_name), "%s", r->name);
+	snprintf(e->child_version, sizeof(e->child_version), "%s", r->version);
+	memset(&e->desc, 0, sizeof(e->desc));
+	e->desc.struct_size = sizeof(e->desc);
+	e->desc.abi_major = r->abi_major;
+	e->desc.abi_minor = r->abi_minor;
+	e->desc.kind = r->kind;
+	e->desc.caps = r->caps;
+	e->desc.name = e->child_name;
+	e->desc.version = e->child_version;
+}
+
+/* Load and check e in a child; record the outcome in e (deferred when usable). */
+static int probe_isolated(const struct srt_registry *reg, struct entry *e)
+{
+	int fds[2];
+	if (pipe2(fds, O_CLOEXEC))
+		return reject(e, SRT_EIO, "%s: cannot probe in a child process: pipe: %s", e->path,
+			      strerror(errno));
+	fflush(NULL); /* a plugin's exit() in the child must not write our buffers twice */
+	pid_t pid = fork();
+	if (pid < 0) {
+		int err = errno;
+		close(fds[0]);
+		close(fds[1]);
+		return reject(e, SRT_EIO, "%s: cannot probe in a child process: fork: %s", e->path,
+			      strerror(err));
+	}
+	if (pid == 0) {
+		close(fds[0]);
+		probe_child(reg, e, fds[1]);
+	}
+	close(fds[1]);
+	double limit = probe_timeout();
+	double deadline = now_s() + limit;
+	struct probe_report last, r;
+	memset(&last, 0, sizeof(last));
+	int have = 0, rr, timed_out = 0;
+	while ((rr = read_report(fds[0], &r, deadline)) == 1) {
+		last = r;
+		have = 1;
+		if (r.stage == STAGE_DONE)
+			break;
+	}
+	if (rr < 0) {
+		timed_out = 1;
+		kill(pid, SIGKILL);
+	}
+	close(fds[0]);
+	int st = 0;
+	pid_t w;
+	do
+		w = waitpid(pid, &st, 0);
+	while (w < 0 && errno == EINTR);
+
+	if (have)
+		adopt_report(e, &last);
+	if (have && last.stage == STAGE_DONE && !timed_out) {
+		if (last.state == SRT_PLUGIN_REJECTED) {
+			reject(e, last.code, "%s", last.reason);
+			if (last.have_desc)
+				e->info.desc = &e->desc;
+			return e->info.code;
+		}
+		e->deferred = 1;
+		e->info.state = SRT_PLUGIN_OK;
+		e->info.code = 0;
+		e->info.reason = "";
+		return 0;
+	}
+	/* The child died, exited or hung before it finished. */
+	char who[160] = "", how[320];
+	if (have && last.have_desc)
+		snprintf(who, sizeof(who), "%s plugin '%s' ", srt_kind_name(last.kind), last.name);
+	const char *stage = have && last.stage == STAGE_PROBE ? "in its probe"
+			    : "while being loaded (dlopen, static constructors or "
+			      SRT_PLUGIN_ENTRY_SYMBOL ")";
+	if (timed_out)
+		snprintf(how, sizeof(how), "did not finish within %g s %s (killed; %s sets the limit)",
+			 limit, stage, SRT_PLUGIN_PROBE_TIMEOUT_ENV);
+	else if (w == pid && WIFSIGNALED(st))
+		snprintf(how, sizeof(how), "crashed %s (signal %d, %s)", stage, WTERMSIG(st),
+			 strsignal(WTERMSIG(st)));
+	else if (w == pid && WIFEXITED(st))
+		snprintf(how, sizeof(how), "called exit(%d) %s", WEXITSTATUS(st), stage);
+	else
+		snprintf(how, sizeof(how), "ended %s without a report", stage);
+	reject(e, SRT_EINVAL, "%s: %s%s: not loaded", e->path, who, how);
+	if (have && last.have_desc)
+		e->info.desc = &e->desc;
+	return e->info.code;
+}
+
+/* Load a deferred (child-checked) plugin into this process; 0 or the rejection code. */
+static int ensure_loaded(const struct srt_registry *reg, struct entry *e)
+{
+	if (!e->deferred)
+		return e->info.state == SRT_PLUGIN_REJECTED ? e->info.code : 0;
+	e->deferred = 0;
+	uint32_t state = e->info.state;
+	char *shadow_reason = e->reason;
+	e->reason = NULL;
+	int rc = load_and_check(reg, e);
+	if (rc) {
+		free(shadow_reason);
+		reg_log(reg, SRT_LOG_WARN, "rejected %s (it passed in a child process)",
+			e->info.reason);
+		return rc;
+	}
+	/* Keep what the scan decided (OK or SHADOWED, with its reason). */
+	e->info.state = state;
+	e->reason = shadow_reason;
+	e->info.reason = shadow_reason ? shadow_reason : "";
 	return 0;
 }
 
@@ -392,8 +641,11 @@ static struct entry *add_file(struct srt_registry *reg, const char *path, uint32
 	e->real = realpath(path, NULL);
 	e->info.path = e->path;
 	e->info.origin = origin;
+	e->report_fd = -1;
 
-	if (load_and_check(reg, e) == 0) {
+	int rc = reg->flags & SRT_REGISTRY_IN_PROCESS ? load_and_check(reg, e)
+						       : probe_isolated(reg, e);
+	if (rc == 0) {
 		for (size_t i = 0; i < reg->n_entries; i++) {
 			const struct entry *o = reg->entries[i];
 			if (o->info.state == SRT_PLUGIN_OK && o->desc.kind == e->desc.kind &&
@@ -547,6 +799,7 @@ int srt_registry_open(struct srt_registry **out, const char *const *dirs, size_t
 	if (!reg)
 		return SRT_ENOMEM;
 	reg->host = host;
+	reg->flags = flags;
 	int rc = 0;
 
 	for (size_t i = 0; i < ndirs && !rc; i++)
@@ -600,6 +853,7 @@ size_t srt_registry_count(const struct srt_registry *reg)
 const struct srt_plugin_info *srt_registry_at(const struct srt_registry *reg, size_t i)
 {
 	assert(i < reg->n_entries);
+	ensure_loaded(reg, reg->entries[i]);
 	return &reg->entries[i]->info;
 }
 
@@ -654,6 +908,7 @@ static int find_by_path(struct srt_registry *reg, enum srt_kind kind, const char
 		snprintf(why, why_len, "plugin file %s: out of memory", path);
 		return SRT_ENOMEM;
 	}
+	ensure_loaded(reg, e);
 	if (e->info.state == SRT_PLUGIN_REJECTED) {
 		snprintf(why, why_len, "%s", e->info.reason);
 		return e->info.code;
@@ -683,7 +938,13 @@ int srt_registry_find(struct srt_registry *reg, enum srt_kind kind, const char *
 		if (e->info.state != SRT_PLUGIN_OK || strcmp(e->desc.name, name_or_path))
 			continue;
 		if (e->desc.kind == (uint32_t)kind) {
-			*out = &e->info;
+			struct entry *me = reg->entries[i];
+			int rc = ensure_loaded(reg, me);
+			if (rc) {
+				snprintf(why, why_len, "%s", me->info.reason);
+				return rc;
+			}
+			*out = &me->info;
 			return 0;
 		}
 		if (!other_kind)

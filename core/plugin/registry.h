@@ -20,6 +20,14 @@
  * file, the failed check and, for version checks, both ABI versions. Files are never
  * dlclose()d.
  *
+ * Isolation: all of the above first runs in a child process (fork) per file, with a time limit
+ * (SHADOWRT_PLUGIN_PROBE_TIMEOUT seconds, default 60). A file whose loading or probe crashes,
+ * calls exit() or blocks is REJECTED with a reason naming the file, the plugin (when its
+ * descriptor was read), the stage and the signal, exit status or time limit; the command goes
+ * on. A file the child found usable is loaded into this process only when it is asked for:
+ * srt_registry_find (the plugins a command uses) or srt_registry_at (listings). Its probe then
+ * runs again here (probes are side-effect free). SRT_REGISTRY_IN_PROCESS turns this off.
+ *
  * Names: the first usable plugin of a (kind, name) in search order wins; later ones are
  * SHADOWED (and stay loaded, so they can still be requested by path). Rejected plugins do not
  * claim a name.
@@ -56,6 +64,13 @@
 /* srt_registry_open flags: leave out search steps (tests, `--only` style tools). */
 #define SRT_REGISTRY_NO_ENV (1u << 0)      /* ignore SHADOWRT_PLUGIN_PATH */
 #define SRT_REGISTRY_NO_DEFAULTS (1u << 1) /* skip steps 3 and 4 */
+/* Load and probe every file in this process, as before isolation (debugging; a crashing
+ * plugin then takes the process down). */
+#define SRT_REGISTRY_IN_PROCESS (1u << 2)
+
+/* Seconds a child process may take to load and probe one file (default 60). */
+#define SRT_PLUGIN_PROBE_TIMEOUT_ENV "SHADOWRT_PLUGIN_PROBE_TIMEOUT"
+#define SRT_PLUGIN_PROBE_TIMEOUT_DEFAULT 60.0
 
 enum srt_plugin_state {
 	SRT_PLUGIN_OK = 0,       /* usable and the one `find` returns for its (kind, name) */

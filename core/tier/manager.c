@@ -13,6 +13,7 @@
 #include "tier/object.h"
 #include "tier/sha256.h"
 #include "tier/store.h"
+#include "tier/writer.h"
 #include "tier/xxh64.h"
 
 #define LOGNAME "tier"
@@ -263,7 +264,7 @@ struct pinfo {
 	uint32_t tail_pages; /* K = ceil(w / P) for TAIL pools */
 	uint64_t page_bytes;
 	uint64_t payload;    /* bytes actually stored per page */
-	struct srt_tier_keyer keyer;
+	struct srt_tier_pool_tag tag; /* derives the pool's L3 keys from a page's chain */
 };
 
 /* One page to fetch from L3 for a loading request. */
@@ -279,7 +280,7 @@ struct srt_tmgr_req {
 	struct srt_rdx_req *r;
 	int32_t *tokens; /* the start tokens [0, n) */
 	uint64_t n;
-	struct srt_key **keys; /* [pool][page], computed for pages [0, nkeys) */
+	struct srt_key **keys; /* [pool][page] for pages [0, nkeys); keys[np] = the chain */
 	uint64_t nkeys, keys_cap;
 	uint64_t recorded; /* tree pages [0, recorded) are in the L1 index */
 	struct srt_tmgr_hit hit;
@@ -301,12 +302,14 @@ struct srt_tmgr {
 	struct srt_tmgr_config cfg;
 	uint32_t P, np;
 	struct pinfo *pools;
+	struct srt_tier_keyer keyer; /* L3 key chain of the scope */
 	struct srt_rdx_cache *c;
 	struct srt_rdx_hooks hooks;
 	struct l1tab l1;
 	struct ktab l2, l3;
 	int has_l2, has_l3;
 	struct srt_tier_store store;
+	struct srt_twr *w; /* L3 writes and removes (writer.h) */
 	uint8_t *scratch; /* payload buffer (main thread) */
 	size_t scratch_len;
 	/* L3 availability */
@@ -324,7 +327,6 @@ struct srt_tmgr {
 	struct srt_tmgr_stats st;
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
-	uint64_t l3_put_failures; /* consecutive failed L3 puts other than outages (main thread) */
 };
 
 #define LOG(m, lvl, ...)                                                                       \
@@ -385,7 +387,7 @@ static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool
 	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
 		struct kent *v = m->l3.tail;
 		kt_remove(&m->l3, v);
-		srt_tier_store_remove(&m->store, &v->key, 1);
+		srt_twr_remove(m->w, &v->key);
 		struct kent *l2e = kt_find(&m->l2, &v->key);
 		if (l2e)
 			l2e->in_l3 = 0;
@@ -417,13 +419,35 @@ static void l3_forget(struct srt_tmgr *m, const struct srt_key *key)
 		l2e->in_l3 = 0;
 }
 
-/* Write one payload to L3 (budget first). Returns 1 when stored. */
+/* Forget the keys of L3 puts that failed in the writer (main thread). */
+static void l3_reap(struct srt_tmgr *m)
+{
+	if (!m->w)
+		return;
+	struct srt_key keys[64];
+	uint32_t pools[64];
+	size_t n;
+	do {
+		n = srt_twr_reap(m->w, keys, pools, 64);
+		for (size_t i = 0; i < n; i++)
+			l3_forget(m, &keys[i]);
+	} while (n == 64);
+}
+
+/*
+ * Queue one payload for L3 (budget first: older objects are removed ahead of it, in the same
+ * queue). Returns 1 when queued (the page counts as in L3 from now on: lookups and loads see
+ * the queued copy until the store has it).
+ */
 static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload)
 {
-	if (!l3_usable(m))
-		return 0;
+	l3_reap(m);
 	if (kt_find(&m->l3, key))
 		return 1;
+	if (!l3_usable(m)) {
+		srt_twr_note_lost(m->w, 1, "L3 unavailable");
+		return 0;
+	}
 	if (l3_acct(m, pool) > m->l3.budget)
 		return 0;
 	/* make room before writing so the budget holds at every instant */
@@ -431,29 +455,15 @@ static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
 		struct kent *v = m->l3.tail;
 		kt_remove(&m->l3, v);
-		srt_tier_store_remove(&m->store, &v->key, 1);
+		srt_twr_remove(m->w, &v->key);
 		struct kent *l2e = kt_find(&m->l2, &v->key);
 		if (l2e)
 			l2e->in_l3 = 0;
 		m->st.l3_evicted++;
 		free(v);
 	}
-	const void *bufs[1] = {payload};
-	size_t lens[1] = {(size_t)m->pools[pool].payload};
-	int rc = srt_tier_store_put(&m->store, key, 1, bufs, lens);
-	l3_result(m, rc == SRT_EIO ? SRT_EIO : 0, "put");
-	if (rc) {
-		/* a full store fails every put: say so once per run of failures */
-		if (rc != SRT_EIO && m->l3_put_failures++ == 0)
-			LOG(m, SRT_LOG_WARN, "L3 put failed (%d): page not stored (further failures "
-			    "of this run are counted, not logged)", rc);
-		return 0;
-	}
-	if (m->l3_put_failures) {
-		LOG(m, SRT_LOG_WARN, "L3 puts work again after %" PRIu64 " failed",
-		    m->l3_put_failures);
-		m->l3_put_failures = 0;
-	}
+	if (srt_twr_put(m->w, key, pool, payload, (size_t)m->pools[pool].payload))
+		return 0; /* dropped (queue full) or failed (sync mode): counted and logged there */
 	l3_note(m, key, pool);
 	return 1;
 }
@@ -591,15 +601,20 @@ static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
 		it->ok = 0;
-		if (!l3_usable(m))
-			continue;
 		size_t pl = (size_t)m->pools[it->pool].payload;
 		void *dst = m->cfg.payload_bytes ? buf : it->dst;
 		void *bufs[1] = {dst};
 		size_t caps[1] = {pl}, lens[1] = {0};
-		int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
-		l3_result(m, rc, "get");
-		if (rc || lens[0] != pl)
+		/* a page whose put is still queued is read from the queue (read-your-writes) */
+		if (!srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
+			if (!l3_usable(m))
+				continue;
+			int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
+			l3_result(m, rc, "get");
+			if (rc)
+				continue;
+		}
+		if (lens[0] != pl)
 			continue;
 		if (m->cfg.payload_bytes) {
 			uint8_t *want = buf + pl;
@@ -649,6 +664,39 @@ void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold)
 }
 
 /* --- create / destroy ---------------------------------------------------------------------- */
+
+/* The writer's L3 gate: the manager's outage logic. */
+static int twr_usable(void *ctx)
+{
+	return l3_usable(ctx);
+}
+
+static void twr_result(void *ctx, int rc, const char *what)
+{
+	l3_result(ctx, rc, what);
+}
+
+void srt_tmgr_hold_writes(struct srt_tmgr *m, int hold)
+{
+	if (m->w)
+		srt_twr_hold(m->w, hold);
+}
+
+void srt_tmgr_write_stats(struct srt_tmgr *m, struct srt_twr_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (m->w)
+		srt_twr_stats(m->w, out);
+}
+
+uint64_t srt_tmgr_flush(struct srt_tmgr *m)
+{
+	if (!m->w)
+		return 0;
+	uint64_t lost = srt_twr_flush(m->w);
+	l3_reap(m);
+	return lost;
+}
 
 int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, char *err,
 		    size_t errlen)
@@ -705,8 +753,11 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 		pi->payload = cfg->payload_bytes ? cfg->payload_bytes : pi->page_bytes;
 		if (pi->payload > maxpl)
 			maxpl = pi->payload;
-		srt_tier_keyer_init(&pi->keyer, &cfg->scope, pi->name);
+		if (srt_tier_pool_tag(pi->name, &pi->tag))
+			goto nomem;
 	}
+	if (srt_tier_keyer_init(&m->keyer, &cfg->scope))
+		goto nomem;
 	m->scratch_len = (size_t)maxpl;
 	m->scratch = malloc(2 * m->scratch_len + 64);
 	m->tscratch = malloc(2 * m->scratch_len + 64);
@@ -725,6 +776,19 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 			return SRT_EINVAL;
 		}
 		m->has_l3 = 1;
+		char name[96];
+		snprintf(name, sizeof(name), "L3 (%s)", cfg->l3_name ? cfg->l3_name : "store");
+		struct srt_twr_config wc = {
+			.store = &m->store, .name = name, .host = cfg->host,
+			.sync = cfg->write_sync, .queue_bytes = cfg->write_queue_bytes,
+			.batch = cfg->write_batch, .full = cfg->write_full,
+			.report_ms = cfg->l3_report_ms, .usable = twr_usable, .result = twr_result,
+			.ctx = m};
+		int wrc = srt_twr_create(&wc, &m->w, err, errlen);
+		if (wrc) {
+			srt_tmgr_destroy(m);
+			return wrc;
+		}
 		if (cfg->prefetch) {
 			if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
 				snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
@@ -767,6 +831,7 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 		pthread_mutex_unlock(&m->mu);
 		pthread_join(m->thr, NULL);
 	}
+	srt_twr_destroy(m->w); /* flushes: every queued write reaches the store */
 	for (size_t i = 0; i < m->l1.cap; i++)
 		for (struct l1ent *e = m->l1.b[i], *n; e; e = n) {
 			n = e->hnext;
@@ -804,7 +869,7 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 		return 0;
 	if (np > r->keys_cap) {
 		uint64_t cap = np > 2 * r->keys_cap ? np : 2 * r->keys_cap;
-		for (uint32_t p = 0; p < m->np; p++) {
+		for (uint32_t p = 0; p <= m->np; p++) {
 			struct srt_key *k = realloc(r->keys[p], cap * sizeof(*k));
 			if (!k)
 				return SRT_ENOMEM;
@@ -812,10 +877,16 @@ static int req_keys(struct srt_tmgr_req *r, const int32_t *t, uint64_t np)
 		}
 		r->keys_cap = cap;
 	}
-	for (uint32_t p = 0; p < m->np; p++)
-		for (uint64_t j = r->nkeys; j < np; j++)
-			srt_tier_key_next(&m->pools[p].keyer, j ? &r->keys[p][j - 1] : NULL,
-					  t + j * m->P, m->P, &r->keys[p][j]);
+	/* one chain hash per page over its tokens, then one short hash per pool (key.h) */
+	struct srt_key *chain = r->keys[m->np];
+	for (uint64_t j = r->nkeys; j < np; j++) {
+		if (srt_tier_key_chain_next(&m->keyer, j ? &chain[j - 1] : NULL, t + j * m->P,
+					    m->P, &chain[j]))
+			return SRT_ENOMEM;
+		for (uint32_t p = 0; p < m->np; p++)
+			if (srt_tier_key_pool(&chain[j], &m->pools[p].tag, &r->keys[p][j]))
+				return SRT_ENOMEM;
+	}
 	r->nkeys = np;
 	return 0;
 }
@@ -937,6 +1008,8 @@ static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uin
 {
 	if (kt_find(&m->l2, &r->keys[p][j]))
 		return 1;
+	if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][j]))
+		return 1;
 	if (!l3_usable(m))
 		return 0;
 	uint32_t got = 0;
@@ -958,7 +1031,8 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			continue;
 		uint64_t a = h;
 		while (a < A) {
-			while (a < A && kt_find(&m->l2, &r->keys[p][a]))
+			while (a < A && (kt_find(&m->l2, &r->keys[p][a]) ||
+					 (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a]))))
 				a++;
 			if (a >= A || !l3_usable(m))
 				break;
@@ -1008,7 +1082,7 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 	*out = NULL;
 	memset(hit, 0, sizeof(*hit));
 	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
-	if (!r || !(r->keys = calloc(m->np, sizeof(*r->keys))) ||
+	if (!r || !(r->keys = calloc(m->np + 1, sizeof(*r->keys))) ||
 	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
 		if (r)
 			free(r->keys);
@@ -1017,6 +1091,7 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 		return SRT_ENOMEM;
 	}
 	r->m = m;
+	l3_reap(m);
 	memcpy(r->tokens, tokens, n * sizeof(int32_t));
 	r->n = n;
 	uint64_t h1;
@@ -1266,7 +1341,7 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	if (r->r)
 		srt_rdx_req_free(r->r);
 	if (r->keys)
-		for (uint32_t p = 0; p < r->m->np; p++)
+		for (uint32_t p = 0; p <= r->m->np; p++)
 			free(r->keys[p]);
 	free(r->keys);
 	free(r->tokens);
@@ -1289,6 +1364,20 @@ void srt_tmgr_stats(const struct srt_tmgr *m, struct srt_tmgr_stats *out)
 	out->pages_verified = atomic_load(&((struct srt_tmgr *)m)->verified);
 	out->l3_skipped = atomic_load(&((struct srt_tmgr *)m)->skipped);
 	out->l3_rejected = m->has_l3 ? atomic_load(&((struct srt_tmgr *)m)->store.rejected) : 0;
+	if (m->w) {
+		struct srt_twr_stats ws;
+		srt_twr_stats(m->w, &ws);
+		out->l3_puts_queued = ws.puts_queued;
+		out->l3_puts_written = ws.puts_written;
+		out->l3_puts_lost = ws.puts_lost;
+		out->l3_puts_dropped = ws.puts_dropped;
+		out->l3_write_batches = ws.batches;
+		out->l3_write_waits = ws.waits;
+		out->l3_write_wait_s = ws.wait_s;
+		out->l3_queue_peak = ws.queue_peak;
+		out->l3_queue_reads = ws.read_hits;
+		out->l3_queued_now = ws.queued_now;
+	}
 }
 
 int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen)

@@ -43,13 +43,33 @@
  * (srt_tmgr_synth_payload), written to L2/L3 and checked byte for byte when it comes back, while
  * budgets and "bytes moved" still count the real page size.
  *
+ * L3 writes are asynchronous (core/tier/writer.h): puts and the removes of L3 evictions go into a
+ * bounded FIFO that one writer thread drains into the store in batches (one store call per run
+ * of up to write_batch puts: one SQLite transaction, one Redis pipeline, one file-store sync).
+ * A page counts as in L3 from the moment its put is queued: lookups see queued puts and loads
+ * read the queued copy, so a hit never waits for the disk. The queue holds at most
+ * write_queue_bytes; when it is full the request path waits (write_full = SRT_TWR_WAIT, the
+ * default, counted in l3_write_waits / l3_write_wait_s) or the put is dropped (SRT_TWR_DROP,
+ * counted in l3_puts_dropped). Order is kept, so the store's contents are always those of a
+ * prefix of the queue and the L3 budget holds in the store at every instant. A put the store
+ * refuses is removed again and forgotten (the page is a miss later, never served wrong).
+ * write_sync = 1 runs every write inline instead (the old behaviour, for comparisons).
+ *
  * L3 faults: a store call that fails with SRT_EIO marks L3 down (logged once); while down the
  * manager runs without L3 (misses, no writes) and tries again after l3_retry_ms; the first call
- * that succeeds logs that L3 is back.
+ * that succeeds logs that L3 is back. Puts that are not stored (failed, skipped while L3 is
+ * down, dropped) are logged: the first at once with its reason, then a summary every
+ * l3_report_ms while it lasts and at every srt_tmgr_flush (so an L3 that never recovers is
+ * reported at shutdown), and one line when puts succeed again.
  *
  * Thread safety: one manager and its requests are used from one thread (the scheduler thread,
- * the same one that uses the radix cache). The manager's prefetch thread only touches L3 and the
- * L1 pages of requests it is loading.
+ * the same one that uses the radix cache). The manager's prefetch thread only touches L3, the
+ * write queue (read only) and the L1 pages of requests it is loading; the writer thread only
+ * touches the write queue and the L3 store.
+ *
+ * Shutdown: call srt_tmgr_flush (graceful shutdown: every queued L3 write reaches the store, and
+ * lost puts are reported), then free the requests, destroy the radix cache and the manager.
+ * srt_tmgr_destroy flushes as well.
  */
 #ifndef SRT_TIER_MANAGER_H
 #define SRT_TIER_MANAGER_H
@@ -63,6 +83,7 @@
 
 #include "radix/radix.h"
 #include "tier/key.h"
+#include "tier/writer.h"
 
 /* Same values as enum srt_write_policy of config/runtime_config.h. */
 enum srt_tmgr_write {
@@ -94,6 +115,12 @@ struct srt_tmgr_config {
 	const char *l3_name;  /* for logs, e.g. "file" */
 	uint64_t l3_budget;   /* bytes; UINT64_MAX = unbounded */
 	uint32_t l3_retry_ms; /* after an L3 failure (0 = 1000) */
+	uint32_t l3_report_ms; /* summary of lost L3 puts while they go on (0 = 60000) */
+	/* L3 writer (writer.h) */
+	int write_sync;             /* 1: every L3 write inline on the request path */
+	uint64_t write_queue_bytes; /* queued payload bytes at most (0 = 64 MiB) */
+	uint32_t write_batch;       /* puts per store call at most (0 = 64) */
+	int write_full;             /* enum srt_twr_full: SRT_TWR_WAIT (0) or SRT_TWR_DROP (1) */
 	const struct srt_host *host; /* logging; borrowed */
 };
 
@@ -116,6 +143,20 @@ const struct srt_rdx_hooks *srt_tmgr_hooks(struct srt_tmgr *m);
 void srt_tmgr_attach(struct srt_tmgr *m, struct srt_rdx_cache *c);
 /* Wait for the prefetch thread, free L2 pages and every index. Requests must be freed. */
 void srt_tmgr_destroy(struct srt_tmgr *m);
+
+/*
+ * Wait until every L3 write queued so far has reached the store (or failed), forget the pages
+ * whose puts failed, and log the puts lost since the last report (an L3 that never came back
+ * is reported here). The `serve` command calls it on graceful shutdown, before freeing the
+ * requests and destroying the cache; it may be called at any time from the manager's thread.
+ * Returns the number of L3 puts lost since the manager was created (0 without L3).
+ */
+uint64_t srt_tmgr_flush(struct srt_tmgr *m);
+
+/* Hold / release the L3 writer before its next batch (tests); srt_tmgr_flush waits while held. */
+void srt_tmgr_hold_writes(struct srt_tmgr *m, int hold);
+/* The L3 writer's counters; thread safe (any thread may poll them). Zeros without L3. */
+void srt_tmgr_write_stats(struct srt_tmgr *m, struct srt_twr_stats *out);
 
 /* Hold / release the prefetch thread before it starts the next load (tests, maintenance). */
 void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold);
@@ -170,6 +211,17 @@ struct srt_tmgr_stats {
 	uint64_t l3_outages;       /* times L3 went down */
 	uint64_t l3_skipped;       /* L3 operations skipped while it was down */
 	uint64_t skipped_tail_pages; /* TAIL pages dropped without a copy (no resume point) */
+	/* L3 writer (writer.h) */
+	uint64_t l3_puts_queued;   /* puts accepted by the writer */
+	uint64_t l3_puts_written;  /* puts the store accepted */
+	uint64_t l3_puts_lost;     /* failed, skipped while L3 was down, dropped */
+	uint64_t l3_puts_dropped;  /* of which dropped on a full queue (SRT_TWR_DROP) */
+	uint64_t l3_write_batches; /* store put calls */
+	uint64_t l3_write_waits;   /* times the request path waited for queue space */
+	double l3_write_wait_s;    /* and for how long in all */
+	uint64_t l3_queue_peak;    /* bytes queued at most */
+	uint64_t l3_queue_reads;   /* loads served from queued puts */
+	uint64_t l3_queued_now;    /* operations not yet in the store */
 };
 void srt_tmgr_stats(const struct srt_tmgr *m, struct srt_tmgr_stats *out);
 

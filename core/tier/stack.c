@@ -149,6 +149,13 @@ int srt_tier_stack_open(const struct srt_tier_stack_opts *o, struct srt_tier_sta
 		.l3_retry_ms = o->l3_retry_ms,
 		.host = s->host,
 	};
+	if (ov) {
+		mc.write_sync = ov->write_sync;
+		mc.write_queue_bytes = ov->write_queue_bytes;
+		mc.write_batch = ov->write_batch;
+		mc.write_full = ov->write_full;
+		mc.l3_report_ms = ov->l3_report_ms;
+	}
 	mc.scope.layout_version = o->layout_version ? o->layout_version : 1;
 	srt_tmgr_fingerprint(o->model_ident, o->page_tokens, o->pools, o->n_pools,
 			     mc.scope.model_fp);

@@ -95,103 +95,272 @@ static double now_s(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* What one replay needs while it runs. */
+struct rctx {
+	struct srt_rdx_cache *c;
+	const struct srt_trace *t;
+	struct srt_tmgr *tm;
+	uint64_t chunk;
+	int32_t *tok;
+	struct srt_replay_result *res;
+};
+
+/* A request that is running (concurrent mode): it holds its pages until `end`. */
+struct running {
+	struct srt_tmgr_req *tr;
+	struct srt_rdx_req *r;
+	size_t idx;
+	double end;
+};
+
+/*
+ * Start request i and do its whole work on the cache: match (and tier loads), prefill in chunks
+ * (extend, commit, release_window), decode output_length tokens. On success the request holds
+ * its pages (locked) in *out until finish(). SRT_ENOMEM: it did not fit beside the running
+ * requests; it was aborted and freed (why says which pool). Other errors are fatal.
+ */
+static int admit(struct rctx *x, size_t i, struct running *out, uint64_t *hit_out, char *why,
+		 size_t whylen)
+{
+	const struct srt_trace_req *q = &x->t->reqs[i];
+	int32_t *tok = x->tok;
+	srt_trace_input_tokens(q, tok);
+	struct srt_rdx_req *r = NULL;
+	struct srt_tmgr_req *tr = NULL;
+	uint64_t hit;
+	int rc;
+	if (x->tm) {
+		struct srt_tmgr_hit th;
+		rc = srt_tmgr_req_start(x->tm, tok, q->input_length, &tr, &th, why, whylen);
+		if (!rc)
+			rc = srt_tmgr_req_wait(tr, &th, why, whylen);
+		if (rc) {
+			srt_tmgr_req_free(tr);
+			return rc == SRT_ENOMEM ? SRT_EIO : rc; /* a lock failure here is not a budget miss */
+		}
+		r = srt_tmgr_req_rdx(tr);
+		hit = th.l1_tokens + th.l2_tokens + th.l3_tokens;
+	} else if ((rc = srt_rdx_req_start(x->c, tok, q->input_length, &r, &hit, why, whylen))) {
+		return rc == SRT_ENOMEM ? SRT_EIO : rc;
+	}
+	int step = 0;
+	for (uint64_t pos = hit; pos < q->input_length && !step; pos += x->chunk) {
+		uint64_t k = q->input_length - pos < x->chunk ? q->input_length - pos : x->chunk;
+		step = srt_rdx_req_extend(r, tok + pos, k, why, whylen);
+		if (!step)
+			step = tr ? srt_tmgr_req_commit(tr, NULL, why, whylen)
+				  : srt_rdx_req_commit(r, NULL, why, whylen);
+		if (!step)
+			step = srt_rdx_req_release_window(r, NULL, why, whylen);
+	}
+	uint64_t s = mix(i | (1ull << 62));
+	for (uint64_t d = 0; d < q->output_length && !step; d++) {
+		int32_t tk = (int32_t)(mix(s + d) % SRT_TRACE_VOCAB);
+		step = srt_rdx_req_extend(r, &tk, 1, why, whylen);
+		if (!step)
+			step = srt_rdx_req_release_window(r, NULL, why, whylen);
+	}
+	if (step) {
+		srt_rdx_req_abort(r, NULL, 0);
+		if (tr)
+			srt_tmgr_req_free(tr);
+		else
+			srt_rdx_req_free(r);
+		return step;
+	}
+	*out = (struct running){.tr = tr, .r = r, .idx = i};
+	*hit_out = hit;
+	return 0;
+}
+
+/* Finish a running request (commit, unlock) and free it. */
+static int finish(struct rctx *x, struct running *run, char *why, size_t whylen)
+{
+	int rc = run->tr ? srt_tmgr_req_finish(run->tr, NULL, why, whylen)
+			 : srt_rdx_req_finish(run->r, NULL, why, whylen);
+	if (run->tr)
+		srt_tmgr_req_free(run->tr);
+	else
+		srt_rdx_req_free(run->r);
+	if (!rc)
+		x->res->output_tokens += x->t->reqs[run->idx].output_length;
+	return rc;
+}
+
+static void count_start(struct rctx *x, size_t i, uint64_t hit)
+{
+	x->res->requests++;
+	x->res->input_tokens += x->t->reqs[i].input_length;
+	x->res->hit_tokens += hit;
+}
+
+/* The error for a request that does not fit the budget even with nothing else running. */
+static int too_big(size_t i, const struct srt_trace_req *q, const char *why, char *err,
+		   size_t errlen)
+{
+	snprintf(err, errlen,
+		 "request %zu (trace line %zu: %llu input + %llu output tokens) does not fit the L1 "
+		 "budget even with no other request running: %s; raise --budget (or lower --chunk)",
+		 i, i + 1, (unsigned long long)q->input_length,
+		 (unsigned long long)q->output_length, why);
+	return SRT_ENOMEM;
+}
+
+/* Seconds request i holds its pages in the concurrent model. */
+static double service_s(const struct srt_replay_opts *o, const struct srt_trace_req *q,
+			uint64_t hit)
+{
+	return (double)(q->input_length - hit) / o->prefill_tps +
+	       (double)q->output_length / o->decode_tps;
+}
+
 int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 		     const struct srt_replay_opts *o, struct srt_replay_result *res, char *err,
 		     size_t errlen)
 {
 	memset(res, 0, sizeof(*res));
-	uint64_t chunk = o && o->chunk_tokens ? o->chunk_tokens : 8192;
-	size_t n = o && o->limit && o->limit < t->n ? o->limit : t->n;
-	FILE *prog = o ? o->progress : NULL;
-	struct srt_tmgr *tm = o ? o->tiers : NULL;
+	if (errlen)
+		err[0] = 0;
+	struct srt_replay_opts dflt = {0};
+	if (!o)
+		o = &dflt;
+	size_t n = o->limit && o->limit < t->n ? o->limit : t->n;
+	FILE *prog = o->progress;
 	int tty = prog && isatty(fileno(prog));
 	uint64_t maxin = 0;
 	for (size_t i = 0; i < n; i++)
 		if (t->reqs[i].input_length > maxin)
 			maxin = t->reqs[i].input_length;
-	int32_t *tok = malloc((maxin + 1) * sizeof(int32_t));
-	if (!tok) {
+	struct rctx x = {.c = c, .t = t, .tm = o->tiers,
+			 .chunk = o->chunk_tokens ? o->chunk_tokens : 8192, .res = res};
+	x.tok = malloc((maxin + 1) * sizeof(int32_t));
+	uint32_t maxrun = o->concurrent ? (o->max_running ? o->max_running : 64) : 1;
+	struct running *run = calloc(maxrun, sizeof(*run));
+	size_t *waiting = o->concurrent ? malloc((n ? n : 1) * sizeof(*waiting)) : NULL;
+	if (!x.tok || !run || (o->concurrent && !waiting)) {
+		free(x.tok);
+		free(run);
+		free(waiting);
 		snprintf(err, errlen, "out of memory for %llu tokens", (unsigned long long)maxin);
 		return SRT_ENOMEM;
 	}
+	struct srt_replay_opts co = *o;
+	if (co.time_scale <= 0)
+		co.time_scale = 1;
+	if (co.prefill_tps <= 0)
+		co.prefill_tps = 10000;
+	if (co.decode_tps <= 0)
+		co.decode_tps = 30;
 	char why[512];
 	int rc = 0;
 	double t0 = now_s(), last = t0;
-	size_t next_pct = 1;
-	for (size_t i = 0; i < n && !rc; i++) {
-		const struct srt_trace_req *q = &t->reqs[i];
-		srt_trace_input_tokens(q, tok);
-		struct srt_rdx_req *r;
-		struct srt_tmgr_req *tr = NULL;
-		uint64_t hit;
-		if (tm) {
-			struct srt_tmgr_hit th;
-			rc = srt_tmgr_req_start(tm, tok, q->input_length, &tr, &th, why, sizeof(why));
-			if (!rc)
-				rc = srt_tmgr_req_wait(tr, &th, why, sizeof(why));
-			if (rc) {
-				srt_tmgr_req_free(tr);
+	size_t next_pct = 1, done = 0;
+	/* concurrent mode state: arrivals [next, n) to come, waiting[wh, wt), running[0, nrun) */
+	size_t next = 0, wh = 0, wt = 0;
+	uint32_t nrun = 0;
+	double now = 0, first_ts = n ? (double)t->reqs[0].timestamp_ms : 0;
+	double wait_sum = 0;
+	uint8_t *deferred = o->concurrent ? calloc(n ? n : 1, 1) : NULL;
+	if (o->concurrent && !deferred)
+		rc = SRT_ENOMEM, snprintf(why, sizeof(why), "out of memory");
+	while (!rc && (o->concurrent ? (next < n || wh < wt || nrun) : next < n)) {
+		if (!o->concurrent) { /* sequential: one request at a time, in arrival order */
+			size_t i = next++;
+			uint64_t hit;
+			struct running one;
+			rc = admit(&x, i, &one, &hit, why, sizeof(why));
+			if (rc == SRT_ENOMEM) {
+				rc = too_big(i, &t->reqs[i], why, err, errlen);
 				break;
 			}
-			r = srt_tmgr_req_rdx(tr);
-			hit = th.l1_tokens + th.l2_tokens + th.l3_tokens;
-		} else if ((rc = srt_rdx_req_start(c, tok, q->input_length, &r, &hit, why,
-						   sizeof(why)))) {
-			break;
+			if (!rc) {
+				count_start(&x, i, hit);
+				rc = finish(&x, &one, why, sizeof(why));
+			}
+			done++;
+		} else {
+			/* next event: the earliest end of a running request, or the next arrival */
+			uint32_t first = 0;
+			for (uint32_t k = 1; k < nrun; k++)
+				if (run[k].end < run[first].end)
+					first = k;
+			double arrive = next < n ? ((double)t->reqs[next].timestamp_ms - first_ts) /
+							   1000.0 * co.time_scale
+						 : 0;
+			if (nrun && (next >= n || run[first].end <= arrive)) {
+				now = run[first].end > now ? run[first].end : now;
+				rc = finish(&x, &run[first], why, sizeof(why));
+				run[first] = run[--nrun];
+				done++;
+			} else if (next < n) {
+				now = arrive > now ? arrive : now;
+				waiting[wt++] = next++;
+			}
+			/* admit waiting requests in order while there are slots and memory */
+			while (!rc && wh < wt && nrun < maxrun) {
+				size_t i = waiting[wh];
+				uint64_t hit;
+				int a = admit(&x, i, &run[nrun], &hit, why, sizeof(why));
+				if (a == SRT_ENOMEM && !nrun) {
+					rc = too_big(i, &t->reqs[i], why, err, errlen);
+					break;
+				}
+				if (a == SRT_ENOMEM) { /* memory held by running requests: wait */
+					if (!deferred[i])
+						res->deferred++;
+					deferred[i] = 1;
+					break;
+				}
+				if ((rc = a))
+					break;
+				wh++;
+				count_start(&x, i, hit);
+				double at = ((double)t->reqs[i].timestamp_ms - first_ts) / 1000.0 *
+					    co.time_scale;
+				wait_sum += now - at;
+				if (now - at > res->max_wait_s)
+					res->max_wait_s = now - at;
+				run[nrun].end = now + service_s(&co, &t->reqs[i], hit);
+				nrun++;
+				if (nrun > res->peak_running)
+					res->peak_running = nrun;
+			}
+			if (wt - wh > res->peak_waiting)
+				res->peak_waiting = wt - wh;
 		}
-		res->requests++;
-		res->input_tokens += q->input_length;
-		res->hit_tokens += hit;
-		int step = 0;
-		for (uint64_t pos = hit; pos < q->input_length && !step; pos += chunk) {
-			uint64_t k = q->input_length - pos < chunk ? q->input_length - pos : chunk;
-			step = srt_rdx_req_extend(r, tok + pos, k, why, sizeof(why));
-			if (!step)
-				step = tr ? srt_tmgr_req_commit(tr, NULL, why, sizeof(why))
-					  : srt_rdx_req_commit(r, NULL, why, sizeof(why));
-			if (!step)
-				step = srt_rdx_req_release_window(r, NULL, why, sizeof(why));
-		}
-		uint64_t s = mix(i | (1ull << 62));
-		for (uint64_t d = 0; d < q->output_length && !step; d++) {
-			int32_t x = (int32_t)(mix(s + d) % SRT_TRACE_VOCAB);
-			step = srt_rdx_req_extend(r, &x, 1, why, sizeof(why));
-			if (!step)
-				step = srt_rdx_req_release_window(r, NULL, why, sizeof(why));
-		}
-		if (!step) {
-			step = tr ? srt_tmgr_req_finish(tr, NULL, why, sizeof(why))
-				  : srt_rdx_req_finish(r, NULL, why, sizeof(why));
-			res->output_tokens += q->output_length;
-		}
-		if (step == SRT_ENOMEM) {
-			res->rejected++;
-			srt_rdx_req_abort(r, NULL, 0);
-			step = 0;
-		}
-		if (tr)
-			srt_tmgr_req_free(tr);
-		else
-			srt_rdx_req_free(r);
-		rc = step;
 		double tn = now_s();
-		if (prog && ((tty && tn - last > 0.2) || (!tty && (i + 1) * 10 >= next_pct * n))) {
+		if (prog && ((tty && tn - last > 0.2) || (!tty && done * 10 >= next_pct * n))) {
 			fprintf(prog, "%sreplay: %zu/%zu requests, hit %.2f%%%s", tty ? "\r" : "",
-				i + 1, n,
+				done, n,
 				res->input_tokens ? 100.0 * res->hit_tokens / res->input_tokens : 0.0,
 				tty ? "" : "\n");
 			fflush(prog);
 			last = tn;
-			while (next_pct * n <= (i + 1) * 10)
+			while (next_pct * n <= done * 10)
 				next_pct++;
 		}
 	}
+	/* an error leaves requests running: free them (the cache aborts what is left) */
+	for (uint32_t k = 0; k < nrun; k++) {
+		if (run[k].tr)
+			srt_tmgr_req_free(run[k].tr);
+		else
+			srt_rdx_req_free(run[k].r);
+	}
 	if (prog && tty)
 		fprintf(prog, "\n");
+	if (x.tm) /* the wall time includes writing every queued L3 page */
+		srt_tmgr_flush(x.tm);
 	res->wall_s = now_s() - t0;
-	free(tok);
+	res->sim_s = now;
+	res->mean_wait_s = res->requests ? wait_sum / (double)res->requests : 0;
+	free(deferred);
+	free(waiting);
+	free(run);
+	free(x.tok);
 	if (rc) {
-		snprintf(err, errlen, "request %llu: %s", (unsigned long long)res->requests, why);
+		if (rc != SRT_ENOMEM || !err[0])
+			snprintf(err, errlen, "request %zu: %s", done, why);
 		return rc;
 	}
 	res->ceiling_tokens = srt_trace_ceiling(t, n, srt_rdx_page_tokens(c));

@@ -1,12 +1,26 @@
 /*
  * Cache-only replay: run a trace's requests through a real ShadowRadix cache, no model compute.
  *
- * Per request, in arrival order: start (match + lock) on the input tokens; prefill the rest in
+ * Per request: start (match + lock, and the tier loads) on the input tokens; prefill the rest in
  * chunks of chunk_tokens (extend, commit, release_window after each chunk, as a chunked-prefill
  * executor does); decode output_length tokens one by one (extend + release_window); finish.
- * A request that does not fit the budget (SRT_ENOMEM: running requests hold it) is aborted and
- * counted as rejected. Decode token ids come from a PRNG seeded by the request's index, so they
- * never repeat a prompt page.
+ * Decode token ids come from a PRNG seeded by the request's index, so they never repeat a prompt
+ * page.
+ *
+ * Sequential mode (default): one request at a time in trace order, each finished before the next
+ * starts. A request that does not fit the budget alone is an error naming the request and the
+ * pool (SRT_ENOMEM).
+ *
+ * Concurrent mode (`concurrent`): a discrete-event model on a simulated clock (no sleeping).
+ * Request i arrives at (timestamp_i - timestamp_0) * time_scale seconds. It is admitted when a
+ * slot is free (at most max_running at once) and its pages fit beside those of the running
+ * requests, in arrival order (a request that does not fit waits for the next completion:
+ * counted in `deferred`); at admission its match, tier loads, prefill and decode happen on the
+ * cache at once, so later arrivals hit its prefix, and it then holds every page it locked
+ * (its prefix and its own pages) for its service time
+ *     (input_length - hit) / prefill_tps + output_length / decode_tps   seconds
+ * after which it finishes (commit + unlock) and its pages become evictable. Running requests
+ * thus contend for L1 as in a serving system. Tier I/O takes no simulated time.
  *
  * The ceiling is computed independently of the cache: a set of whole pages seen so far, each
  * named by the hash chain of the trace's block ids up to the page and its page index; a
@@ -31,15 +45,28 @@ struct srt_replay_opts {
 	 * through it, so evicted pages move down the tiers and come back on a hit; the hit
 	 * counted is L1 + L2 + L3 (per tier in srt_tmgr_stats). */
 	struct srt_tmgr *tiers;
+	/* concurrent mode (see above); 0 = the defaults in brackets */
+	int concurrent;
+	double time_scale;     /* simulated seconds per trace second [1] */
+	double prefill_tps;    /* prefill tokens per second per request [10000] */
+	double decode_tps;     /* decode tokens per second per request [30] */
+	uint32_t max_running;  /* requests running at once at most [64] */
 };
 
 struct srt_replay_result {
-	uint64_t requests, rejected;
+	uint64_t requests;
+	uint64_t rejected; /* always 0: a request that cannot fit alone is an error (kept for callers) */
 	uint64_t input_tokens, hit_tokens, ceiling_tokens, output_tokens;
 	double wall_s;
+	/* concurrent mode */
+	uint64_t deferred;           /* requests that waited for memory held by running ones */
+	uint32_t peak_running;       /* requests running at once at most */
+	size_t peak_waiting;         /* requests waiting at most */
+	double sim_s;                /* simulated time at the last event */
+	double mean_wait_s, max_wait_s; /* arrival to admission */
 };
 
-/* Run; 0, or a negative code with a message when the cache fails other than by budget. */
+/* Run; 0, or a code with a message (SRT_ENOMEM: a request does not fit the budget alone). */
 int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 		     const struct srt_replay_opts *o, struct srt_replay_result *res, char *err,
 		     size_t errlen);

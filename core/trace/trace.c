@@ -1,4 +1,4 @@
-/* Mooncake-format trace reader (trace.h). A small parser for this one flat JSON shape. */
+/* Mooncake-format trace reader (trace.h): bounded lines, each parsed by jansson. */
 #include "trace/trace.h"
 
 #include <ctype.h>
@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include <shadowrt/plugin.h>
 
@@ -48,65 +50,31 @@ void srt_trace_input_tokens(const struct srt_trace_req *r, int32_t *out)
 	}
 }
 
+/* num(): a valid integer above the bound (the caller words the message). */
+#define TR_RANGE 1
+
 struct lp {
-	const char *s, *path;
+	const char *path;
 	size_t line;
 	char *err;
 	size_t errlen;
 };
 
-static void ws(struct lp *p)
-{
-	while (*p->s && isspace((unsigned char)*p->s))
-		p->s++;
-}
 static int fail(struct lp *p, const char *key, const char *what)
 {
 	seterr(p->err, p->errlen, "%s:%zu: %s%s%s%s", p->path, p->line, key ? "key '" : "",
 	       key ? key : "", key ? "': " : "", what);
 	return SRT_EINVAL;
 }
-static int num(struct lp *p, const char *key, uint64_t *v)
+
+/* A JSON integer in [0, max]. */
+static int num(struct lp *p, const char *key, const json_t *v, uint64_t max, uint64_t *out)
 {
-	ws(p);
-	if (!isdigit((unsigned char)*p->s))
+	if (!json_is_integer(v) || json_integer_value(v) < 0)
 		return fail(p, key, "expected a non-negative integer");
-	errno = 0;
-	char *end;
-	unsigned long long x = strtoull(p->s, &end, 10);
-	if (errno || *end == '.' || *end == 'e' || *end == 'E')
-		return fail(p, key, "expected a non-negative integer");
-	p->s = end;
-	*v = x;
-	return 0;
-}
-/* Skip any JSON value (for keys we ignore). */
-static int skip_value(struct lp *p, const char *key)
-{
-	ws(p);
-	int depth = 0, instr = 0;
-	do {
-		char ch = *p->s;
-		if (!ch)
-			return fail(p, key, "value runs past the end of the line");
-		if (instr) {
-			if (ch == '\\' && p->s[1])
-				p->s++;
-			else if (ch == '"')
-				instr = 0;
-		} else if (ch == '"') {
-			instr = 1;
-		} else if (ch == '[' || ch == '{') {
-			depth++;
-		} else if (ch == ']' || ch == '}') {
-			if (!depth)
-				return 0;
-			depth--;
-		} else if (ch == ',' && !depth) {
-			return 0;
-		}
-		p->s++;
-	} while (depth || instr || (*p->s != ',' && *p->s != '}'));
+	if ((uint64_t)json_integer_value(v) > max)
+		return TR_RANGE;
+	*out = (uint64_t)json_integer_value(v);
 	return 0;
 }
 
@@ -128,130 +96,138 @@ static int ids_push(struct ids *a, uint64_t x)
 	return 0;
 }
 
-/* Parse one line into r (hash ids appended to ids; r->hash_ids set later). */
-static int parse_line(struct lp *p, struct srt_trace_req *r, struct ids *ids, size_t *first_id)
+/* Parse one line (len bytes, jansson) into r (hash ids appended to ids; r->hash_ids set
+ * later). */
+static int parse_line(struct lp *p, const char *line, size_t len, struct srt_trace_req *r,
+		      struct ids *ids, size_t *first_id)
 {
-	int have_ts = 0, have_in = 0, have_out = 0, have_h = 0;
-	ws(p);
-	if (*p->s != '{')
-		return fail(p, NULL, "expected a JSON object");
-	p->s++;
-	*first_id = ids->n;
-	for (;;) {
-		ws(p);
-		if (*p->s == '}')
-			break;
-		if (*p->s != '"')
-			return fail(p, NULL, "expected a key");
-		const char *k = ++p->s;
-		while (*p->s && *p->s != '"')
-			p->s++;
-		if (!*p->s)
-			return fail(p, NULL, "unterminated key");
-		char key[64];
-		snprintf(key, sizeof(key), "%.*s", (int)(p->s - k), k);
-		p->s++;
-		ws(p);
-		if (*p->s != ':')
-			return fail(p, key, "expected ':'");
-		p->s++;
-		uint64_t v;
-		int rc = 0;
-		int *have = !strcmp(key, "timestamp")	   ? &have_ts
-			    : !strcmp(key, "input_length")  ? &have_in
-			    : !strcmp(key, "output_length") ? &have_out
-			    : !strcmp(key, "hash_ids")	   ? &have_h
-							   : NULL;
-		if (have && *have)
-			return fail(p, key, "given twice");
-		if (!strcmp(key, "timestamp")) {
-			rc = num(p, key, &v);
-			if (!rc && v > INT64_MAX)
-				return fail(p, key, "larger than 2^63 - 1 ms");
-			r->timestamp_ms = (int64_t)v;
-			have_ts = 1;
-		} else if (!strcmp(key, "input_length") || !strcmp(key, "output_length")) {
-			uint64_t *len = key[0] == 'i' ? &r->input_length : &r->output_length;
-			rc = num(p, key, len);
-			if (!rc && *len > SRT_TRACE_MAX_TOKENS)
-				return fail(p, key, "more than " SRT_TRACE_MAX_TOKENS_STR
-					    " tokens (longer than any model's context)");
-			*have = 1;
-		} else if (!strcmp(key, "hash_ids")) {
-			ws(p);
-			if (*p->s != '[')
-				return fail(p, key, "expected an array of block ids");
-			p->s++;
-			ws(p);
-			while (*p->s != ']') {
-				if ((rc = num(p, key, &v)))
-					return rc;
-				if (ids_push(ids, v))
-					return fail(p, key, "out of memory");
-				ws(p);
-				if (*p->s == ',')
-					p->s++;
-				else if (*p->s != ']')
-					return fail(p, key, "expected ',' or ']'");
-			}
-			p->s++;
-			have_h = 1;
-		} else {
-			rc = skip_value(p, key);
-		}
-		if (rc)
-			return rc;
-		ws(p);
-		if (*p->s == ',')
-			p->s++;
-		else if (*p->s != '}')
-			return fail(p, key, "expected ',' or '}' after the value");
+	json_error_t je;
+	json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &je);
+	if (!o) {
+		char what[220];
+		/* jansson's "duplicate object key" names no key: find it for the message. */
+		snprintf(what, sizeof(what), "%s (column %d)", je.text, je.column);
+		return fail(p, NULL, what);
 	}
-	p->s++;
-	ws(p);
-	if (*p->s)
-		return fail(p, NULL, "unexpected text after the JSON object");
-	if (!have_ts || !have_in || !have_out || !have_h)
-		return fail(p, !have_ts ? "timestamp" : !have_in ? "input_length"
-					: !have_out ? "output_length" : "hash_ids",
-			    "missing");
+	int rc = 0;
+	*first_id = ids->n;
+	if (!json_is_object(o)) {
+		rc = fail(p, NULL, "expected a JSON object");
+		goto out;
+	}
+	static const char *const keys[] = {"timestamp", "input_length", "output_length",
+					   "hash_ids"};
+	for (size_t k = 0; k < 4; k++)
+		if (!json_object_get(o, keys[k])) {
+			rc = fail(p, keys[k], "missing");
+			goto out;
+		}
+	uint64_t ts;
+	/* jansson refuses integers above 2^63 - 1 ("too big integer"): no range check here. */
+	if ((rc = num(p, "timestamp", json_object_get(o, "timestamp"), INT64_MAX, &ts)))
+		goto out;
+	r->timestamp_ms = (int64_t)ts;
+	for (int k = 0; k < 2; k++) {
+		const char *key = k ? "output_length" : "input_length";
+		uint64_t *len_out = k ? &r->output_length : &r->input_length;
+		rc = num(p, key, json_object_get(o, key), SRT_TRACE_MAX_TOKENS, len_out);
+		if (rc == TR_RANGE)
+			rc = fail(p, key, "more than " SRT_TRACE_MAX_TOKENS_STR
+				  " tokens (longer than any model's context)");
+		if (rc)
+			goto out;
+	}
+	const json_t *h = json_object_get(o, "hash_ids");
+	if (!json_is_array(h)) {
+		rc = fail(p, "hash_ids", "expected an array of block ids");
+		goto out;
+	}
+	size_t i;
+	const json_t *v;
+	json_array_foreach(h, i, v) {
+		uint64_t id;
+		if ((rc = num(p, "hash_ids", v, INT64_MAX, &id)))
+			goto out;
+		if (ids_push(ids, id)) {
+			rc = fail(p, "hash_ids", "out of memory");
+			goto out;
+		}
+	}
 	size_t n = ids->n - *first_id;
 	size_t want = (r->input_length + SRT_TRACE_BLOCK - 1) / SRT_TRACE_BLOCK;
 	if (n != want) {
 		char what[128];
 		snprintf(what, sizeof(what), "has %zu ids, expected ceil(input_length %llu / 512) = %zu",
 			 n, (unsigned long long)r->input_length, want);
-		return fail(p, "hash_ids", what);
+		rc = fail(p, "hash_ids", what);
+		goto out;
 	}
 	r->n_hash = (uint32_t)n;
-	return 0;
+out:
+	json_decref(o);
+	return rc;
 }
 
-int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char *err,
-		   size_t errlen)
+/*
+ * Read one line (without its '\n') into buf[cap]: 1 and *len, 0 at end of file, or a negative
+ * code: SRT_EINVAL when the line is longer than cap - 1 bytes, SRT_EIO when the read failed
+ * (errno kept). A failed read is never taken for the end of the file.
+ */
+static int read_line(FILE *f, char *buf, size_t cap, size_t *len)
+{
+	size_t n = 0;
+	int c;
+	errno = 0;
+	while ((c = getc_unlocked(f)) != EOF) {
+		if (c == '\n') {
+			*len = n;
+			return 1;
+		}
+		if (n + 1 >= cap)
+			return SRT_EINVAL;
+		buf[n++] = (char)c;
+	}
+	if (ferror(f))
+		return SRT_EIO;
+	*len = n;
+	return n ? 1 : 0;
+}
+
+int srt_trace_load_stream(FILE *f, const char *path, size_t limit, struct srt_trace **out,
+			  char *err, size_t errlen)
 {
 	*out = NULL;
-	FILE *f = fopen(path, "r");
-	if (!f) {
-		seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-		return SRT_EIO;
-	}
 	struct srt_trace *t = calloc(1, sizeof(*t));
 	struct ids ids = {0};
 	size_t *first = NULL, cap = 0;
-	char *line = NULL;
-	size_t lcap = 0, lineno = 0;
-	int rc = t ? 0 : SRT_ENOMEM;
-	ssize_t got;
-	while (!rc && (!limit || t->n < limit) && (got = getline(&line, &lcap, f)) >= 0) {
+	char *line = malloc(SRT_TRACE_MAX_LINE + 1);
+	size_t len = 0, lineno = 0;
+	int rc = t && line ? 0 : SRT_ENOMEM;
+	while (!rc && (!limit || t->n < limit)) {
+		int got = read_line(f, line, SRT_TRACE_MAX_LINE + 1, &len);
+		if (got == 0)
+			break;
 		lineno++;
-		struct lp p = {line, path, lineno, err, errlen};
-		if (memchr(line, 0, (size_t)got)) {
+		struct lp p = {path, lineno, err, errlen};
+		if (got == SRT_EIO) {
+			seterr(err, errlen, "%s:%zu: read error: %s", path, lineno,
+			       strerror(errno ? errno : EIO));
+			rc = SRT_EIO;
+			break;
+		}
+		if (got == SRT_EINVAL) {
+			rc = fail(&p, NULL, "line longer than " SRT_TRACE_MAX_LINE_STR " bytes (not a "
+				  "trace line: its longest, 32768 hash ids, takes under 700 KB)");
+			break;
+		}
+		if (memchr(line, 0, len)) {
 			rc = fail(&p, NULL, "contains a NUL byte: not a JSON-lines text file");
 			break;
 		}
-		ws(&p);
-		if (!*p.s)
+		size_t k = 0;
+		while (k < len && isspace((unsigned char)line[k]))
+			k++;
+		if (k == len)
 			continue; /* blank line */
 		if (t->n == cap) {
 			cap = cap ? 2 * cap : 4096;
@@ -268,19 +244,14 @@ int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char 
 		}
 		struct srt_trace_req *r = &t->reqs[t->n];
 		memset(r, 0, sizeof(*r));
-		rc = parse_line(&p, r, &ids, &first[t->n]);
+		rc = parse_line(&p, line, len, r, &ids, &first[t->n]);
 		if (!rc) {
 			t->input_tokens += r->input_length;
 			t->n++;
 		}
 	}
-	if (!rc && ferror(f)) {
-		seterr(err, errlen, "%s: read error after line %zu", path, lineno);
-		rc = SRT_EIO;
-	}
 	if (rc == SRT_ENOMEM)
 		seterr(err, errlen, "%s: out of memory at line %zu", path, lineno);
-	fclose(f);
 	free(line);
 	if (rc) {
 		free(first);
@@ -292,10 +263,24 @@ int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char 
 	}
 	t->ids_ = ids.v;
 	for (size_t i = 0; i < t->n; i++)
-		t->reqs[i].hash_ids = ids.v + first[i];
+		t->reqs[i].hash_ids = ids.v ? ids.v + first[i] : NULL; /* NULL: no ids at all */
 	free(first);
 	*out = t;
 	return 0;
+}
+
+int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char *err,
+		   size_t errlen)
+{
+	*out = NULL;
+	FILE *f = fopen(path, "re");
+	if (!f) {
+		seterr(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+		return SRT_EIO;
+	}
+	int rc = srt_trace_load_stream(f, path, limit, out, err, errlen);
+	fclose(f);
+	return rc;
 }
 
 void srt_trace_free(struct srt_trace *t)

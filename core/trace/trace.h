@@ -14,12 +14,17 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #define SRT_TRACE_BLOCK 512u
 #define SRT_TRACE_VOCAB 129280u /* token ids are drawn in [0, vocab) */
 /* input_length and output_length above this are refused (16 x the longest context, 1M). */
 #define SRT_TRACE_MAX_TOKENS (1ull << 24)
 #define SRT_TRACE_MAX_TOKENS_STR "16777216"
+/* A line longer than this is refused: the longest valid line (32768 hash ids of up to 20
+ * digits) is under 700 KB. Bounds the reader's memory (`replay /dev/zero` fails at once). */
+#define SRT_TRACE_MAX_LINE ((size_t)1 << 20)
+#define SRT_TRACE_MAX_LINE_STR "1048576"
 
 struct srt_trace_req {
 	int64_t timestamp_ms;
@@ -39,10 +44,15 @@ struct srt_trace {
  * Read up to `limit` requests (0 = all) from path. Returns 0 and *out (free with
  * srt_trace_free), SRT_EIO (cannot open/read) or SRT_EINVAL with "path:line: key 'k': what is
  * wrong" (missing or repeated key, not a non-negative integer, a length over
- * SRT_TRACE_MAX_TOKENS, hash_ids count not ceil(input/512), text after the object, NUL bytes).
+ * SRT_TRACE_MAX_TOKENS, hash_ids count not ceil(input/512), text after the object, NUL bytes,
+ * a line longer than SRT_TRACE_MAX_LINE, invalid JSON as jansson reports it). A failed read
+ * (EIO, ENOMEM, ...) is SRT_EIO naming the line, never a silent end of the trace.
  */
 int srt_trace_load(const char *path, size_t limit, struct srt_trace **out, char *err,
 		   size_t errlen);
+/* The same from an open stream (borrowed, not closed); path names it in messages. */
+int srt_trace_load_stream(FILE *f, const char *path, size_t limit, struct srt_trace **out,
+			  char *err, size_t errlen);
 void srt_trace_free(struct srt_trace *t);
 
 /* The 512 token ids of block id h. */

@@ -343,7 +343,7 @@ START_TEST(missing_key_and_syntax_error_are_reported)
 
 	write_tmp(path, sizeof(path), ".json", "{\n  \"hidden_size\": 4096,\n  \"vocab_size\": [1,\n}\n");
 	ck_assert_int_eq(srt_model_config_load(path, &m, err, sizeof(err)), SRT_EINVAL);
-	ck_assert_msg(strstr(err, "YAML syntax error") && strstr(err, ":4:"), "%s", err);
+	ck_assert_msg(strstr(err, "not valid JSON") && strstr(err, ":4:"), "%s", err);
 	unlink(path);
 }
 END_TEST

@@ -933,6 +933,116 @@ START_TEST(test_cli_help_and_usage_errors)
 }
 END_TEST
 
+
+/* --- isolation: hostile plugins --------------------------------------------------------------- */
+
+/* A plugin whose probe crashes (SIGILL), calls exit() or whose static constructor crashes is
+ * rejected by name, stage and signal or status; the scan goes on, the good plugin beside them
+ * loads and works. Without isolation the first of them ended the process. */
+START_TEST(test_crashing_and_exiting_plugins_are_rejected_by_name_and_the_rest_loads)
+{
+	struct srt_registry *reg = open_dirs(fx("hostile"), NULL);
+	ck_assert_uint_eq(srt_registry_count(reg), 4);
+	const struct srt_plugin_info *p = by_file(reg, "probe_crash.so");
+	ck_assert_int_eq(p->state, SRT_PLUGIN_REJECTED);
+	ck_assert_msg(strstr(p->reason, "probe_crash.so: attention plugin 'fx-crash' crashed in its "
+			     "probe (signal 4, Illegal instruction): not loaded"), "%s", p->reason);
+	ck_assert_ptr_nonnull(p->desc);
+	ck_assert_str_eq(p->desc->name, "fx-crash");
+	p = by_file(reg, "probe_exit.so");
+	ck_assert_int_eq(p->state, SRT_PLUGIN_REJECTED);
+	ck_assert_msg(strstr(p->reason, "attention plugin 'fx-exit' called exit(3) in its probe"),
+		      "%s", p->reason);
+	/* SIGSEGV in a constructor, before any descriptor exists (an ASan build turns the
+	 * signal into exit(1) from its handler: either way the stage is named). */
+	p = by_file(reg, "ctor_crash.so");
+	ck_assert_int_eq(p->state, SRT_PLUGIN_REJECTED);
+	ck_assert_msg(strstr(p->reason, "ctor_crash.so: ") &&
+		      strstr(p->reason, " while being loaded (dlopen, static constructors or "
+			     "srt_plugin_entry)"), "%s", p->reason);
+	ck_assert_ptr_null(p->desc);
+	/* The good one: found, instantiated, usable. */
+	const struct srt_plugin_info *fine;
+	char why[1024];
+	ck_assert_msg(srt_registry_find(reg, SRT_KIND_MOE, "fx-fine", &fine, why, sizeof(why)) == 0,
+		      "%s", why);
+	ck_assert_int_eq(fine->state, SRT_PLUGIN_OK);
+	ck_assert_ptr_nonnull(fine->vtable);
+	ck_assert_ptr_nonnull(fine->desc->create);
+	/* Asking for a rejected one by name says why. */
+	ck_assert_int_eq(srt_registry_find(reg, SRT_KIND_ATTENTION, "fx-crash", &fine, why,
+					   sizeof(why)), SRT_ENOENT);
+	ck_assert_msg(strstr(why, "crashed in its probe"), "%s", why);
+	srt_registry_close(reg);
+}
+END_TEST
+
+/* A plugin found usable in the child is loaded into this process only when asked for: a
+ * command that uses one plugin never maps the others. */
+static int mapped(const char *file)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	ck_assert_ptr_nonnull(f);
+	char line[4096];
+	int found = 0;
+	while (!found && fgets(line, sizeof(line), f))
+		found = strstr(line, file) != NULL;
+	fclose(f);
+	return found;
+}
+
+START_TEST(test_only_the_plugins_asked_for_are_loaded_in_process)
+{
+	struct srt_registry *reg = open_dirs(fx("good"), NULL);
+	ck_assert(!mapped("/good/attention.so"));
+	ck_assert(!mapped("/good/moe.so"));
+	const struct srt_plugin_info *p;
+	char why[1024];
+	ck_assert_msg(srt_registry_find(reg, SRT_KIND_MOE, "fx-moe", &p, why, sizeof(why)) == 0,
+		      "%s", why);
+	ck_assert(mapped("/good/moe.so"));
+	ck_assert(!mapped("/good/attention.so"));
+	srt_registry_close(reg);
+}
+END_TEST
+
+/* A probe that never returns is killed after the limit and rejected by name; the outcome is
+ * asserted, not the time (the plugin blocks for ever, so any limit gives this result).
+ * SRT_TEST_HANG_TIMEOUT (seconds, default 3) sets the limit used here. */
+START_TEST(test_hanging_probe_is_killed_and_rejected_by_name)
+{
+	const char *t = getenv("SRT_TEST_HANG_TIMEOUT");
+	setenv(SRT_PLUGIN_PROBE_TIMEOUT_ENV, t && *t ? t : "3", 1);
+	struct srt_registry *reg = open_dirs(fx("hang"), NULL);
+	unsetenv(SRT_PLUGIN_PROBE_TIMEOUT_ENV);
+	ck_assert_uint_eq(srt_registry_count(reg), 1);
+	const struct srt_plugin_info *p = srt_registry_at(reg, 0);
+	ck_assert_int_eq(p->state, SRT_PLUGIN_REJECTED);
+	ck_assert_msg(strstr(p->reason, "probe_hang.so: attention plugin 'fx-hang' did not finish "
+			     "within ") && strstr(p->reason, " s in its probe (killed; "
+						  SRT_PLUGIN_PROBE_TIMEOUT_ENV " sets the limit)"),
+		      "%s", p->reason);
+	srt_registry_close(reg);
+}
+END_TEST
+
+/* `shadowrt plugins` with the hostile directory on the search path: exit 0, every hostile
+ * plugin listed as rejected with its name, the good one found. */
+START_TEST(test_cli_survives_and_names_hostile_plugins)
+{
+	static char out[65536];
+	char args[2048];
+	snprintf(args, sizeof(args), "--plugin-dir %s", fx("hostile"));
+	ck_assert_int_eq(run_cli(args, out, sizeof(out)), 0);
+	ck_assert_msg(strstr(out, "fx-fine") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "rejected 3:") != NULL, "%s", out);
+	ck_assert_msg(strstr(out, "attention plugin 'fx-crash' crashed in its probe") != NULL, "%s",
+		      out);
+	ck_assert_msg(strstr(out, "attention plugin 'fx-exit' called exit(3) in its probe") != NULL,
+		      "%s", out);
+}
+END_TEST
+
 /* --- suite ----------------------------------------------------------------------------------- */
 
 static Suite *plugin_suite(void)
@@ -984,6 +1094,14 @@ static Suite *plugin_suite(void)
 	tcase_add_test(tc, test_first_directory_wins_and_later_duplicate_is_shadowed);
 	tcase_add_test(tc, test_plugin_path_env_is_searched_in_order_after_config_dirs);
 	tcase_add_test(tc, test_default_search_path_is_exe_relative_then_install_dir);
+	suite_add_tcase(s, tc);
+
+	tc = tcase_create("isolation");
+	tcase_add_checked_fixture(tc, host_setup, host_teardown);
+	tcase_add_test(tc, test_crashing_and_exiting_plugins_are_rejected_by_name_and_the_rest_loads);
+	tcase_add_test(tc, test_only_the_plugins_asked_for_are_loaded_in_process);
+	tcase_add_test(tc, test_hanging_probe_is_killed_and_rejected_by_name);
+	tcase_add_test(tc, test_cli_survives_and_names_hostile_plugins);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("instances");

@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <openssl/evp.h>
 #include <sqlite3.h>
 
 #include "tier/key.h"
@@ -111,26 +112,40 @@ static void scope_init(struct srt_tier_key_scope *sc)
 	tu_fill(sc->tenant_salt, 32, 2);
 }
 
+/* SHA-256 of buf[0..n) by libcrypto's one-shot EVP_Digest, independent of the wrapper. */
+static void evp_sha(const void *buf, size_t n, uint8_t d[32])
+{
+	unsigned len = 0;
+	ck_assert(EVP_Digest(buf, n, d, &len, EVP_sha256(), NULL));
+	ck_assert_uint_eq(len, 32);
+}
+
 START_TEST(key_equals_sha256_of_the_documented_encoding)
 {
 	struct srt_tier_key_scope sc;
 	struct srt_tier_keyer k;
+	struct srt_tier_pool_tag tag;
 	int32_t tok[4] = {11, -2, 300000, 7};
-	struct srt_key first, second;
+	struct srt_key first, second, key;
 	scope_init(&sc);
-	srt_tier_keyer_init(&k, &sc, "c4");
-	srt_tier_key_next(&k, NULL, tok, 4, &first);
-	srt_tier_key_next(&k, &first, tok, 4, &second);
+	ck_assert_int_eq(srt_tier_keyer_init(&k, &sc), 0);
+	ck_assert_int_eq(srt_tier_pool_tag("c4", &tag), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 4, &first), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, &first, tok, 4, &second), 0);
+	ck_assert_int_eq(srt_tier_key_pool(&second, &tag, &key), 0);
 
-	/* Build the byte string of key.h by hand and hash it in one go. */
-	uint8_t buf[512], d[32];
+	/* Build the byte strings of key.h by hand and hash each in one go. */
+	uint8_t buf[512], scope[32], d[32];
 	size_t n = 0;
-	memcpy(buf, "shadowrt/l3-key/v1", 19), n = 19;
+	memcpy(buf, "shadowrt/l3-scope/v2", 21), n = 21;
 	memcpy(buf + n, sc.model_fp, 32), n += 32;
 	buf[n++] = 3, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
 	memcpy(buf + n, sc.tenant_salt, 32), n += 32;
-	buf[n++] = 2, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
-	buf[n++] = 'c', buf[n++] = '4';
+	evp_sha(buf, n, scope);
+	ck_assert_mem_eq(scope, k.scope, 32);
+
+	memcpy(buf, "shadowrt/l3-chain/v2", 21), n = 21;
+	memcpy(buf + n, scope, 32), n += 32;
 	size_t prefix = n;
 	buf[n++] = 0;
 	memset(buf + n, 0, 32), n += 32;
@@ -138,13 +153,24 @@ START_TEST(key_equals_sha256_of_the_documented_encoding)
 	for (int i = 0; i < 4; i++)
 		for (int b = 0; b < 4; b++)
 			buf[n++] = (uint8_t)((uint32_t)tok[i] >> (8 * b));
-	srt_tier_sha256(buf, n, d);
+	evp_sha(buf, n, d);
 	ck_assert_mem_eq(d, first.b, 32);
-	/* Second page: has_prev = 1 and the first key. */
+	/* Second page: has_prev = 1 and the first chain value. */
 	buf[prefix] = 1;
 	memcpy(buf + prefix + 1, first.b, 32);
-	srt_tier_sha256(buf, n, d);
+	evp_sha(buf, n, d);
 	ck_assert_mem_eq(d, second.b, 32);
+
+	/* The pool tag and the pool's key. */
+	memcpy(buf, "shadowrt/l3-pool/v2", 20), n = 20;
+	buf[n++] = 2, buf[n++] = 0, buf[n++] = 0, buf[n++] = 0;
+	buf[n++] = 'c', buf[n++] = '4';
+	evp_sha(buf, n, d);
+	ck_assert_mem_eq(d, tag.b, 16);
+	memcpy(buf, second.b, 32);
+	memcpy(buf + 32, tag.b, 16);
+	evp_sha(buf, 48, d);
+	ck_assert_mem_eq(d, key.b, 32);
 }
 END_TEST
 
@@ -152,16 +178,31 @@ START_TEST(key_changes_with_every_input_and_chains)
 {
 	struct srt_tier_key_scope sc, sc2;
 	struct srt_tier_keyer k, k2;
+	struct srt_tier_pool_tag tags[2], tag2;
 	int32_t tok[512];
-	struct srt_key base[2], other, chain[2];
+	struct srt_key base[2], chain[2], keys0[2], keys1[2], other, oc;
+	struct srt_key *keys[2] = {keys0, keys1};
 	for (int i = 0; i < 512; i++)
 		tok[i] = i * 7;
 	scope_init(&sc);
-	srt_tier_keyer_init(&k, &sc, "c4");
-	srt_tier_key_chain(&k, tok, 2, 256, chain);
-	srt_tier_key_next(&k, NULL, tok, 256, &base[0]);
-	srt_tier_key_next(&k, &base[0], tok + 256, 256, &base[1]);
+	ck_assert_int_eq(srt_tier_keyer_init(&k, &sc), 0);
+	ck_assert_int_eq(srt_tier_pool_tag("c4", &tags[0]), 0);
+	ck_assert_int_eq(srt_tier_pool_tag("c128", &tags[1]), 0);
+	ck_assert_int_eq(srt_tier_key_pages(&k, NULL, tok, 2, 256, tags, 2, chain, keys), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 256, &base[0]), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, &base[0], tok + 256, 256, &base[1]), 0);
 	ck_assert_mem_eq(chain, base, sizeof(base));
+	for (int i = 0; i < 2; i++) {
+		ck_assert_int_eq(srt_tier_key_pool(&chain[i], &tags[0], &other), 0);
+		ck_assert_mem_eq(other.b, keys0[i].b, 32);
+		ck_assert_int_eq(srt_tier_key_pool(&chain[i], &tags[1], &other), 0);
+		ck_assert_mem_eq(other.b, keys1[i].b, 32);
+	}
+	/* a batch continuing after page 0 gives the same page 1 */
+	struct srt_key c1, k01, k11, *kk[2] = {&k01, &k11};
+	ck_assert_int_eq(srt_tier_key_pages(&k, &chain[0], tok + 256, 1, 256, tags, 2, &c1, kk), 0);
+	ck_assert_mem_eq(c1.b, chain[1].b, 32);
+	ck_assert_mem_eq(k11.b, keys1[1].b, 32);
 
 #define DIFFERS(mutate)                                                                        \
 	do {                                                                                   \
@@ -171,9 +212,11 @@ START_TEST(key_changes_with_every_input_and_chains)
 		memcpy(t2, tok + 256, sizeof(t2));                                             \
 		struct srt_key prev = base[0];                                                 \
 		mutate;                                                                        \
-		srt_tier_keyer_init(&k2, &sc2, pool);                                          \
-		srt_tier_key_next(&k2, &prev, t2, 256, &other);                                \
-		ck_assert_msg(memcmp(other.b, base[1].b, 32), "key ignores: %s", #mutate);     \
+		ck_assert_int_eq(srt_tier_keyer_init(&k2, &sc2), 0);                           \
+		ck_assert_int_eq(srt_tier_pool_tag(pool, &tag2), 0);                           \
+		ck_assert_int_eq(srt_tier_key_chain_next(&k2, &prev, t2, 256, &oc), 0);        \
+		ck_assert_int_eq(srt_tier_key_pool(&oc, &tag2, &other), 0);                    \
+		ck_assert_msg(memcmp(other.b, keys0[1].b, 32), "key ignores: %s", #mutate);    \
 	} while (0)
 	DIFFERS(sc2.model_fp[31] ^= 1);
 	DIFFERS(sc2.layout_version++);
@@ -182,14 +225,17 @@ START_TEST(key_changes_with_every_input_and_chains)
 	DIFFERS(pool = "c");
 	DIFFERS(prev.b[5] ^= 1);
 	DIFFERS(t2[255]++);
-	/* The first page and a page after an all-zero key are different keys. */
+	/* The first page and a page after an all-zero chain are different keys. */
 	struct srt_key zero = {{0}}, a, b;
-	srt_tier_key_next(&k, NULL, tok, 256, &a);
-	srt_tier_key_next(&k, &zero, tok, 256, &b);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 256, &a), 0);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, &zero, tok, 256, &b), 0);
 	ck_assert(memcmp(a.b, b.b, 32));
 	/* A page of fewer tokens differs too (length is encoded). */
-	srt_tier_key_next(&k, NULL, tok, 255, &b);
+	ck_assert_int_eq(srt_tier_key_chain_next(&k, NULL, tok, 255, &b), 0);
 	ck_assert(memcmp(a.b, b.b, 32));
+	/* Two pools of one page never share a key, nor a key and the chain value. */
+	ck_assert(memcmp(keys0[0].b, keys1[0].b, 32));
+	ck_assert(memcmp(keys0[0].b, chain[0].b, 32));
 }
 END_TEST
 
@@ -763,8 +809,12 @@ END_TEST
 
 /* --- faults ---------------------------------------------------------------------------------- */
 
+/* Loop index: backend, plus N_BACKENDS for puts of 16 objects per call (the L3 writer's
+ * batches: one transaction, one pipeline, one file-system sync per batch). */
 START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 {
+	int b = _i % N_BACKENDS;
+	uint32_t batch = _i >= N_BACKENDS ? 16 : 1;
 	char *dir = tu_tmpdir("kill");
 	enum { SZ = 37376 }; /* C4 page */
 	pid_t pid = fork();
@@ -774,15 +824,22 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 		struct srt_tier_store st;
 		char why[256];
 		static uint8_t data[SZ];
-		if (open_store(_i, dir, NULL, &p) ||
+		if (open_store(b, dir, NULL, &p) ||
 		    srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "w", 1, why, sizeof(why)))
 			_exit(3);
-		for (uint64_t i = 0;; i++) {
-			struct srt_key k = tu_key(i % 4000);
-			const void *in[1] = {data};
-			size_t len = SZ;
-			tu_fill(data, SZ, i % 4000);
-			srt_tier_store_put(&st, &k, 1, in, &len);
+		static uint8_t many[16][SZ];
+		(void)data;
+		for (uint64_t i = 0;; i += batch) {
+			struct srt_key k[16];
+			const void *in[16];
+			size_t len[16];
+			for (uint32_t j = 0; j < batch; j++) {
+				k[j] = tu_key((i + j) % 4000);
+				in[j] = many[j];
+				len[j] = SZ;
+				tu_fill(many[j], SZ, (i + j) % 4000);
+			}
+			srt_tier_store_put(&st, k, batch, in, len);
 		}
 	}
 	usleep(400000);
@@ -794,7 +851,7 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 	struct tu_plugin p;
 	struct srt_tier_store st;
 	char why[256];
-	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(open_store(b, dir, NULL, &p), 0);
 	ck_assert_int_eq(srt_tier_store_init(&st, p.vt, p.inst, tu_host(), "r", 1, why, sizeof(why)), 0);
 	static uint8_t back[SZ], want[SZ];
 	void *out[1] = {back};
@@ -819,7 +876,7 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 	ck_assert_int_eq(srt_tier_store_put(&st, &k, 1, in, &len), 0);
 	ck_assert_int_eq(srt_tier_store_get(&st, &k, 1, out, &cap, &got), 0);
 	ck_assert_uint_eq(got, SZ);
-	if (_i == B_FILE) { /* the temp file of the killed write was cleaned up */
+	if (b == B_FILE) { /* the temp file of the killed write was cleaned up */
 		char tmp[4200];
 		snprintf(tmp, sizeof(tmp), "%s/store/tmp", dir);
 		ck_assert_int_eq(rmdir(tmp), 0); /* empty */
@@ -873,8 +930,11 @@ static int private_mounts(void)
 	return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 }
 
+/* Loop index as for the kill test: plus N_BACKENDS for batches of 8 objects per put. */
 START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 {
+	int b = _i % N_BACKENDS;
+	uint32_t batch = _i >= N_BACKENDS ? 8 : 1;
 	char *dir = tu_tmpdir("full");
 	int mounted = 0;
 	if (!private_mounts() && !mount("tmpfs", dir, "tmpfs", 0, "size=1m"))
@@ -882,7 +942,7 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 	else /* no mount rights: a file-size limit makes writes fail with EFBIG instead */
 		fprintf(stderr, "note: no tmpfs mount here; simulating a full disk with RLIMIT_FSIZE\n");
 	struct tu_plugin p;
-	ck_assert_int_eq(open_store(_i, dir, NULL, &p), 0);
+	ck_assert_int_eq(open_store(b, dir, NULL, &p), 0);
 	enum { SZ = 37376 };
 	static uint8_t data[SZ];
 	int rc = 0, stored = 0;
@@ -893,6 +953,24 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 			struct rlimit rl = {16384, 16384};
 			ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &rl), 0);
 		}
+		if (batch > 1) { /* objects i..i+batch-1 in one call */
+			static uint8_t many[8][SZ];
+			struct srt_key k[8];
+			const void *in[8];
+			size_t len[8];
+			for (uint32_t j = 0; j < batch; j++) {
+				k[j] = tu_key(i + j);
+				in[j] = many[j];
+				len[j] = SZ;
+				tu_fill(many[j], SZ, i + j);
+			}
+			rc = p.vt->put(p.inst, k, batch, in, len);
+			for (uint32_t j = 0; j < batch; j++) /* get_raw fails on wrong bytes */
+				if (get_raw(&p, i + j, SZ))
+					stored++;
+			i += batch - 1;
+			continue;
+		}
 		struct srt_key k = tu_key(i);
 		const void *in[1] = {data};
 		size_t len = SZ;
@@ -901,7 +979,7 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 		if (!rc)
 			stored++;
 	}
-	if (mounted || _i == B_FILE)
+	if (mounted || b == B_FILE)
 		ck_assert_int_eq(rc, SRT_ENOSPC);
 	else /* SQLite reports a write past RLIMIT_FSIZE as a plain I/O error, without errno */
 		ck_assert(rc == SRT_ENOSPC || rc == SRT_EIO);
@@ -910,8 +988,8 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 			  : tu_log_has("too large") || tu_log_has("I/O error"));
 	/* What was stored before the disk filled up is still served intact. */
 	for (uint64_t i = 0; i < (uint64_t)stored; i++)
-		ck_assert(get_raw(&p, i, SZ));
-	if (_i == B_FILE) {
+		ck_assert(get_raw(&p, i, SZ) || batch > 1); /* a failed batch may leave holes */
+	if (b == B_FILE && batch == 1) {
 		/* A run of failures is logged once, not once per put; the first success after it
 		 * says how many failed. */
 		ck_assert_int_eq(tu_log_count("failed:"), 1);
@@ -1016,9 +1094,11 @@ static Suite *tier_suite(void)
 
 	tc = tcase_create("faults");
 	tcase_set_timeout(tc, 60);
-	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0,
+			    2 * N_BACKENDS);
 	tcase_add_test(tc, file_store_open_keeps_the_temp_files_of_live_writers);
-	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0, N_BACKENDS);
+	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0,
+			    2 * N_BACKENDS);
 	tcase_add_loop_test(tc, store_read_only_directory_fails_with_eio_and_a_logged_reason, 0,
 			    N_BACKENDS);
 	suite_add_tcase(s, tc);

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <hiredis/hiredis.h>
+
 #include "tier/object.h"
 #include "tier/store.h"
 #include "tier_util.h"
@@ -179,6 +181,50 @@ START_TEST(redis_server_loss_is_eio_logged_then_reconnects)
 }
 END_TEST
 
+/* A full server refuses every SET: the first refusal is logged, the rest are counted (one line
+ * per 1000), and the first put that succeeds afterwards says how many were refused. */
+static void redis_cmd(int port, const char *cmd)
+{
+	struct timeval tv = {2, 0};
+	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
+	ck_assert(c && !c->err);
+	redisReply *r = redisCommand(c, cmd);
+	ck_assert_msg(r && r->type != REDIS_REPLY_ERROR, "%s: %s", cmd, r ? r->str : c->errstr);
+	freeReplyObject(r);
+	redisFree(c);
+}
+
+START_TEST(redis_refused_sets_are_logged_once_per_run_with_a_count)
+{
+	int port = tu_free_port();
+	char ps[16];
+	snprintf(ps, sizeof(ps), "%d", port);
+	pid_t srv = tu_redis_start(port);
+	ck_assert_int_gt(srv, 0);
+	struct tu_plugin p;
+	ck_assert_int_eq(open_redis(ps, "full:", &p), 0);
+	redis_cmd(port, "CONFIG SET maxmemory-policy noeviction");
+	redis_cmd(port, "CONFIG SET maxmemory 1");
+	uint8_t data[1000];
+	tu_fill(data, sizeof(data), 9);
+	const void *in[1] = {data};
+	size_t len = sizeof(data);
+	tu_log_clear();
+	for (uint64_t i = 0; i < 30; i++) {
+		struct srt_key k = tu_key(100 + i);
+		ck_assert_int_eq(p.vt->put(p.inst, &k, 1, in, &len), SRT_ENOSPC);
+	}
+	ck_assert_int_eq(tu_log_count("refused"), 1);
+	ck_assert(tu_log_has("OOM"));
+	redis_cmd(port, "CONFIG SET maxmemory 0");
+	struct srt_key k = tu_key(200);
+	ck_assert_int_eq(p.vt->put(p.inst, &k, 1, in, &len), 0);
+	ck_assert(tu_log_has("SETs succeed again after 30 refused"));
+	tu_close(&p);
+	tu_redis_stop(srv);
+}
+END_TEST
+
 START_TEST(redis_unreachable_server_is_an_outage_or_with_require_server_fails_create)
 {
 	int port = tu_free_port(); /* nothing listens there */
@@ -240,6 +286,7 @@ int main(void)
 	tcase_add_test(tc, redis_exists_returns_the_longest_present_run);
 	tcase_add_test(tc, redis_bad_objects_are_rejected_logged_and_removed);
 	tcase_add_test(tc, redis_server_loss_is_eio_logged_then_reconnects);
+	tcase_add_test(tc, redis_refused_sets_are_logged_once_per_run_with_a_count);
 	tcase_add_test(tc, redis_unreachable_server_is_an_outage_or_with_require_server_fails_create);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

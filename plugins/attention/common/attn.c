@@ -398,6 +398,11 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory for wo_a", a->name, L);
 		return rc;
 	}
+	/* the float32 path reads the E4M3 codes in 128-row scale blocks per group */
+	lw->wo_a8 = wo_a;
+	lw->wo_a8_ok = a->ref && ol % 128 == 0 && k % 128 == 0;
+	for (size_t gi = 0; gi < (size_t)g; gi++)
+		lw->wo_a8_ok = lw->wo_a8_ok && lw->wo_a[gi].fp8;
 	if (a->ratio && (rc = load_comp(&ld, "compressor.", a->ratio, (int)hd, &lw->comp)))
 		return rc;
 	if (a->ratio == 4) {

@@ -73,6 +73,10 @@ struct srt_attn_lw {
 	/* wo_a dequantized to bf16 as convert.py does (exact), one tiled [o_lora][H * hd / o_groups]
 	 * matrix per group: [o_groups] */
 	struct srt_attn_tm *wo_a;
+	/* reference profile: wo_a as stored (E4M3 + UE8M0 view into the checkpoint), for the
+	 * float32-accumulated grouped product when every group's tiles are E4M3 (decode exact) */
+	struct srt_weight wo_a8;
+	int wo_a8_ok;
 	struct srt_attn_comp comp;   /* ratio 4 / 128 */
 	struct srt_attn_comp icomp;  /* ratio 4: the indexer's compressor */
 	struct srt_weight iwq_b;     /* ratio 4: indexer query projection */

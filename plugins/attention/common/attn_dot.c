@@ -187,6 +187,91 @@ __attribute__((target("avx512f"))) static void pv_avx512(const double *p, const 
 }
 #endif
 
+#ifdef ATTN_X86
+/* Heads in lanes (8 per vector, two vectors per step), four keys at a time: eight
+ * independent add chains, each lane's products added in c order. nh a multiple of 8. */
+__attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt, size_t nh,
+							       const float *keys, size_t K,
+							       size_t ne, double *y)
+{
+	size_t e = 0;
+	for (; e + 4 <= ne; e += 4) {
+		const float *k0 = keys + e * K, *k1 = k0 + K, *k2 = k1 + K, *k3 = k2 + K;
+		size_t h = 0;
+		for (; h + 16 <= nh; h += 16) {
+			__m512d a00 = _mm512_setzero_pd(), a01 = a00, a10 = a00, a11 = a00;
+			__m512d a20 = a00, a21 = a00, a30 = a00, a31 = a00;
+			for (size_t c = 0; c < K; c++) {
+				const __m512d q0 = _mm512_loadu_pd(qt + c * nh + h);
+				const __m512d q1 = _mm512_loadu_pd(qt + c * nh + h + 8);
+				__m512d b = _mm512_set1_pd((double)k0[c]);
+				a00 = _mm512_add_pd(a00, _mm512_mul_pd(q0, b));
+				a01 = _mm512_add_pd(a01, _mm512_mul_pd(q1, b));
+				b = _mm512_set1_pd((double)k1[c]);
+				a10 = _mm512_add_pd(a10, _mm512_mul_pd(q0, b));
+				a11 = _mm512_add_pd(a11, _mm512_mul_pd(q1, b));
+				b = _mm512_set1_pd((double)k2[c]);
+				a20 = _mm512_add_pd(a20, _mm512_mul_pd(q0, b));
+				a21 = _mm512_add_pd(a21, _mm512_mul_pd(q1, b));
+				b = _mm512_set1_pd((double)k3[c]);
+				a30 = _mm512_add_pd(a30, _mm512_mul_pd(q0, b));
+				a31 = _mm512_add_pd(a31, _mm512_mul_pd(q1, b));
+			}
+			_mm512_storeu_pd(y + e * nh + h, a00);
+			_mm512_storeu_pd(y + e * nh + h + 8, a01);
+			_mm512_storeu_pd(y + (e + 1) * nh + h, a10);
+			_mm512_storeu_pd(y + (e + 1) * nh + h + 8, a11);
+			_mm512_storeu_pd(y + (e + 2) * nh + h, a20);
+			_mm512_storeu_pd(y + (e + 2) * nh + h + 8, a21);
+			_mm512_storeu_pd(y + (e + 3) * nh + h, a30);
+			_mm512_storeu_pd(y + (e + 3) * nh + h + 8, a31);
+		}
+		for (; h < nh; h += 8) {
+			__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
+			for (size_t c = 0; c < K; c++) {
+				const __m512d q0 = _mm512_loadu_pd(qt + c * nh + h);
+				a0 = _mm512_add_pd(a0, _mm512_mul_pd(q0, _mm512_set1_pd((double)k0[c])));
+				a1 = _mm512_add_pd(a1, _mm512_mul_pd(q0, _mm512_set1_pd((double)k1[c])));
+				a2 = _mm512_add_pd(a2, _mm512_mul_pd(q0, _mm512_set1_pd((double)k2[c])));
+				a3 = _mm512_add_pd(a3, _mm512_mul_pd(q0, _mm512_set1_pd((double)k3[c])));
+			}
+			_mm512_storeu_pd(y + e * nh + h, a0);
+			_mm512_storeu_pd(y + (e + 1) * nh + h, a1);
+			_mm512_storeu_pd(y + (e + 2) * nh + h, a2);
+			_mm512_storeu_pd(y + (e + 3) * nh + h, a3);
+		}
+	}
+	for (; e < ne; e++) {
+		const float *k0 = keys + e * K;
+		for (size_t h = 0; h < nh; h += 8) {
+			__m512d a0 = _mm512_setzero_pd();
+			for (size_t c = 0; c < K; c++)
+				a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_loadu_pd(qt + c * nh + h),
+								     _mm512_set1_pd((double)k0[c])));
+			_mm512_storeu_pd(y + e * nh + h, a0);
+		}
+	}
+}
+#endif
+
+void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
+		       double *y)
+{
+#ifdef ATTN_X86
+	if (nh % 8 == 0 && have_avx512()) {
+		qk_heads_avx512(qt, nh, keys, k, ne, y);
+		return;
+	}
+#endif
+	for (size_t e = 0; e < ne; e++)
+		for (size_t h = 0; h < nh; h++) {
+			double s = 0;
+			for (size_t c = 0; c < k; c++)
+				s += qt[c * nh + h] * (double)keys[e * k + c];
+			y[e * nh + h] = s;
+		}
+}
+
 void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t)
 {
 	size_t nt = (n + 7) / 8;

@@ -59,4 +59,12 @@ void srt_attn_tm_decode(const struct srt_attn_tm *m, size_t t0, size_t nt, float
 /* y[i] = Σ_c p[c] · v[c·ld + i] for i in [0, n), c in ascending order (probabilities · values). */
 void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y);
 
+/*
+ * Many queries' heads against many keys (the lightning indexer's q·k): y[e·nh + h] =
+ * Σ_c qt[c·nh + h] · keys[e·k + c] for entries e in [0, ne), heads h in [0, nh), c ascending
+ * (qt is the query transposed, [k][nh], as doubles; the key floats are widened exactly).
+ */
+void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
+		       double *y);
+
 #endif

@@ -43,6 +43,7 @@
 #include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
+#include "ops/prof.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
 
@@ -70,13 +71,24 @@ struct fwd {
 	int64_t cg0;
 	float *ck, *ckt;
 	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
+	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
 	int err;
 };
 
+/* Phase timings for benchmarks (core/ops/prof.h); one copy per attention plugin module. */
+static struct srt_prof attn_prof;
+
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void);
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
+{
+	return &attn_prof;
+}
+
 #define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
 #define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
+#define ATTN_IXB 64   /* indexer keys scored per task */
 
 struct ipair {
 	double s;
@@ -172,14 +184,6 @@ static void hadamard(float *x, size_t n, int ref)
 	double sc = pow((double)n, -0.5);
 	for (size_t i = 0; i < n; i++)
 		x[i] = ref ? srt_round_bf16((float)y[i] * (float)sc) : (float)(y[i] * sc);
-}
-
-static double dot(const float *a, const float *b, size_t n)
-{
-	double s = 0;
-	for (size_t i = 0; i < n; i++)
-		s += (double)a[i] * b[i];
-	return s;
 }
 
 /* ---- pages -------------------------------------------------------------------------------- */
@@ -612,32 +616,126 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 
 /* ---- phase C: attention per row ------------------------------------------------------------ */
 
-/* The indexer's selection for the row at position t: sel[0..k) ascending; returns k. */
-static int64_t select_c4(struct fwd *f, const struct srt_seq_view *s, int64_t row, int64_t t,
-			 float *kbuf, struct ipair *pairs, int32_t *sel)
+/* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 by table. */
+static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 {
+	size_t d = (size_t)a->m->index_head_dim;
+	if (a->ix_store != SRT_ATTN_ST_FP4) {
+		srt_attn_ix_decode(a, e, v);
+		return;
+	}
+	for (size_t b = 0; b < d / 32; b++) {
+		const float s = srt_e8m0_to_f32(e[d / 2 + b]);
+		for (size_t i = 0; i < 16; i++) {
+			const uint8_t c = e[b * 16 + i];
+			v[b * 32 + 2 * i] = srt_fp4_e2m1_to_f32(c & 15u) * s;
+			v[b * 32 + 2 * i + 1] = srt_fp4_e2m1_to_f32(c >> 4) * s;
+		}
+	}
+}
+
+/*
+ * Indexer scores, per (row of the group, block of ATTN_IXB keys): I[t, j] = Σ_h w[h] ·
+ * ReLU(q[h] · k[j]) for the visible keys j of the row, into f->isc. The q·k products run
+ * in double with heads in vector lanes (srt_attn_qk_heads: each head's sum in ascending
+ * dims, as the scalar loop), the head sum in ascending heads: each score's bits depend only
+ * on its row and key, so splitting keys between threads changes nothing.
+ */
+static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
-	const float *iq = f->iq + row * ih * idim, *iw = f->iw + row * ih;
+	int64_t nblk = (f->c4max + ATTN_IXB - 1) / ATTN_IXB;
+	double *qt = (double *)(f->tbuf + (size_t)tid * f->tfloats);
+	double *y = qt + ih * idim;
+	float *keys = (float *)(y + ATTN_IXB * ih);
+	int64_t qrow = -1;
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t ur = u / nblk, j0 = (u % nblk) * ATTN_IXB, r = f->cg0 + ur, t = f->rpos[r];
+		if (t < 0)
+			continue;
+		int64_t nvis = (t + 1) / 4, j1 = j0 + ATTN_IXB < nvis ? j0 + ATTN_IXB : nvis;
+		if (j0 >= j1)
+			continue;
+		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
+		const float *iq = f->iq + r * (int64_t)(ih * idim), *iw = f->iw + r * (int64_t)ih;
+		if (qrow != r) { /* the row's query, transposed: [dim][head] */
+			for (size_t h = 0; h < ih; h++)
+				for (size_t c = 0; c < idim; c++)
+					qt[c * ih + h] = (double)iq[h * idim + c];
+			qrow = r;
+		}
+		for (int64_t j = j0; j < j1; j++)
+			ix_key(a, entry(a, s, a->pool_ix, f->slot, j), keys + (size_t)(j - j0) * idim);
+		srt_attn_qk_heads(qt, ih, keys, idim, (size_t)(j1 - j0), y);
+		double *out = f->isc + ur * f->c4max;
+		for (int64_t j = j0; j < j1; j++) {
+			const double *qk = y + (size_t)(j - j0) * ih;
+			double tot = 0;
+			for (size_t h = 0; h < ih; h++) {
+				if (a->ref) {
+					float sc = srt_round_bf16((float)qk[h]);
+					tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * iw[h]);
+				} else {
+					tot += (qk[h] > 0 ? qk[h] : 0.0) * iw[h];
+				}
+			}
+			out[j] = a->ref ? srt_round_bf16((float)tot) : tot;
+		}
+	}
+}
+
+/* pairs[0..k) := the k first of pairs[0..n) in cmp_pair order (any order among them):
+ * quickselect, O(n); cmp_pair is a total order (distinct j), so the set is that of a sort. */
+static void select_top(struct ipair *p, int64_t n, int64_t k)
+{
+	int64_t lo = 0, hi = n - 1;
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo) / 2;
+		/* median of three to p[hi] */
+		if (cmp_pair(&p[mid], &p[lo]) < 0) {
+			struct ipair x = p[mid]; p[mid] = p[lo]; p[lo] = x;
+		}
+		if (cmp_pair(&p[hi], &p[lo]) < 0) {
+			struct ipair x = p[hi]; p[hi] = p[lo]; p[lo] = x;
+		}
+		if (cmp_pair(&p[mid], &p[hi]) < 0) {
+			struct ipair x = p[mid]; p[mid] = p[hi]; p[hi] = x;
+		}
+		const struct ipair piv = p[hi];
+		int64_t st = lo;
+		for (int64_t i = lo; i < hi; i++)
+			if (cmp_pair(&p[i], &piv) < 0) {
+				struct ipair x = p[i]; p[i] = p[st]; p[st] = x;
+				st++;
+			}
+		p[hi] = p[st];
+		p[st] = piv;
+		if (st == k - 1 || st == k)
+			return;
+		if (st < k)
+			lo = st + 1;
+		else
+			hi = st - 1;
+	}
+}
+
+/* The indexer's selection for the row at position t from its scores (phase_ix): sel[0..k)
+ * ascending; returns k. */
+static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct ipair *pairs,
+			 int32_t *sel)
+{
+	const struct srt_model_config *m = f->a->m;
 	int64_t nvis = (t + 1) / 4, k = nvis < m->index_topk ? nvis : m->index_topk;
 	for (int64_t j = 0; j < nvis; j++) {
-		double tot = 0;
-		srt_attn_ix_decode(a, entry(a, s, a->pool_ix, f->slot, j), kbuf);
-		for (size_t h = 0; h < ih; h++) {
-			double qk = dot(iq + h * idim, kbuf, idim);
-			if (a->ref) {
-				float sc = srt_round_bf16((float)qk);
-				tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * iw[h]);
-			} else {
-				tot += (qk > 0 ? qk : 0.0) * iw[h];
-			}
-		}
-		pairs[j].s = a->ref ? srt_round_bf16((float)tot) : tot;
+		pairs[j].s = score[j];
 		pairs[j].j = (int32_t)j;
 	}
 	if (k < nvis)
-		qsort(pairs, (size_t)nvis, sizeof(*pairs), cmp_pair);
+		select_top(pairs, nvis, k);
 	for (int64_t i = 0; i < k; i++)
 		sel[i] = pairs[i].j;
 	qsort(sel, (size_t)k, sizeof(*sel), cmp_i32);
@@ -663,7 +761,6 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 	double *sc = (double *)tb;
 	struct ipair *pairs = (struct ipair *)(sc + f->kmax);
 	int32_t *sel = (int32_t *)(pairs + f->c4max);
-	float *ikey = (float *)(sel + (m->index_topk > 0 ? m->index_topk : 1));
 
 	for (int64_t u = b; u < e; u++) {
 		int64_t r = f->cg0 + u, t = f->rpos[r], nk = 0, ns = 0;
@@ -681,7 +778,7 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, j),
 						   keys + (size_t)nk++ * hd);
 		} else if (a->ratio == 4) {
-			ns = select_c4(f, s, r, t, ikey, pairs, sel);
+			ns = select_c4(f, t, f->isc + u * f->c4max, pairs, sel);
 			for (int64_t i = 0; i < ns; i++)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, sel[i]),
 						   keys + (size_t)nk++ * hd);
@@ -754,6 +851,38 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
  * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
  * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
  */
+/*
+ * Reference profile: outputs [n0, n1) of group g's wo_a product for every row, float32
+ * accumulation in srt_gemm's fixed blocked order on the stored E4M3 weights (whose values are
+ * the bf16 weights convert.py makes, exactly), rounded to bf16. The reference's bf16 einsum
+ * accumulates in float32 too; the order is fixed, so rows, chunks and threads do not change a
+ * bit. (The f32 profile keeps the double-accumulated tiles: its 1e-5 bound on the logits.)
+ */
+static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1)
+{
+	const struct srt_model_config *m = f->a->m;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
+	const struct srt_weight *w8 = &f->lw->wo_a8;
+	const struct srt_weight wg = {
+		.type = SRT_WT_FP8, .rows = ol, .cols = gk,
+		.data = (const uint8_t *)w8->data + g * ol * gk,
+		.scales = w8->scales + (g * ol / 128) * (gk / 128)};
+	for (int64_t r = 0; r < f->N;) {
+		int64_t r1 = r;
+		while (r1 < f->N && f->rpos[r1] >= 0)
+			r1++;
+		if (r1 > r) {
+			float *y = f->og + (size_t)r * G * ol + g * ol;
+			srt_gemm_exact(&wg, f->o + (size_t)r * H * hd + g * gk, (size_t)(r1 - r), H * hd,
+				       y, G * ol, n0, n1);
+			for (int64_t i = 0; i < r1 - r; i++)
+				srt_round_bf16_n(y + (size_t)i * G * ol + n0, n1 - n0);
+		}
+		r = r1 + 1;
+	}
+}
+
 static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -774,6 +903,10 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 		if (nt > 4)
 			nt = 4;
 		u += (int64_t)nt;
+		if (f->lw->wo_a8_ok) {
+			woa_f32(f, g, j0 * 8, (j0 + nt) * 8 < ol ? (j0 + nt) * 8 : ol);
+			continue;
+		}
 		/* many rows (prefill): decode the tiles once (same floats, same results) */
 		if (nrows >= 8)
 			srt_attn_tm_decode(&f->lw->wo_a[g], j0, nt, dec);
@@ -808,6 +941,35 @@ static void phase_d(void *ctx, int64_t b, int64_t e, int tid)
 			memset(f->out + r * d, 0, d * sizeof(float));
 		else if (a->ref)
 			srt_round_bf16_n(f->out + r * d, d);
+	}
+}
+
+/*
+ * wo_b for a block of fewer rows than threads (decode): thread u computes output features
+ * [u·d/n, (u+1)·d/n) (multiples of 8) of every row; srt_gemm's results do not depend on the
+ * column range, so the bits are those of phase_d.
+ */
+static void phase_d_cols(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	size_t d = (size_t)a->m->hidden_size, gol = (size_t)(a->m->o_groups * a->m->o_lora_rank);
+	size_t nu = (size_t)a->host->nthreads, t8 = (d + 7) / 8;
+	(void)tid;
+	for (int64_t u = b; u < e; u++) {
+		size_t n0 = t8 * (size_t)u / nu * 8, n1 = t8 * (size_t)(u + 1) / nu * 8;
+		n1 = n1 < d ? n1 : d;
+		if (n0 >= n1)
+			continue;
+		if (srt_gemm(&f->lw->wo_b, f->og, (size_t)f->N, gol, f->out, d, n0, n1,
+			     a->ref ? SRT_GEMM_REFERENCE : SRT_GEMM_EXACT))
+			__atomic_store_n(&f->err, SRT_ENOMEM, __ATOMIC_RELAXED);
+		for (int64_t r = 0; r < f->N; r++) {
+			if (f->rpos[r] < 0)
+				memset(f->out + r * d + n0, 0, (n1 - n0) * sizeof(float));
+			else if (a->ref)
+				srt_round_bf16_n(f->out + r * d + n0, n1 - n0);
+		}
 	}
 }
 
@@ -904,6 +1066,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	struct srt_attn *a = f->a;
 	const struct srt_host *h = a->host;
 	size_t hd = (size_t)a->m->head_dim;
+	uint64_t t0 = srt_prof_t0(&attn_prof);
 	map_rows(f);
 	{
 		size_t H = (size_t)a->m->num_attention_heads;
@@ -914,6 +1077,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		h->parallel_for(h, pj_units(f, PJ_WQB, PJ_COUNT), phase_a4, f);
 		h->parallel_for(h, f->N * (int64_t)(H + ih), phase_a5, f);
 	}
+	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_PROJ, t0);
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		for (int32_t k = 0; k < s->n_tokens; k++)
@@ -924,18 +1088,29 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		if (a->ratio == 4)
 			run_comp(f, s, 1, ringbuf);
 	}
+	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
 	{
 		size_t H = (size_t)a->m->num_attention_heads, G = (size_t)a->m->o_groups;
 		size_t tg = ((size_t)a->m->o_lora_rank + 7) / 8;
 		for (int64_t g0 = 0; g0 < f->N; g0 += ATTN_CROWS) {
 			int64_t n = f->N - g0 < ATTN_CROWS ? f->N - g0 : ATTN_CROWS;
 			f->cg0 = g0;
+			if (a->ratio == 4) {
+				h->parallel_for(h, n * ((f->c4max + ATTN_IXB - 1) / ATTN_IXB), phase_ix,
+						f);
+				t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_INDEXER, t0);
+			}
 			h->parallel_for(h, n, phase_c1, f);
 			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
+			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
 	}
-	h->parallel_for(h, f->N, phase_d, f);
+	if (f->N < h->nthreads)
+		h->parallel_for(h, h->nthreads, phase_d_cols, f);
+	else
+		h->parallel_for(h, f->N, phase_d, f);
+	srt_prof_add(&attn_prof, SRT_PROF_ATTN_OUT, t0);
 	if (f->err) {
 		srt_attn_why(why, why_len, "%s: layer %d: out of memory in wo_b", a->name, layer);
 		return f->err;
@@ -998,6 +1173,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.tfloats = 2 * ((size_t)f.kmax8 + hd) /* doubles */ +
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
 		    idim + 16;
+	if (a->ratio == 4 && f.tfloats < 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim)
+		f.tfloats = 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim; /* phase_ix */
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
@@ -1007,14 +1184,15 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[10] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[11] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
-			(size_t)h->nthreads * 32 * gk * sizeof(float)};
-	size_t off[10], total = 0;
-	for (int i = 0; i < 10; i++) {
+			(size_t)h->nthreads * 32 * gk * sizeof(float),
+			ATTN_CROWS * (size_t)f.c4max * sizeof(double)};
+	size_t off[11], total = 0;
+	for (int i = 0; i < 11; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1038,6 +1216,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.cnk = (int64_t *)(void *)(a->scratch + off[7]);
 	views = (struct srt_seq_view *)(void *)(a->scratch + off[8]);
 	f.dbuf = (float *)(a->scratch + off[9]);
+	f.isc = (double *)(void *)(a->scratch + off[10]);
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;

@@ -34,11 +34,21 @@
 #include "ops/fp.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
+#include "ops/prof.h"
 
 #define MOE_NAME "fp4"
 #define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
 #define MOE_NCOL 16       /* output columns per parallel task */
 #define MOE_QB 128        /* activation quantisation block */
+
+/* Phase timings for benchmarks (core/ops/prof.h). */
+static struct srt_prof moe_prof;
+
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void);
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
+{
+	return &moe_prof;
+}
 
 struct moe_layer {
 	int32_t layer;
@@ -89,6 +99,7 @@ struct moe_inst {
 	struct moe_group *groups; /* [E + 1] */
 	int32_t n_groups;
 	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
+	int64_t task0;            /* first task of the up_gate / down call (profiling splits) */
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -606,7 +617,7 @@ static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 	const float L = in->limit;
 	(void)tid;
 
-	for (int64_t j = begin; j < end; j++) {
+	for (int64_t j = begin + in->task0; j < end + in->task0; j++) {
 		const struct moe_group *g = &in->groups[j / per];
 		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
 		const float *x = in->gx + (int64_t)g->first * d;
@@ -658,7 +669,7 @@ static void down(void *ctx, int64_t begin, int64_t end, int tid)
 	struct moe_inst *in = ctx;
 	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_down;
 	(void)tid;
-	for (int64_t j = begin; j < end; j++) {
+	for (int64_t j = begin + in->task0; j < end + in->task0; j++) {
 		const struct moe_group *g = &in->groups[j / per];
 		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
 		if (n1 > (size_t)d)
@@ -784,14 +795,38 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		in->row0 = r0;
 		in->m = n - r0 < MOE_ROW_CHUNK ? n - r0 : MOE_ROW_CHUNK;
 		n_ent = in->m * (in->topk + 1);
+		uint64_t t0 = srt_prof_t0(&moe_prof);
 		h->parallel_for(h, in->m, route_rows, in);
 		build_groups(in);
 		h->parallel_for(h, n_ent, gather_inputs, in);
-		h->parallel_for(h, in->n_groups * in->n_tasks_per_group_up, up_gate, in);
-		if (in->profile == SRT_PROFILE_REFERENCE)
-			h->parallel_for(h, n_ent, quant_h, in);
-		h->parallel_for(h, in->n_groups * in->n_tasks_per_group_down, down, in);
+		t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_ROUTE, t0);
+		in->task0 = 0;
+		if (t0) {
+			/* profiling: the routed groups, then the shared one (the last group) */
+			const int64_t nr = in->n_groups - 1, pu = in->n_tasks_per_group_up;
+			const int64_t pd = in->n_tasks_per_group_down;
+			h->parallel_for(h, nr * pu, up_gate, in);
+			if (in->profile == SRT_PROFILE_REFERENCE)
+				h->parallel_for(h, n_ent - in->m, quant_h, in);
+			h->parallel_for(h, nr * pd, down, in);
+			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_EXPERTS, t0);
+			in->task0 = nr * pu;
+			h->parallel_for(h, pu, up_gate, in);
+			in->task0 = 0;
+			if (in->profile == SRT_PROFILE_REFERENCE)
+				quant_h(in, n_ent - in->m, n_ent, 0);
+			in->task0 = nr * pd;
+			h->parallel_for(h, pd, down, in);
+			in->task0 = 0;
+			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_SHARED, t0);
+		} else {
+			h->parallel_for(h, in->n_groups * in->n_tasks_per_group_up, up_gate, in);
+			if (in->profile == SRT_PROFILE_REFERENCE)
+				h->parallel_for(h, n_ent, quant_h, in);
+			h->parallel_for(h, in->n_groups * in->n_tasks_per_group_down, down, in);
+		}
 		h->parallel_for(h, in->m, combine, in);
+		srt_prof_add(&moe_prof, SRT_PROF_MOE_COMBINE, t0);
 	}
 	return 0;
 }

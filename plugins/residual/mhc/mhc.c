@@ -24,6 +24,17 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/prof.h"
+
+/* Phase timings for benchmarks (core/ops/prof.h). */
+static struct srt_prof mhc_prof;
+
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void);
+SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
+{
+	return &mhc_prof;
+}
+
 #define MHC_NAME "mhc"
 
 struct mhc_sub {
@@ -416,7 +427,9 @@ static int mhc_pre(void *inst, int32_t layer, uint32_t sublayer, int32_t n_rows,
 	in->X = X;
 	in->u = u;
 	in->mix = mix;
+	uint64_t t0 = srt_prof_t0(&mhc_prof);
 	in->host->parallel_for(in->host, n_rows, pre_rows, in);
+	srt_prof_add(&mhc_prof, SRT_PROF_RESIDUAL, t0);
 	return 0;
 }
 
@@ -434,7 +447,9 @@ static int mhc_post(void *inst, int32_t layer, uint32_t sublayer, int32_t n_rows
 	in->f = f;
 	in->mix_in = mix;
 	in->Xout = X;
+	uint64_t t0 = srt_prof_t0(&mhc_prof);
 	in->host->parallel_for(in->host, n_rows, post_rows, in);
+	srt_prof_add(&mhc_prof, SRT_PROF_RESIDUAL, t0);
 	return 0;
 }
 
@@ -445,7 +460,9 @@ static int mhc_head(void *inst, int32_t n_rows, const float *X, float *y)
 		return n_rows < 0 ? SRT_EINVAL : 0;
 	in->X = X;
 	in->u = y;
+	uint64_t t0 = srt_prof_t0(&mhc_prof);
 	in->host->parallel_for(in->host, n_rows, head_rows, in);
+	srt_prof_add(&mhc_prof, SRT_PROF_RESIDUAL, t0);
 	return 0;
 }
 

@@ -12,6 +12,11 @@
  * reply), prefix ("srt:"), password (none), require_server (no: a server that cannot be reached
  * at create is logged and treated as an outage; yes: create fails with SRT_EIO).
  *
+ * A SET the server refuses (OOM under maxmemory, a read-only replica) fails the put; refusals come
+ * in runs (a full server refuses every SET until memory is freed), so the first of a run is logged
+ * with the server's message, then one line per 1000 more, and the first put that succeeds after
+ * a run says how many were refused, as the file store does for a full disk.
+ *
  * Connection loss (refused, reset, timed out) makes the call return SRT_EIO and log the reason;
  * the connection is dropped and the next call connects again. Thread safety: one connection per
  * instance, every method under the instance mutex.
@@ -43,7 +48,10 @@ struct rd_store {
 	char *password;
 	redisContext *c; /* NULL while disconnected */
 	pthread_mutex_t mu;
+	uint64_t refused; /* SETs refused in a row (under mu) */
 };
+
+#define REFUSED_LOG_EVERY 1000
 
 static const char *opt(const struct srt_plugin_args *a, const char *key)
 {
@@ -337,13 +345,26 @@ static int rd_put(void *inst, const struct srt_key *keys, uint32_t n, const void
 				rc = lost(s, "SET");
 				goto out;
 			}
-			if (r->type == REDIS_REPLY_ERROR && !rc) {
-				s->host->log(SRT_LOG_ERROR, NAME, "redis %s:%d: SET refused: %s",
-					     s->host_name, s->port, r->str);
-				rc = !strncmp(r->str, "OOM", 3) ? SRT_ENOSPC : SRT_EIO;
+			if (r->type == REDIS_REPLY_ERROR) {
+				uint64_t k = ++s->refused;
+				if (k == 1)
+					s->host->log(SRT_LOG_ERROR, NAME, "redis %s:%d: SET refused: %s "
+						     "(further refusals are counted, logged every %d)",
+						     s->host_name, s->port, r->str, REFUSED_LOG_EVERY);
+				else if (k % REFUSED_LOG_EVERY == 0)
+					s->host->log(SRT_LOG_ERROR, NAME, "redis %s:%d: %" PRIu64 " SETs "
+						     "refused in a row (last: %s)", s->host_name, s->port,
+						     k, r->str);
+				if (!rc)
+					rc = !strncmp(r->str, "OOM", 3) ? SRT_ENOSPC : SRT_EIO;
 			}
 			freeReplyObject(r);
 		}
+	}
+	if (!rc && n && s->refused) {
+		s->host->log(SRT_LOG_WARN, NAME, "redis %s:%d: SETs succeed again after %" PRIu64
+			     " refused", s->host_name, s->port, s->refused);
+		s->refused = 0;
 	}
 out:
 	pthread_mutex_unlock(&s->mu);

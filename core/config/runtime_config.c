@@ -25,6 +25,7 @@
 #include <shadowrt/plugin.h>
 
 #include "config/embedded.h"
+#include "config/size.h"
 
 #define RC_MAX_FILE (1u << 20)
 #define RC_DEFAULT_ORIGIN "conf/default.ini (built in)"
@@ -645,8 +646,10 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 		}
 		if (!strcmp(k, "budget")) {
 			uint64_t b;
-			if (srt_parse_size(v, &b))
-				RC_FAIL(e, "'%s' is not a size (expected e.g. 4GiB, 512M, 1048576)", v);
+			char why[256];
+			if (srt_size_parse(v, &b, why, sizeof(why)))
+				RC_FAIL(e, "%s (a size: 64GiB = 64 * 2^30 bytes, 64GB = 64 * 10^9, 512M, "
+					"1048576)", why);
 			tier->budget = b;
 			return 0;
 		}
@@ -1281,77 +1284,6 @@ int srt_runtime_config_check_options(const struct srt_runtime_config *c, const c
 
 /* ---------------------------------------------------------------------------------------- */
 /* Sizes.                                                                                     */
-
-int srt_parse_size(const char *s, uint64_t *out)
-{
-	uint64_t whole = 0, frac = 0, frac_div = 1;
-	const char *p = s;
-	int digits = 0;
-
-	if (!s)
-		return SRT_EINVAL;
-	while (isspace((unsigned char)*p))
-		p++;
-	for (; *p >= '0' && *p <= '9'; p++, digits++) {
-		if (whole > (UINT64_MAX - 9) / 10)
-			return SRT_EINVAL;
-		whole = whole * 10 + (uint64_t)(*p - '0');
-	}
-	if (*p == '.') {
-		p++;
-		for (; *p >= '0' && *p <= '9'; p++, digits++) {
-			if (frac_div >= 1000000000000ull)
-				return SRT_EINVAL; /* more than 12 decimals: not a sane size */
-			frac = frac * 10 + (uint64_t)(*p - '0');
-			frac_div *= 10;
-		}
-	}
-	if (!digits)
-		return SRT_EINVAL;
-	while (*p == ' ')
-		p++;
-	int power = 0; /* 1 K, 2 M, 3 G, 4 T */
-	switch (toupper((unsigned char)*p)) {
-	case 'K': power = 1; p++; break;
-	case 'M': power = 2; p++; break;
-	case 'G': power = 3; p++; break;
-	case 'T': power = 4; p++; break;
-	default: break;
-	}
-	/* "GiB" and a bare "G" are binary, "GB" decimal: as written */
-	bool decimal = false;
-	if (power && (*p == 'i' || *p == 'I')) {
-		p++;
-		if (*p != 'B' && *p != 'b')
-			return SRT_EINVAL; /* "4Gi" */
-	} else if (power && (*p == 'B' || *p == 'b')) {
-		decimal = true;
-	}
-	if (*p == 'B' || *p == 'b')
-		p++;
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p)
-		return SRT_EINVAL;
-	uint64_t mult = 1;
-	for (int i = 0; i < power; i++)
-		mult *= decimal ? 1000u : 1024u;
-	if (whole > UINT64_MAX / mult)
-		return SRT_EINVAL;
-	uint64_t v = whole * mult;
-	if (frac) {
-		/* frac/frac_div * mult must be whole: frac < frac_div <= 1e12, mult <= 2^40. */
-		unsigned __int128 f = (unsigned __int128)frac * mult;
-		if (f % frac_div)
-			return SRT_EINVAL;
-		uint64_t add = (uint64_t)(f / frac_div);
-		if (v > UINT64_MAX - add)
-			return SRT_EINVAL;
-		v += add;
-	}
-	*out = v;
-	return 0;
-}
 
 const char *srt_format_size(uint64_t b, char *buf, size_t len)
 {

@@ -76,4 +76,7 @@ grep -q "moe plugin 'fp5' (did you mean 'fp4'?)" "$TMP/err" || fail "plugin dym:
 "$BIN" confg > /dev/null 2> "$TMP/err"
 grep -q "did you mean 'config'" "$TMP/err" || fail "command dym: $(cat "$TMP/err")"
 "$BIN" config --help | grep -q -- '--set SECTION.KEY=VALUE' || fail "--help lacks --set"
+# a --set that no runtime config reads says so
+"$BIN" config --list-presets --set cache.page_size=512 > /dev/null 2> "$TMP/err" || fail "--list-presets"
+grep -q "warning: --set had no effect" "$TMP/err" || fail "unused --set: $(cat "$TMP/err")"
 echo "ok"

@@ -13,7 +13,7 @@ small="--model $MODEL --conversations 1 --turns 2 --repeats 2 --max-new-tokens 4
 	--set cache.page_size=128"
 
 # shellcheck disable=SC2086
-"$BIN" ab $small --json > "$T/same.json" || fail "A = B exited $?"
+"$BIN" ab $small --layers --json > "$T/same.json" || fail "A = B exited $?"
 "$PY" - "$T/same.json" <<'PY' || fail "A = B report: $(cat "$T/same.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -31,6 +31,9 @@ for s in ("a", "b"):
 sp = r["speed"]["prefill_ratio_b_over_a"]
 assert sp["min"] <= sp["median"] <= sp["max"] and sp["min"] > 0, sp
 assert len(r["per_position"]) == 404
+pl = r["per_layer_divergence"]          # 6 layers + the head, every row of both requests
+assert [x["layer"] for x in pl] == [0, 1, 2, 3, 4, 5, "head"], pl
+assert all(x["rows"] == 744 and x["rows_differing"] == 0 and x["max_abs"] == 0 for x in pl), pl
 PY
 
 # B in the f32 profile: no rounding, no fake-quant -> measurably different logits

@@ -4,7 +4,8 @@
  * Each INI text is read in two steps: a pre-scan of our own (line lengths, indented lines,
  * section headers, and the line of every key, since inih 55 does not give handlers line
  * numbers), then ini_parse_string, whose handler records every key = value with its line.
- * The built-in default and the user's file are merged section by section, then interpreted.
+ * The built-in default, the user's file and the --set list are merged key by key (rc_overlay),
+ * then interpreted.
  */
 #include "config/runtime_config.h"
 

@@ -36,11 +36,12 @@ assert [x["layer"] for x in pl] == [0, 1, 2, 3, 4, 5, "head"], pl
 assert all(x["rows"] == 744 and x["rows_differing"] == 0 and x["max_abs"] == 0 for x in pl), pl
 PY
 
-# B in the f32 profile: no rounding, no fake-quant -> measurably different logits
+# B in the f32 profile (its own INI file): no rounding, no fake-quant -> different logits
+printf '[runtime]\nprofile = f32\n' > "$T/f32.ini"
 "$PY" -c "print(','.join(str(2 + i * 7 % 500) for i in range(64)))
 print(','.join(str(2 + i * 11 % 500) for i in range(64)))" > "$T/p64.txt"
 "$BIN" ab --model "$MODEL" --prompts "$T/p64.txt" --repeats 1 --max-new-tokens 4 -q \
-	--set cache.page_size=128 --b-set runtime.profile=f32 --json --plot "$T/div.png" \
+	--set cache.page_size=128 --b "$T/f32.ini" --json --plot "$T/div.png" \
 	> "$T/f32.json" || fail "f32 vs reference exited $?"
 "$PY" - "$T/f32.json" <<'PY' || fail "f32 report: $(cat "$T/f32.json")"
 import json, sys
@@ -49,7 +50,8 @@ tf = r["teacher_forced"]
 assert not tf["bitwise_equal"] and tf["kl_mean"] > 0 and tf["max_abs_logit"] > 0, tf
 assert tf["first_divergent"]["position"] == 0, tf   # rounding differs from the first token on
 assert 0 < tf["top1_agreement"] < 1, tf
-assert r["b"]["sets"][-1] == "runtime.profile=f32" and r["a"]["sets"] == ["cache.page_size=128"], r
+assert r["b"]["config"].endswith("/f32.ini") and r["a"]["config"] is None, r
+assert r["a"]["sets"] == r["b"]["sets"] == ["cache.page_size=128"], r
 PY
 head -c 8 "$T/div.png" | od -An -c | grep -q 'P   N   G' || fail "--plot wrote no PNG"
 

@@ -27,6 +27,7 @@
 
 #include "config/embedded.h"
 #include "config/size.h"
+#include "plugin/registry.h"
 
 #define RC_MAX_FILE (1u << 20)
 #define RC_DEFAULT_ORIGIN "conf/default.ini (built in)"
@@ -1168,6 +1169,23 @@ const char *srt_runtime_config_option_cb(void *scope, const char *key)
 {
 	const struct srt_rc_scope *s = scope;
 	return srt_runtime_config_option(s->config, s->section, key);
+}
+
+const char *srt_runtime_config_plugin_dym(struct srt_registry *reg, uint32_t kind,
+					  const char *name, char *buf, size_t len)
+{
+	const char *names[128];
+	size_t n = 0;
+	buf[0] = 0;
+	for (size_t i = 0; reg && i < srt_registry_count(reg) && n < 128; i++) {
+		const struct srt_plugin_info *pi = srt_registry_at(reg, i);
+		if (pi->desc && pi->state == SRT_PLUGIN_OK && pi->desc->kind == kind)
+			names[n++] = pi->desc->name;
+	}
+	const char *s = srt_suggest(name, names, n);
+	if (s)
+		snprintf(buf, len, " (did you mean '%s'?)", s);
+	return buf;
 }
 
 const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,

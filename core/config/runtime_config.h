@@ -205,6 +205,15 @@ int srt_runtime_config_check_options(const struct srt_runtime_config *c, const c
  */
 const char *srt_suggest(const char *word, const char *const *cands, size_t n);
 
+struct srt_registry;
+
+/*
+ * " (did you mean 'csa'?)" naming the usable plugin of `kind` in reg closest to `name`, or ""
+ * when none is close. Into buf; returns buf. For "no plugin named X" messages.
+ */
+const char *srt_runtime_config_plugin_dym(struct srt_registry *reg, uint32_t kind,
+					  const char *name, char *buf, size_t len);
+
 /* The attention plugin for compress ratio `ratio`, or NULL when no plugin is mapped to it. */
 const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,
 							 int ratio);

@@ -30,6 +30,12 @@ assert len(a) == 304 * row and len(b) == 48 * row, (len(a), len(b))
 assert a[256 * row:] == b
 PY
 
+# a mistyped plugin on the engine path: one message, with a "did you mean"
+"$BIN" generate --model "$MODEL" --set attention.ratio.4=cas --prompt-tokens 5,6,7 > /dev/null 2> "$T/dym"
+[ $? -eq 1 ] || fail "unknown plugin must exit 1"
+grep -q "plugin 'cas' (did you mean 'csa'?): no attention plugin named 'cas'" "$T/dym" || fail "dym: $(cat "$T/dym")"
+[ "$(grep -c "no attention plugin named" "$T/dym")" -eq 1 ] || fail "printed more than once: $(cat "$T/dym")"
+
 # run --logits-dir --json
 "$BIN" run --model "$MODEL" --no-tiers --turns 2 --conversations 2 --reply-tokens 3 -q \
 	--logits-dir "$T/logits" --json > "$T/run.json" 2> "$T/run.err" || fail "run: $(cat "$T/run.err")"

@@ -73,6 +73,9 @@ static void ab_usage(FILE *out)
 		"  --max-new-tokens N   greedy tokens per request in the timed rounds (default 16)\n"
 		"  --repeats N          interleaved A/B rounds (default 3)\n"
 		"  --threads N          worker threads of both sides (default: the configs')\n"
+		"  --tiers              timed rounds with each config's L2/L3 tiers behind L1 (a fresh\n"
+		"                       L3 path per round and side; default: L1 only) to compare cache\n"
+		"                       policies; hits are reported by tier\n"
 		"  --layers             also the per-layer divergence of the residual stream: each\n"
 		"                       layer's attention input (and the head output) of A vs B on\n"
 		"                       the same tokens, through the `tap` residual plugin\n"
@@ -90,6 +93,7 @@ struct ab_side {
 	/* results */
 	double prefill_tps[64], decode_tps[64];
 	uint64_t prompt_tokens, hit_tokens, computed;
+	uint64_t hit_tier[3]; /* of hit_tokens: from L1, restored from L2, from L3 */
 	int32_t *greedy; /* [n_reqs][max_new] of round 1 */
 	struct {
 		char name[SRT_POOL_NAME_MAX];
@@ -109,21 +113,40 @@ struct ab {
 	const char *model;
 	int threads, quiet, repeats, max_new;
 	int layers;          /* --layers: per-layer divergence through the tap plugin */
+	int tiers;           /* --tiers: the configs' L2/L3 in the timed rounds */
 	char tmp[4096];      /* scratch directory of --layers */
 	struct ab_req *reqs;
 	size_t n_reqs;
 	char workload[256];
 };
 
-static int open_side(const struct ab *ab, const struct ab_side *s, struct srt_engine **e,
-		     char *err, size_t errlen)
+/* An engine of side s; tiers = 1: with the config's L2/L3 behind L1, the L3 path replaced by
+ * `l3path` (a fresh one per round, so every round starts cold). */
+static int open_side_tiers(const struct ab *ab, const struct ab_side *s, int tiers,
+			   const char *l3path, struct srt_engine **e, char *err, size_t errlen)
 {
-	int rc = srt_runtime_config_set_overrides(s->sets, s->n_sets, err, errlen);
+	const char *sets[AB_MAX_SETS + 1];
+	char l3[4300];
+	size_t n = 0;
+	for (size_t i = 0; i < s->n_sets; i++)
+		sets[n++] = s->sets[i];
+	if (tiers && l3path) {
+		snprintf(l3, sizeof(l3), "tier.l3.path=%s", l3path);
+		sets[n++] = l3;
+	}
+	int rc = srt_runtime_config_set_overrides(sets, n, err, errlen);
 	if (rc)
 		return rc;
 	struct srt_engine_opts o = {.config_path = s->config, .model = ab->model,
-				    .threads = ab->threads, .profile = -1, .quiet = ab->quiet};
+				    .threads = ab->threads, .profile = -1, .quiet = ab->quiet,
+				    .tiers = tiers};
 	return srt_engine_open(&o, e, err, errlen);
+}
+
+static int open_side(const struct ab *ab, const struct ab_side *s, struct srt_engine **e,
+		     char *err, size_t errlen)
+{
+	return open_side_tiers(ab, s, 0, NULL, e, err, errlen);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -554,7 +577,20 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 {
 	struct srt_engine *e = NULL;
 	float *logits = NULL;
-	int rc = open_side(ab, s, &e, err, errlen);
+	char l3[4200] = "";
+	if (ab->tiers) {
+		if (!ab->tmp[0]) {
+			snprintf(ab->tmp, sizeof(ab->tmp), "%s/srt-ab-XXXXXX",
+				 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+			if (!mkdtemp(ab->tmp)) {
+				ab->tmp[0] = 0;
+				snprintf(err, errlen, "--tiers: cannot make a scratch directory");
+				return SRT_EIO;
+			}
+		}
+		snprintf(l3, sizeof(l3), "%s/l3-%s-%d", ab->tmp, s->name, round);
+	}
+	int rc = open_side_tiers(ab, s, ab->tiers, ab->tiers ? l3 : NULL, &e, err, errlen);
 	if (rc)
 		return rc;
 	size_t V = (size_t)srt_engine_model(e)->vocab_size;
@@ -565,7 +601,7 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 		return SRT_ENOMEM;
 	}
 	double t_prefill = 0, t_decode = 0;
-	uint64_t computed = 0, decoded = 0, prompt = 0, hit_all = 0;
+	uint64_t computed = 0, decoded = 0, prompt = 0, hit_all = 0, tier_hits[3] = {0, 0, 0};
 	for (size_t i = 0; i < ab->n_reqs && !rc; i++) {
 		const struct ab_req *r = &ab->reqs[i];
 		struct srt_seq *q = NULL;
@@ -579,6 +615,12 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 		computed += r->n - hit;
 		prompt += r->n;
 		hit_all += hit;
+		if (!rc) {
+			uint64_t ht[3];
+			srt_seq_hit_tiers(q, ht);
+			for (int k = 0; k < 3; k++)
+				tier_hits[k] += ht[k];
+		}
 		for (int k = 0; !rc && k < ab->max_new; k++) {
 			int32_t tok = srt_div_argmax(logits, (int32_t)V);
 			if (round == 0)
@@ -599,6 +641,7 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 		s->decode_tps[round] = t_decode > 0 ? (double)decoded / t_decode : 0;
 		s->prompt_tokens = prompt;
 		s->hit_tokens = hit_all;
+		memcpy(s->hit_tier, tier_hits, sizeof(tier_hits));
 		s->computed = computed;
 		struct srt_rdx_cache *c = srt_engine_cache(e);
 		s->n_pools = 0;
@@ -722,6 +765,9 @@ static json_t *side_json(const struct ab *ab, const struct ab_side *s)
 	json_object_set_new(j, "decode_tok_s", dc);
 	json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)s->prompt_tokens));
 	json_object_set_new(j, "hit_tokens", json_integer((json_int_t)s->hit_tokens));
+	json_object_set_new(j, "hit_tokens_by_tier",
+			    json_pack("{s:I, s:I, s:I}", "l1", (json_int_t)s->hit_tier[0], "l2",
+				      (json_int_t)s->hit_tier[1], "l3", (json_int_t)s->hit_tier[2]));
 	json_object_set_new(j, "hit_rate", json_real(s->prompt_tokens ? (double)s->hit_tokens /
 								 (double)s->prompt_tokens : 0));
 	for (uint32_t p = 0; p < s->n_pools; p++)
@@ -782,6 +828,10 @@ int srt_cmd_ab(int argc, char **argv)
 		}
 		if (!strcmp(a, "--layers")) {
 			ab.layers = 1;
+			continue;
+		}
+		if (!strcmp(a, "--tiers")) {
+			ab.tiers = 1;
 			continue;
 		}
 		if (i + 1 == argc) {
@@ -1062,11 +1112,12 @@ int srt_cmd_ab(int argc, char **argv)
 		printf("\ncache\n");
 		for (int s = 0; s < 2; s++) {
 			const struct ab_side *sd = &ab.side[s];
-			printf("  %s: hit rate %.3f (%llu of %llu prompt tokens from the prefix cache)\n",
-			       sd->name, sd->prompt_tokens ? (double)sd->hit_tokens /
-							       (double)sd->prompt_tokens : 0,
-			       (unsigned long long)sd->hit_tokens,
-			       (unsigned long long)sd->prompt_tokens);
+			printf("  %s: hit rate %.3f (%llu of %llu prompt tokens from the prefix cache: L1 "
+			       "%llu, L2 %llu, L3 %llu)\n", sd->name,
+			       sd->prompt_tokens ? (double)sd->hit_tokens / (double)sd->prompt_tokens : 0,
+			       (unsigned long long)sd->hit_tokens, (unsigned long long)sd->prompt_tokens,
+			       (unsigned long long)sd->hit_tier[0], (unsigned long long)sd->hit_tier[1],
+			       (unsigned long long)sd->hit_tier[2]);
 		}
 		printf("  KV bytes per pool at the end of a round (peak):\n");
 		for (int s = 0; s < 2; s++)

@@ -65,12 +65,15 @@ grep -q "prefill tok/s  A" "$T/text" || fail "no speed line: $(cat "$T/text")"
 
 # a Mooncake trace slice as the workload (requests 1 and 2 share their first 3 blocks)
 "$BIN" ab --model "$MODEL" --trace "$SRC/tests/install/data/mini-trace.jsonl" --trace-slice 0:2 \
-	--max-prompt 600 --repeats 1 --max-new-tokens 1 -q --json > "$T/trace.json" || fail "trace workload"
+	--max-prompt 600 --repeats 1 --max-new-tokens 1 -q --json --tiers > "$T/trace.json" \
+	|| fail "trace workload"
 "$PY" - "$T/trace.json" <<'PY' || fail "trace report: $(cat "$T/trace.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
 assert r["workload"]["requests"] == 2 and r["teacher_forced"]["positions"] == 1200, r["workload"]
 assert r["a"]["hit_tokens"] == 512, r["a"]        # the second request resumes after 2 pages
+t = r["a"]["hit_tokens_by_tier"]                  # --tiers: L2/L3 behind L1, hits by tier
+assert t["l1"] + t["l2"] + t["l3"] == 512 and t["l1"] == 512, t
 PY
 
 # bad input

@@ -654,11 +654,9 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 			s->pools[p].page_bytes = ps.page_bytes;
 			s->n_pools++;
 		}
-		const struct srt_runtime_config *rcfg = srt_engine_runtime(e);
 		int n = snprintf(s->desc, sizeof(s->desc), "%s", s->config ? s->config : "built-in");
 		for (size_t k = 0; k < s->n_sets && n < (int)sizeof(s->desc); k++)
 			n += snprintf(s->desc + n, sizeof(s->desc) - (size_t)n, " %s", s->sets[k]);
-		(void)rcfg;
 	}
 	free(logits);
 	srt_engine_close(e);

@@ -18,7 +18,7 @@
  *
  * --profile reads the per-phase wall-clock counters of the attention, MoE and mHC plugins
  * (core/ops/prof.h, found in the loaded plugin modules with dlsym) over --steps decode steps
- * at the short depth; "engine rest" is the step time minus the plugins' phases (embedding,
+ * at the short depth and at each --depths depth; "engine rest" is the step time minus the plugins' phases (embedding,
  * hc_head, final norm, LM head, scheduling). While profiling, the MoE runs its routed and
  * shared experts as two parallel steps so they can be told apart.
  */
@@ -158,8 +158,8 @@ static void usage(FILE *f)
 		"  --warmup N          untimed decode steps per engine before the rounds (4)\n"
 		"  --batch N           decode N short sequences together (1); tokens/s counts the\n"
 		"                      whole batch, the weights count once per step\n"
-		"  --profile           per-phase profile of a decode step at the short depth for\n"
-		"                      each thread count (plugin counters, core/ops/prof.h)\n"
+		"  --profile           per-phase profile of a decode step at each depth and thread\n"
+		"                      count (plugin counters, core/ops/prof.h)\n"
 		"  --help              this text\n");
 }
 
@@ -384,29 +384,25 @@ static void prof_reset(int on)
 	}
 }
 
-static int profile(struct srt_engine *e, const struct opts *o, int seed, float *lg)
+/* Phase profile of `steps` decode steps of l (which must have that many tokens left). */
+static int profile(struct srt_engine *e, struct live *l, int depth, int steps, float *lg)
 {
-	struct live l;
-	double pf, rate;
-	if (live_open(e, &l, o->prompt, o->steps + o->warmup, seed, &pf, lg))
-		return 1;
-	if (decode_steps(e, &l, 1, o->warmup > 0 ? o->warmup : 1, lg, &rate))
-		goto fail;
+	double rate;
 	prof_reset(1);
 	double t0 = now_s();
-	if (decode_steps(e, &l, 1, o->steps, lg, &rate))
-		goto fail;
-	double step = (now_s() - t0) / o->steps;
+	if (decode_steps(e, l, 1, steps, lg, &rate))
+		return 1;
+	double step = (now_s() - t0) / steps;
 	uint64_t ns[SRT_PROF_COUNT] = {0};
 	for (int i = 0; i < nprofs; i++)
 		for (int p = 0; p < SRT_PROF_COUNT; p++)
 			ns[p] += profs[i]->ns[p];
 	prof_reset(0);
 	printf("  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step):\n",
-	       srt_engine_threads(e), o->prompt, o->steps, step * 1e3);
+	       srt_engine_threads(e), depth, steps, step * 1e3);
 	double sum = 0;
 	for (int p = 0; p < SRT_PROF_COUNT; p++) {
-		double ms = (double)ns[p] * 1e-6 / o->steps;
+		double ms = (double)ns[p] * 1e-6 / steps;
 		sum += ms;
 		printf("    %-26s %8.3f ms  %5.1f %%\n", srt_prof_name(p), ms, 100.0 * ms / (step * 1e3));
 	}
@@ -414,11 +410,7 @@ static int profile(struct srt_engine *e, const struct opts *o, int seed, float *
 	       100.0 * (step * 1e3 - sum) / (step * 1e3));
 	if (!nprofs)
 		printf("    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
-	live_close(&l);
 	return 0;
-fail:
-	live_close(&l);
-	return 1;
 }
 
 /* --- the rounds ------------------------------------------------------------------------------ */
@@ -459,7 +451,7 @@ static int run(const struct opts *o, const char *model)
 		ts[t].bw = read_bandwidth(o->threads[t]);
 
 	/* the deep sequences, prefilled once per thread count */
-	int more = o->steps * (o->runs + 1) + o->warmup;
+	int more = o->steps * (o->runs + 2) + o->warmup;
 	for (int d = 0; d < o->ndepths; d++)
 		for (int t = 0; t < o->nthreads; t++) {
 			fprintf(stderr, "exec_bench: prefilling depth %d with %d threads...\n",
@@ -569,9 +561,20 @@ static int run(const struct opts *o, const char *model)
 		nprofs = 0;
 		dl_iterate_phdr(find_prof, NULL);
 		printf("\n");
-		for (int t = 0; t < o->nthreads; t++)
-			if (profile(ts[t].e, o, 2000 + t, lg))
+		for (int t = 0; t < o->nthreads; t++) {
+			struct live l;
+			double pf, r;
+			if (live_open(ts[t].e, &l, o->prompt, o->steps + 1, 2000 + t, &pf, lg) ||
+			    decode_steps(ts[t].e, &l, 1, 1, lg, &r) ||
+			    profile(ts[t].e, &l, o->prompt, o->steps, lg)) {
+				live_close(&l);
 				goto out;
+			}
+			live_close(&l);
+			for (int d = 0; d < o->ndepths; d++)
+				if (profile(ts[t].e, &ts[t].deep[d], o->depths[d], o->steps, lg))
+					goto out;
+		}
 	}
 	rc = 0;
 out:

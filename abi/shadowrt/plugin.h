@@ -206,6 +206,16 @@ struct srt_plugin_desc {
 	 * option declares a table holding only the terminator.
 	 */
 	const struct srt_plugin_option *options;
+
+	/*
+	 * Optional (ABI 1.1; NULL when absent, and for plugins built against ABI 1.0). Names the
+	 * layout and meaning of the bytes this plugin writes into cache pages, e.g.
+	 * "swa-kv/bf16-e4m3/2". Change it whenever the same inputs would produce different page
+	 * bytes. The core puts it into every cached page's identity (with name, version and
+	 * options); without it the core derives one from the name, the version and the declared
+	 * pools.
+	 */
+	const char *layout_id;
 };
 
 /*

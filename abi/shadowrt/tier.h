@@ -8,7 +8,8 @@
  *    32-byte key (a hash chain the core computes) and carry a header the core writes and
  *    validates (magic, layout version, key, length, checksum); the store treats them as bytes.
  *
- * Budgets: the core never asks an arena for more than its budget; a keyed store that is
+ * Budgets: the core never asks an arena for more than its budget, and tells the arena that
+ * budget (set_budget, ABI 1.1) so its mappings stay within it; a keyed store that is
  * size-bounded (option "max_bytes") evicts its own least recently used objects.
  *
  * Thread safety: arena methods are called from one thread at a time; keyed-store methods may be
@@ -57,6 +58,15 @@ struct srt_tier_vtable {
 	int (*remove)(void *inst, const struct srt_key *keys, uint32_t n);
 	/* Optional. Bytes and objects currently stored. */
 	int (*usage)(void *inst, uint64_t *bytes, uint64_t *objects);
+
+	/* --- ABI 1.1 --------------------------------------------------------------------- */
+	/*
+	 * Optional (page arenas). The tier's byte budget, called once by the core right after
+	 * create, before any alloc_page: the arena must keep the memory it maps (and so its
+	 * resident memory) within it, apart from a small constant of bookkeeping. 0 or a negative
+	 * code. Without it an arena only knows what its options say.
+	 */
+	int (*set_budget)(void *inst, uint64_t bytes);
 };
 
 #define SRT_TIER_VTABLE_V1_SIZE (offsetof(struct srt_tier_vtable, usage) + sizeof(void *))

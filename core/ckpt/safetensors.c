@@ -249,10 +249,11 @@ static int add_file(struct srt_ckpt *ck, const char *path, uint32_t *idx, char *
 	return 0;
 }
 
-/* Map a whole file read-only. */
+/* Map a whole file read-only. Opened without blocking: a FIFO would hang open() for ever; it
+ * is refused by the regular-file check below. */
 static int map_file(const char *path, const uint8_t **map, size_t *size, char *err, size_t errlen)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
 		return errf(err, errlen, errno == ENOENT ? SRT_ENOENT : SRT_EIO, "%s: cannot open: %s",
 			    path, strerror(errno));

@@ -278,13 +278,23 @@ static int round_trip_digits(double v)
 	return 17;
 }
 
+/* Set obj[key] = v (consumed); ok stays 0 once something failed. */
+static int jset(int ok, json_t *obj, const char *key, json_t *v)
+{
+	if (!ok || !v) {
+		json_decref(v);
+		return 0;
+	}
+	return !json_object_set_new(obj, key, v);
+}
+
 /* config.json through jansson, keys in the order real DeepSeek-V4 configs have them. */
 int srt_ck_config_json(const struct srt_model_config *c, char **out, char *err, size_t errlen)
 {
 	json_t *o = json_object(), *ratios = json_array(), *wbs = json_array();
 	int ok = o && ratios && wbs;
 	int digits = 1;
-#define SET(k, v) (ok = ok && (v) && !json_object_set_new(o, k, v))
+#define SET(k, v) (ok = jset(ok, o, k, v))
 #define I(k, v) SET(k, json_integer((json_int_t)(v)))
 #define D(k, v) (digits = round_trip_digits(v) > digits ? round_trip_digits(v) : digits, \
 		 SET(k, json_real(v)))

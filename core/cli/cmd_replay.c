@@ -72,7 +72,7 @@ static void replay_usage(FILE *out)
 		"  --l3-writes M      async (default): L3 writes go through a bounded queue that a\n"
 		"                     writer thread stores in batches; sync: inline, one by one\n"
 		"  --write-queue B    bound of the L3 write queue (default 64MiB)\n"
-		"  --write-batch N    puts per store call (default 64)\n"
+		"  --write-batch N    puts per store call (default 256)\n"
 		"  --write-full P     when the queue is full: wait (default; counted) or drop (counted)\n"
 		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
 		"                     (default 0: only before resume points)\n"

@@ -1,8 +1,8 @@
 /*
- * shadowrt run: the main job. A built-in multi-turn chat workload on the executor: several
- * conversations interleaved (their decode steps batched into one forward call), each turn
- * resending the whole history plus a new user message, so ShadowRadix serves the history from
- * cache. Prints per turn the prompt size, the prefix hit, TTFT and decode rate; at the end the
+ * shadowrt run: the main job. A built-in multi-turn chat workload through the scheduler
+ * (sched/sched.h): several conversations submitted together each turn (the scheduler batches
+ * their prefill chunks and decode rows), each turn resending the whole history plus a new user
+ * message, so ShadowRadix serves the history from cache. Prints per turn the prompt size, the prefix hit, TTFT and decode rate; at the end the
  * throughput, the hit rate and the KV bytes per pool.
  */
 #include <errno.h>
@@ -21,6 +21,7 @@
 #include "exec/engine.h"
 #include "exec/sampler.h"
 #include "radix/radix.h"
+#include "sched/sched.h"
 #include "tier/manager.h"
 
 /* mkdir -p; 0 or -1 with errno */
@@ -49,6 +50,54 @@ static FILE *logits_file(const char *dir, int t, int c, const char *ext, const c
 	return f;
 }
 
+/*
+ * --logits-dir, after the workload (the scheduler is gone, the engine is this thread's): each
+ * reply again, teacher-forced from the cache: prompt + reply[0 .. reply-1) from the longest
+ * cached prefix; the logits of positions prompt-1 .. prompt+reply-2 are the ones each reply
+ * token was sampled from (the executor's logits do not depend on chunking, batching or
+ * resumes: tests/exec), written as DIR/turnT-convC.f32 [reply][vocab], the tokens as
+ * DIR/turnT-convC.tokens. 0 or -1 with a message.
+ */
+static int write_logits(struct srt_engine *e, const char *dir, int t, int c, const int32_t *hist,
+			size_t prompt, size_t reply)
+{
+	size_t V = (size_t)srt_engine_model(e)->vocab_size, n = prompt + reply - 1;
+	char err[2048];
+	struct srt_seq *s = NULL;
+	uint64_t hit = 0;
+	float *lg = malloc(sizeof(float) * V * n);
+	FILE *f = NULL, *tf = NULL;
+	int rc = -1;
+	int st = lg ? srt_engine_seq_start(e, hist, n, 1, &s, &hit, err, sizeof(err)) : -1;
+	if (!st && hit > prompt - 1) { /* the hit covers a wanted position: from scratch */
+		srt_engine_seq_free(s);
+		s = NULL;
+		hit = 0;
+		st = srt_engine_seq_start(e, hist, n, 0, &s, NULL, err, sizeof(err));
+	}
+	if (st || srt_engine_prefill(e, s, lg, 1, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt run: --logits-dir turn %d conversation %d: %s\n", t, c,
+			lg ? err : "out of memory");
+		goto out;
+	}
+	if (!(f = logits_file(dir, t, c, "f32", "wb")) || !(tf = logits_file(dir, t, c, "tokens", "w")))
+		goto out;
+	/* rows of lg are positions [hit, n); the first wanted is prompt - 1 (hit < prompt) */
+	if (fwrite(lg + (prompt - 1 - hit) * V, sizeof(float) * V, reply, f) != reply)
+		goto out;
+	for (size_t k = 0; k < reply; k++)
+		fprintf(tf, "%s%d", k ? "," : "", hist[prompt + k]);
+	rc = 0;
+out:
+	if (f && fclose(f))
+		rc = -1;
+	if (tf && fclose(tf))
+		rc = -1;
+	srt_engine_seq_free(s);
+	free(lg);
+	return rc;
+}
+
 static void run_usage(FILE *out)
 {
 	fprintf(out,
@@ -56,13 +105,14 @@ static void run_usage(FILE *out)
 		"\n"
 		"Serve a built-in multi-turn chat workload: --conversations conversations share a\n"
 		"system prompt; in each of --turns turns every conversation sends its whole history\n"
-		"plus a new user message (prefilled from the longest cached prefix, in chunks), then\n"
-		"all conversations decode --reply-tokens tokens together, one batched forward per step\n"
-		"(eos does not stop a reply). With no options this runs the embedded default: the\n"
+		"plus a new user message; the scheduler admits them from the longest cached prefix\n"
+		"and batches their prefill chunks and decode rows (one forward per step) until each\n"
+		"has --reply-tokens tokens (eos does not stop a reply). With no options this runs the\n"
+		"embedded default: the\n"
 		"synthetic tiny model (generated under $XDG_CACHE_HOME/shadowrt/models or\n"
 		"./shadowrt-models when missing), CPU plugins. Prints per turn and conversation the\n"
 		"prompt tokens, prefix-hit tokens and rate, time to first token (from the start of the\n"
-		"turn) and the batched decode rate; at the end the throughput, the overall hit rate and\n"
+		"turn) and its decode rate; at the end the throughput, the overall hit rate and\n"
 		"the KV bytes per cache pool. The L2/L3 tiers of the config sit behind the L1 cache\n"
 		"(default: host L2, file L3 in ./shadowrt-cache): a second run finds the shared\n"
 		"prefixes in L3. A progress bar goes to stderr when it is a terminal.\n"
@@ -78,7 +128,8 @@ static void run_usage(FILE *out)
 		"  --no-tiers           L1 only: no L2/L3 ([tier.l2], [tier.l3]) behind the cache\n"
 		"  --logits-dir DIR     write each reply's tokens (DIR/turnT-convC.tokens, comma-\n"
 		"                       separated ids) and the logits each was sampled from\n"
-		"                       (DIR/turnT-convC.f32, float32 [reply-tokens][vocab])\n"
+		"                       (DIR/turnT-convC.f32, float32 [reply-tokens][vocab];\n"
+		"                       recomputed from the cache after the run, bitwise the same)\n"
 		"  --json               print a JSON report on stdout (the table goes to stderr)\n"
 		"  -q, --quiet          no progress bar\n");
 }
@@ -107,9 +158,7 @@ static const char *const user_msgs[] = {
 struct conv {
 	int32_t *hist;
 	size_t n, cap;
-	struct srt_seq *seq;
-	int32_t next; /* token to feed at the next decode step */
-	struct srt_sampler smp;
+	struct srt_sched_req *req;
 };
 
 static int push(struct conv *c, const int32_t *t, size_t n)
@@ -219,22 +268,20 @@ int srt_cmd_run(int argc, char **argv)
 	int bar = !quiet && isatty(2);
 	FILE *tab = json ? stderr : stdout; /* the human table */
 	json_t *jreqs = json ? json_array() : NULL;
-	FILE **lf = logits_dir ? calloc((size_t)nconv, sizeof(FILE *)) : NULL;
-	if (logits_dir && (!lf || mkdir_p(logits_dir))) {
-		fprintf(stderr, "shadowrt run: --logits-dir %s: %s\n", logits_dir,
-			lf ? strerror(errno) : "out of memory");
-		free(lf);
+	size_t *plen = calloc((size_t)turns * (size_t)nconv, sizeof(size_t)); /* prompt sizes */
+	if (!plen || (logits_dir && mkdir_p(logits_dir))) {
+		fprintf(stderr, "shadowrt run: --logits-dir %s: %s\n", logits_dir ? logits_dir : "",
+			plen ? strerror(errno) : "out of memory");
+		free(plen);
+		json_decref(jreqs);
 		return 1;
 	}
 	char err[2048];
 	int status = 1;
 	struct srt_engine *e = NULL;
+	struct srt_sched *sched = NULL;
 	struct conv *cv = calloc((size_t)nconv, sizeof(*cv));
-	struct srt_seq **seqs = calloc((size_t)nconv, sizeof(*seqs));
-	int32_t *toks = calloc((size_t)nconv, sizeof(int32_t));
-	float *logits = NULL;
-	void *scratch = NULL;
-	if (!cv || !seqs || !toks)
+	if (!cv)
 		goto oom;
 	if (srt_engine_open(&o, &e, err, sizeof(err))) {
 		if (!o.tiers || !strstr(err, "[tier.")) {
@@ -252,11 +299,11 @@ int srt_cmd_run(int argc, char **argv)
 	}
 	const struct srt_model_config *m = srt_engine_model(e);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
-	size_t V = (size_t)m->vocab_size;
-	logits = malloc(sizeof(float) * V * (size_t)nconv);
-	scratch = malloc(sizeof(float) * V * 2);
-	if (!logits || !scratch)
-		goto oom;
+	struct srt_sched_config qc = {.max_running = nconv};
+	if (srt_sched_create(e, &qc, &sched, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt run: %s\n", err);
+		goto out;
+	}
 	fprintf(tab, "shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
 	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
 	       "prompt\n",
@@ -268,131 +315,108 @@ int srt_cmd_run(int argc, char **argv)
 			fprintf(tab, "tier %s\n", srt_engine_tier_describe(e, lv));
 	fprintf(tab, "\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
 	       "fromL2", "fromL3", "TTFT ms", "decode tok/s");
-	for (int c = 0; c < nconv; c++) {
-		srt_sampler_init(&cv[c].smp, (float)rc->temperature, (float)rc->top_p,
-				 rc->seed + (uint64_t)c);
+	for (int c = 0; c < nconv; c++)
 		if (push_text(&cv[c], system_prompt, m->vocab_size))
 			goto oom;
-	}
-	uint64_t tot_prompt = 0, tot_hit = 0, tot_computed = 0, tot_decoded = 0;
-	double t_all = srt_cli_now(), t_prefill_all = 0, t_decode_all = 0;
-	int work = turns * (nconv + reply), done = 0;
+	uint64_t tot_prompt = 0, tot_hit = 0, tot_decoded = 0, tot_computed = 0;
+	double t_all = srt_cli_now(), t_first_all = 0;
+	int work = turns * nconv, done = 0;
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)reply);
+	if (!ids)
+		goto oom;
 	for (int t = 0; t < turns; t++) {
-		double t0 = srt_cli_now();
-		double ttft[4096];
-		uint64_t hits[4096], tiers[4096][3];
+		double t0 = srt_cli_now(), last_first = t0;
 		for (int c = 0; c < nconv; c++) {
 			char msg[256];
 			snprintf(msg, sizeof(msg), "\nUser %d: %s\nAssistant:", c,
 				 user_msgs[(size_t)(t * 3 + c) % N_MSGS]);
 			if (push_text(&cv[c], msg, m->vocab_size))
 				goto oom;
-			if (srt_engine_seq_start(e, cv[c].hist, cv[c].n, 1, &cv[c].seq, &hits[c], err,
-						 sizeof(err)) ||
-			    srt_engine_prefill(e, cv[c].seq, logits + (size_t)c * V, 0, err,
-					       sizeof(err))) {
+			struct srt_sched_params p = {
+				.temperature = (float)rc->temperature, .top_p = (float)rc->top_p,
+				.seed = rc->seed + (uint64_t)c * 1000003u + (uint64_t)t,
+				.max_tokens = (uint32_t)reply, .ignore_eos = 1};
+			plen[(size_t)t * (size_t)nconv + (size_t)c] = cv[c].n;
+			if (srt_sched_submit(sched, cv[c].hist, cv[c].n, &p, &cv[c].req, err,
+					     sizeof(err))) {
 				progress_clear(bar);
 				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
 					err);
 				goto out;
 			}
-			srt_seq_hit_tiers(cv[c].seq, tiers[c]);
-			cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
-						scratch);
-			if (lf && (!(lf[c] = logits_file(logits_dir, t + 1, c, "f32", "wb")) ||
-				   fwrite(logits + (size_t)c * V, sizeof(float), V, lf[c]) != V))
-				goto out;
-			ttft[c] = srt_cli_now() - t0;
-			seqs[c] = cv[c].seq;
-			tot_prompt += cv[c].n;
-			tot_hit += hits[c];
-			tot_computed += cv[c].n - hits[c];
-			progress(bar, ++done, work, "prefill");
 		}
-		double t_pre = srt_cli_now() - t0;
-		t_prefill_all += t_pre;
-		double t1 = srt_cli_now();
-		for (int k = 0; k < reply; k++) {
-			for (int c = 0; c < nconv; c++) {
-				toks[c] = cv[c].next;
-				if (push(&cv[c], &toks[c], 1))
-					goto oom;
-			}
-			if (k == reply - 1)
-				break; /* the last reply token is part of the next prompt */
-			if (srt_engine_decode(e, seqs, (uint32_t)nconv, toks, logits, err,
-					      sizeof(err))) {
-				progress_clear(bar);
-				fprintf(stderr, "shadowrt run: turn %d decode step %d: %s\n", t + 1, k,
-					err);
-				goto out;
-			}
-			for (int c = 0; c < nconv; c++) {
-				cv[c].next = srt_sample(&cv[c].smp, logits + (size_t)c * V, (int32_t)V,
-							scratch);
-				if (lf && fwrite(logits + (size_t)c * V, sizeof(float), V, lf[c]) != V) {
-					fprintf(stderr, "shadowrt run: --logits-dir: write failed\n");
-					goto out;
-				}
-			}
-			tot_decoded += (uint64_t)nconv;
-			progress(bar, ++done, work, "decode");
-		}
-		done = (t + 1) * (nconv + reply);
-		double t_dec = srt_cli_now() - t1;
-		t_decode_all += t_dec;
-		double rate = t_dec > 0 ? (double)(reply - 1) * nconv / t_dec : 0;
-		progress_clear(bar);
 		for (int c = 0; c < nconv; c++) {
-			uint64_t plen = srt_seq_len(cv[c].seq) - (uint64_t)(reply - 1);
-			fprintf(tab, "%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
-			       (unsigned long long)plen, (unsigned long long)hits[c],
-			       100.0 * (double)hits[c] / (double)plen,
-			       (unsigned long long)tiers[c][1], (unsigned long long)tiers[c][2],
-			       ttft[c] * 1e3, rate);
-			const int32_t *rep = cv[c].hist + cv[c].n - (size_t)reply;
-			if (lf) {
-				FILE *tf = logits_file(logits_dir, t + 1, c, "tokens", "w");
-				int bad = !tf || fclose(lf[c]);
-				lf[c] = NULL;
-				for (int k = 0; tf && k < reply; k++)
-					fprintf(tf, "%s%d", k ? "," : "", rep[k]);
-				if (bad || (tf && fclose(tf)))
-					goto out;
+			struct srt_sched_info in;
+			srt_sched_wait(cv[c].req, UINT64_MAX - 1, SIZE_MAX - 1, &in);
+			if (in.finish == SRT_SCHED_ERROR) {
+				progress_clear(bar);
+				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
+					in.error);
+				goto out;
 			}
+			size_t n = srt_sched_tokens(cv[c].req, 0, ids, (size_t)reply);
+			if (push(&cv[c], ids, n))
+				goto oom;
+			double ttft = in.t_first - t0;
+			double rate = in.t_last > in.t_first
+					      ? (double)(in.generated - 1) / (in.t_last - in.t_first)
+					      : 0.0;
+			if (in.t_first > last_first)
+				last_first = in.t_first;
+			progress_clear(bar);
+			fprintf(tab, "%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
+			       (unsigned long long)in.prompt_tokens,
+			       (unsigned long long)in.cached_tokens,
+			       100.0 * (double)in.cached_tokens / (double)in.prompt_tokens,
+			       (unsigned long long)in.cached_tier[1],
+			       (unsigned long long)in.cached_tier[2], ttft * 1e3, rate);
 			if (jreqs) {
 				json_t *r = json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "turn", t + 1,
-						      "conversation", c, "prompt", (json_int_t)plen,
-						      "hit", (json_int_t)hits[c], "hit_l2",
-						      (json_int_t)tiers[c][1], "hit_l3",
-						      (json_int_t)tiers[c][2], "ttft_ms", ttft[c] * 1e3);
-				json_t *ids = json_array();
-				for (int k = 0; k < reply; k++)
-					json_array_append_new(ids, json_integer(rep[k]));
-				json_object_set_new(r, "reply", ids);
+						      "conversation", c, "prompt",
+						      (json_int_t)in.prompt_tokens, "hit",
+						      (json_int_t)in.cached_tokens, "hit_l2",
+						      (json_int_t)in.cached_tier[1], "hit_l3",
+						      (json_int_t)in.cached_tier[2], "ttft_ms", ttft * 1e3);
+				json_t *rep = json_array();
+				for (size_t k = 0; k < n; k++)
+					json_array_append_new(rep, json_integer(ids[k]));
+				json_object_set_new(r, "reply", rep);
 				json_array_append_new(jreqs, r);
 			}
-			if (srt_engine_seq_finish(cv[c].seq, NULL, err, sizeof(err))) {
-				fprintf(stderr, "shadowrt run: turn %d conversation %d: %s\n", t + 1, c,
-					err);
-				goto out;
-			}
-			srt_engine_seq_free(cv[c].seq);
-			cv[c].seq = NULL;
+			tot_prompt += in.prompt_tokens;
+			tot_hit += in.cached_tokens;
+			tot_decoded += in.generated;
+			srt_sched_release(cv[c].req);
+			cv[c].req = NULL;
+			progress(bar, ++done, work, "turns");
 		}
+		t_first_all += last_first - t0;
 		fflush(stdout);
 	}
+	free(ids);
 	double wall = srt_cli_now() - t_all;
+	struct srt_sched_stats st;
+	srt_sched_stats(sched, &st);
+	tot_computed = st.computed_tokens;
 	progress_clear(bar);
-	fprintf(tab, "\nwall %.2f s: prefill %.2f s (%llu tokens computed, %.1f tokens/s), decode %.2f s "
-	       "(%llu tokens, %.1f tokens/s over %d sequences)\n",
-	       wall, t_prefill_all, (unsigned long long)tot_computed,
-	       t_prefill_all > 0 ? (double)tot_computed / t_prefill_all : 0.0, t_decode_all,
-	       (unsigned long long)tot_decoded,
-	       t_decode_all > 0 ? (double)tot_decoded / t_decode_all : 0.0, nconv);
+	fprintf(tab, "\nwall %.2f s: %llu prompt tokens, %llu computed (prefill + decode rows) in %llu "
+	       "batched steps, %llu tokens generated: %.1f generated tokens/s, %.1f computed "
+	       "tokens/s; time to the turn's last first token %.2f s in all\n",
+	       wall, (unsigned long long)tot_prompt, (unsigned long long)tot_computed,
+	       (unsigned long long)st.steps, (unsigned long long)tot_decoded,
+	       wall > 0 ? (double)tot_decoded / wall : 0.0,
+	       wall > 0 ? (double)tot_computed / wall : 0.0, t_first_all);
 	fprintf(tab, "prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
 	       (unsigned long long)tot_prompt, (unsigned long long)tot_hit,
 	       tot_prompt ? 100.0 * (double)tot_hit / (double)tot_prompt : 0.0);
+	/* the scheduler is idle: the engine's cache and tiers can be read from here */
+	srt_sched_destroy(sched);
+	sched = NULL;
+	for (int t = 0; logits_dir && t < turns; t++)
+		for (int c = 0; c < nconv; c++)
+			if (write_logits(e, logits_dir, t + 1, c, cv[c].hist,
+					 plen[(size_t)t * (size_t)nconv + (size_t)c], (size_t)reply))
+				goto out;
 	struct srt_tmgr *tm = srt_engine_tiers(e);
 	if (tm) {
 		struct srt_tmgr_stats ts;
@@ -423,22 +447,18 @@ int srt_cmd_run(int argc, char **argv)
 		       (unsigned long long)st.pages, (unsigned long long)st.evicted_pages);
 	}
 	if (jreqs) {
-		json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:f}", "model", m->name,
+		json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f}", "model", m->name,
 				      "prompt_tokens", (json_int_t)tot_prompt, "hit_tokens",
 				      (json_int_t)tot_hit, "computed_tokens", (json_int_t)tot_computed,
-				      "decoded_tokens", (json_int_t)tot_decoded, "wall_s", wall,
-				      "prefill_tok_s", t_prefill_all > 0 ? (double)tot_computed /
-									  t_prefill_all : 0.0,
-				      "decode_tok_s", t_decode_all > 0 ? (double)tot_decoded /
-									t_decode_all : 0.0);
+				      "generated_tokens", (json_int_t)tot_decoded, "wall_s", wall);
 		json_t *pools = json_array();
 		for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
-			struct srt_rdx_pool_stats st;
-			srt_rdx_pool_stats(cache, p, &st);
-			json_array_append_new(pools, json_pack("{s:s, s:i, s:I, s:I}", "name", st.name,
-							       "ratio", (int)st.ratio, "bytes",
-							       (json_int_t)st.bytes, "peak_bytes",
-							       (json_int_t)st.peak_bytes));
+			struct srt_rdx_pool_stats ps;
+			srt_rdx_pool_stats(cache, p, &ps);
+			json_array_append_new(pools, json_pack("{s:s, s:i, s:I, s:I}", "name", ps.name,
+							       "ratio", (int)ps.ratio, "bytes",
+							       (json_int_t)ps.bytes, "peak_bytes",
+							       (json_int_t)ps.peak_bytes));
 		}
 		json_object_set_new(j, "pools", pools);
 		json_object_set(j, "requests", jreqs);
@@ -456,19 +476,13 @@ oom:
 out:
 	if (cv)
 		for (int c = 0; c < nconv; c++) {
-			srt_engine_seq_free(cv[c].seq);
+			srt_sched_release(cv[c].req);
 			free(cv[c].hist);
 		}
+	srt_sched_destroy(sched);
 	srt_engine_close(e);
-	for (int c = 0; lf && c < nconv; c++)
-		if (lf[c])
-			fclose(lf[c]);
-	free(lf);
-	json_decref(jreqs);
 	free(cv);
-	free(seqs);
-	free(toks);
-	free(logits);
-	free(scratch);
+	free(plen);
+	json_decref(jreqs);
 	return status;
 }

@@ -15,10 +15,12 @@
 #include <shadowrt/residual.h>
 
 #include "ckpt/dsv4_tensors.h"
+#include "ckpt/fingerprint.h"
 #include "ckpt/safetensors.h"
 #include "ckpt/synth.h"
 #include "config/model_config.h"
 #include "config/runtime_config.h"
+#include "exec/identity.h"
 #include "ops/fp.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -68,6 +70,9 @@ struct srt_engine {
 	const uint16_t *embed, *head, *norm_w;
 	uint64_t next_seq_id;
 	struct srt_seq *live; /* list of sequences not yet freed */
+	int quiet;
+	uint8_t identity[32]; /* cache identity (exec/identity.h) */
+	char identity_hex[65];
 };
 
 struct srt_seq {
@@ -287,6 +292,56 @@ static void zero_free(void *ctx, uint32_t pool, void *page, size_t bytes)
 
 static const struct srt_rdx_allocator zero_allocator = {NULL, zero_alloc, zero_free};
 
+static void wfp_log(void *user, int level, const char *msg)
+{
+	(void)user;
+	srt_log(level, "exec", "%s", msg);
+}
+
+/* The cache identity of this engine (exec/identity.h), logged once at info level. */
+static int compute_identity(struct srt_engine *e, const struct srt_pool_decl *pools, char *err,
+			    size_t errlen)
+{
+	char why[1024], path[4200];
+	struct srt_ck_wfp w;
+	struct srt_ck_wfp_opts wo = {.threads = e->threads, .quiet = e->quiet, .log = wfp_log};
+	int rc = srt_ck_weights_fingerprint(e->ck, &wo, &w, why, sizeof(why));
+	if (rc) {
+		seterr(err, errlen, "checkpoint %s: %s", e->path, why);
+		return rc;
+	}
+	struct srt_ident b;
+	srt_ident_begin(&b);
+	snprintf(path, sizeof(path), "%s/config.json", e->path);
+	if ((rc = srt_ident_add_model_config(&b, path, err, errlen))) {
+		srt_ident_end(&b);
+		return rc;
+	}
+	srt_ident_add_weights(&b, w.digest, w.bytes, w.n_files);
+	srt_ident_add_u64(&b, "profile", (uint64_t)e->profile, srt_profile_name(e->profile));
+	char pw[32];
+	snprintf(pw, sizeof(pw), "%u tokens", e->P);
+	srt_ident_add_u64(&b, "page", e->P, pw);
+	for (int i = 0; i < e->n_attn; i++) {
+		const struct attn_inst *a = &e->attn[i];
+		srt_ident_add_plugin(&b, "attention", a->ratio, a->inst->desc, &e->rc,
+				     a->scope.section, pools + a->pool_off, a->pool_n);
+	}
+	srt_ident_add_plugin(&b, "moe", -1, e->moe->desc, &e->rc, e->moe_scope.section, NULL, 0);
+	srt_ident_add_plugin(&b, "residual", -1, e->res->desc, &e->rc, e->res_scope.section, NULL,
+			     0);
+	srt_ident_end(&b);
+	memcpy(e->identity, b.digest, sizeof(e->identity));
+	memcpy(e->identity_hex, b.hex, sizeof(e->identity_hex));
+	srt_log(SRT_LOG_INFO, "exec", "cache identity %s covers: %s; weights %s%s", b.hex,
+		b.summary, w.hashed_files ? "hashed now" : "from the sidecar",
+		w.sidecar[0] ? "" : " (not remembered)");
+	if (w.sidecar[0])
+		srt_log(SRT_LOG_INFO, "exec", "weights fingerprint sidecar: %s%s", w.sidecar,
+			w.fallback ? " (checkpoint directory not writable)" : "");
+	return 0;
+}
+
 static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 {
 	int rc, L = e->model.num_hidden_layers;
@@ -369,6 +424,8 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 	e->res_vt = e->res->vtable;
 	e->S = (int32_t)e->res_vt->n_streams(e->res->ctx);
 	e->mixf = (int32_t)e->res_vt->mix_floats(e->res->ctx);
+	if ((rc = compute_identity(e, pools, err, errlen)))
+		return rc;
 
 	/* the cache: the L1 budget split in proportion to page sizes */
 	uint64_t budgets[SRT_RDX_MAX_POOLS], total_page = 0;
@@ -390,11 +447,10 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 				    .mem = SRT_MEM_HOST};
 	char why[1024];
 	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
-		/* the KV bytes depend on the weights, the numerics profile and the pool layouts
-		 * (the manager adds the pools and the page size) */
-		char ident[512];
-		snprintf(ident, sizeof(ident), "%s weights=%s profile=%s", e->model.name,
-			 srt_ck_fingerprint(e->ck), srt_profile_name(e->profile));
+		/* the cache identity covers everything that shapes a page's bytes (identity.h);
+		 * the manager adds the pools and the page size again */
+		char ident[128];
+		snprintf(ident, sizeof(ident), "shadowrt/cache-identity/v1 %s", e->identity_hex);
 		struct srt_tier_stack_opts so = {
 			.rc = &e->rc, .dirs = e->rc.plugin_dirs, .ndirs = (size_t)e->rc.n_plugin_dirs,
 			.pools = pools, .n_pools = np, .page_tokens = e->P, .model_ident = ident,
@@ -439,6 +495,7 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 									   : 256);
 	e->P = e->rc.page_size ? e->rc.page_size : SRT_RDX_DEFAULT_PAGE;
 	e->use_tiers = opts->tiers;
+	e->quiet = opts->quiet;
 	e->page_alloc = opts->page_alloc;
 	if ((rc = srt_engine_model_dir(opts->model ? opts->model : e->rc.model, opts->model_cache,
 				       opts->quiet, e->path, sizeof(e->path), err, errlen)))
@@ -521,6 +578,7 @@ const char *srt_engine_tier_describe(const struct srt_engine *e, int level)
 	return e->tiers ? srt_tier_stack_describe(e->tiers, level) : NULL;
 }
 const char *srt_engine_model_path(const struct srt_engine *e) { return e->path; }
+const uint8_t *srt_engine_identity(const struct srt_engine *e) { return e->identity; }
 int srt_engine_profile(const struct srt_engine *e) { return e->profile; }
 int srt_engine_threads(const struct srt_engine *e) { return e->threads; }
 int srt_engine_chunk(const struct srt_engine *e) { return e->chunk; }

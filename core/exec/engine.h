@@ -99,6 +99,8 @@ struct srt_tmgr *srt_engine_tiers(struct srt_engine *e);
 /* "L2 host 8 GiB" style line for level 1 (L2) or 2 (L3), or NULL without tiers. */
 const char *srt_engine_tier_describe(const struct srt_engine *e, int level);
 const char *srt_engine_model_path(const struct srt_engine *e); /* checkpoint directory */
+/* The cache identity (32 bytes, exec/identity.h): every cached page's L3 key covers it. */
+const uint8_t *srt_engine_identity(const struct srt_engine *e);
 int srt_engine_profile(const struct srt_engine *e);
 int srt_engine_threads(const struct srt_engine *e);
 int srt_engine_chunk(const struct srt_engine *e);

@@ -424,9 +424,194 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 	}
 }
 
+/* ==== decode (M = 1) in REFERENCE mode, FP8 / FP4 weights, full tiles =========================
+ *
+ * The same operations as tile() for M = 1 and a full tile (so the same bits), arranged for a
+ * GEMV: the activation pair vectors are built once per call for the whole K (FP8: times 2^8
+ * per block when exact, the check of x_pairs), the weight scales of a tile are converted in
+ * vector registers, the tile's 8 results stay in a register across the K blocks (y = 0, then
+ * y + d·f per block or sub-block, in order) and are stored once, and FP4 weights are decoded
+ * from one [a 16 bytes | b 16 bytes] load per 32-wide sub-block (vpermd picks each vector's
+ * dword of both rows, vpsrlvd and vpermps as pair_fp4).
+ */
+#define GEMV_KMAX 8192 /* K of the on-stack activation pairs (64 KiB); larger K: tile() */
+
+/* UE8M0 codes (one per 32-bit lane, < 256) -> float, as srt_e8m0_to_f32. */
+static inline __m256 e8m0_v(__m256i e)
+{
+	__m256i u = _mm256_slli_epi32(e, 23);
+	u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x00400000),
+			       _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+	u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x7FC00000),
+			       _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+	return _mm256_castsi256_ps(u);
+}
+
+/* The 4 pair vectors of FP4 sub-block (32 weights) of rows a and b. */
+static inline void pair_fp4_sub(const uint8_t *a, const uint8_t *b, __m512 *out)
+{
+	const __m512i v = _mm512_castsi256_si512(_mm256_inserti128_si256(
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+		_mm_loadu_si128((const __m128i *)(const void *)b), 1));
+	const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+	const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+					  -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+	for (int q = 0; q < 4; q++) {
+		const __m512i idx = _mm512_mask_set1_epi32(_mm512_set1_epi32(q), (__mmask16)0xFF00, 4 + q);
+		const __m512i nib = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, v), sh);
+		out[q] = _mm512_permutexvar_ps(nib, tab);
+	}
+}
+
+/*
+ * True when every x of the block has at most 8 significant bits (the low 16 mantissa bits
+ * clear, as E4M3 and bf16 values have) and is 0 or in [2^-100, 2^101). Then each product
+ * with a weight code value (E2M1: 2 bits in [0.5, 6]; E4M3·2^-8 times x·2^8: 4 bits in
+ * [2^-17, 1.75]) is an exact normal float (at most 12 bits), so round(acc + x·w) by one fused
+ * multiply-add is the bit-identical result of the separate multiplication and addition.
+ */
+static inline bool x_exact_products(const float *x)
+{
+	__m256i bad = _mm256_setzero_si256();
+	for (int i = 0; i < KB; i += 8) {
+		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+		const __m256i e = _mm256_srli_epi32(a, 23);
+		const __m256i low = _mm256_and_si256(u, _mm256_set1_epi32(0x0000FFFF));
+		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
+						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
+		const __m256i nz = _mm256_xor_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()),
+						    _mm256_set1_epi32(-1));
+		bad = _mm256_or_si256(bad, _mm256_or_si256(low, _mm256_and_si256(out, nz)));
+	}
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* acc + x·w: one fused multiply-add when `fused` (exact products only, see above). */
+static inline __attribute__((always_inline)) __m512 madd(__m512 acc, __m512 x, __m512 w, bool fused)
+{
+	return fused ? _mm512_fmadd_ps(x, w, acc) : _mm512_add_ps(acc, _mm512_mul_ps(x, w));
+}
+
+/* One FP8 block of a tile: acc[p] = Σ x·w over the block's 16 pair vectors, in order;
+ * x256: the pairs carry 2^8 (else the weights do); fused: exact products (madd). */
+static inline __attribute__((always_inline)) void
+fp8_blk(const uint8_t *const *rows, size_t b, const __m512 *xb, __m512 *acc, bool x256,
+	bool fused)
+{
+	const __m512 f256 = _mm512_set1_ps(256.0f);
+	for (size_t v = 0; v < NV; v += 2)
+		for (int p = 0; p < NP; p++) {
+			__m512 w0, w1;
+			pair_fp8_half2(rows[2 * p] + b * KB + v * 8, rows[2 * p + 1] + b * KB + v * 8,
+				       &w0, &w1);
+			if (!x256) {
+				w0 = _mm512_mul_ps(w0, f256);
+				w1 = _mm512_mul_ps(w1, f256);
+			}
+			acc[p] = madd(acc[p], xb[v], w0, fused);
+			acc[p] = madd(acc[p], xb[v + 1], w1, fused);
+		}
+}
+
+/* Rows [n0, n0 + 8·ntiles) of y = W·x (REFERENCE, one row of prepared activations). */
+static inline __attribute__((always_inline)) void
+gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs, float *y,
+	 size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	__m512 xv[GEMV_KMAX / 8];
+	bool x256[GEMV_KMAX / KB]; /* FP8: block b's pairs carry the 2^8 */
+	bool xfma[GEMV_KMAX / KB]; /* block b's products are exact: fused multiply-adds */
+	for (size_t b = 0; b < nb; b++) {
+		x256[b] = type == SRT_WT_FP8 && x_pairs(xq + b * KB, NV, true, 256.0f, true, xv + b * NV);
+		if (!x256[b])
+			x_pairs(xq + b * KB, NV, false, 1.0f, false, xv + b * NV);
+		xfma[b] = (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
+	}
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		__m256 yacc = _mm256_setzero_ps();
+		if (type == SRT_WT_FP8) {
+			const uint8_t *rows[8];
+			for (int t = 0; t < 8; t++)
+				rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * K;
+			/* the scale block row of each of the 8 rows */
+			size_t srow[8];
+			for (int t = 0; t < 8; t++)
+				srow[t] = ((n + (size_t)t) / KB) * nb;
+			for (size_t b = 0; b < nb; b++) {
+				__m512 acc[NP];
+				for (int p = 0; p < NP; p++)
+					acc[p] = _mm512_setzero_ps();
+				const __m512 *xb = xv + b * NV;
+				if (xfma[b])
+					fp8_blk(rows, b, xb, acc, true, true);
+				else if (x256[b])
+					fp8_blk(rows, b, xb, acc, true, false);
+				else
+					fp8_blk(rows, b, xb, acc, false, false);
+				int32_t ev[8];
+				for (int t = 0; t < 8; t++)
+					ev[t] = w->scales[srow[t] + b];
+				const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)ev);
+				const __m256 f = _mm256_mul_ps(_mm256_set1_ps(xs[b]), e8m0_v(e));
+				yacc = _mm256_add_ps(yacc, _mm256_mul_ps(reduce8(acc), f));
+			}
+		} else {
+			const uint8_t *rows[8], *sc[8];
+			for (int t = 0; t < 8; t++) {
+				rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * (K / 2);
+				sc[t] = w->scales + (n + (size_t)t) * (K / 32);
+			}
+			for (size_t b = 0; b < nb; b++) {
+				/* the 4 scale bytes of each row: sub-block s of row t in byte s of lane t */
+				int32_t sw[8];
+				for (int t = 0; t < 8; t++)
+					memcpy(&sw[t], sc[t] + b * 4, 4);
+				const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
+				const __m256 sa = _mm256_set1_ps(xs[b]);
+				const __m512 *xb = xv + b * NV;
+				for (int sub = 0; sub < 4; sub++) {
+					__m512 acc[NP], wv[NP][4];
+					for (int p = 0; p < NP; p++)
+						pair_fp4_sub(rows[2 * p] + b * 64 + sub * 16,
+							     rows[2 * p + 1] + b * 64 + sub * 16, wv[p]);
+					for (int p = 0; p < NP; p++)
+						acc[p] = _mm512_setzero_ps();
+					if (xfma[b])
+						for (int q = 0; q < 4; q++)
+							for (int p = 0; p < NP; p++)
+								acc[p] = madd(acc[p], xb[sub * 4 + q], wv[p][q], true);
+					else
+						for (int q = 0; q < 4; q++)
+							for (int p = 0; p < NP; p++)
+								acc[p] = madd(acc[p], xb[sub * 4 + q], wv[p][q], false);
+					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
+									   _mm256_set1_epi32(0xFF));
+					const __m256 da = _mm256_mul_ps(reduce8(acc), sa);
+					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, e8m0_v(e)));
+				}
+			}
+		}
+		_mm256_storeu_ps(y + n, yacc);
+	}
+}
+
 bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
+	if (xs && m == 1 && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4) &&
+	    w->cols <= GEMV_KMAX && n1 - n0 >= 2 * NP) {
+		const size_t nt = (n1 - n0) / (2 * NP), n = n0 + nt * 2 * NP;
+		if (w->type == SRT_WT_FP8)
+			gemv_ref(w, SRT_WT_FP8, x, xs, y, n0, nt);
+		else
+			gemv_ref(w, SRT_WT_FP4, x, xs, y, n0, nt);
+		if (n < n1)
+			srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n, n1);
+		return true;
+	}
 	switch (w->type) {
 	case SRT_WT_F32:
 		if (w->cols % 8 != 0)

@@ -9,13 +9,8 @@
 
 #include <shadowrt/plugin.h>
 
-#include "tok/tok.h"
-#if defined(__has_include)
-#if __has_include("tok/chat.h")
 #include "tok/chat.h"
-#define SRT_HAVE_CHAT 1
-#endif
-#endif
+#include "tok/tok.h"
 
 static int bad(struct srt_api_error *e, unsigned status, const char *code, const char *param,
 	       const char *fmt, ...) __attribute__((format(printf, 5, 6)));
@@ -168,7 +163,6 @@ static int parse_chat(const struct srt_api_ctx *ctx, const json_t *root, struct 
 	if (!json_is_array(m) || json_array_size(m) == 0)
 		return bad(e, 400, "invalid_type", "messages",
 			   "'messages' must be a non-empty list of messages");
-#ifdef SRT_HAVE_CHAT
 	if (!ctx->tok)
 		return bad(e, 400, "invalid_value", "messages",
 			   "this model has no tokenizer (no tokenizer.json in its directory): use "
@@ -188,12 +182,6 @@ static int parse_chat(const struct srt_api_ctx *ctx, const json_t *root, struct 
 	if (rc)
 		return bad(e, 500, "out_of_memory", NULL, "out of memory");
 	return 0;
-#else
-	(void)ctx;
-	(void)r;
-	return bad(e, 400, "invalid_value", "messages",
-		   "this build has no chat encoding: use /v1/completions");
-#endif
 }
 
 static int parse_stop(const json_t *v, struct srt_api_req *r, struct srt_api_error *e)

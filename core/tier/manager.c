@@ -267,11 +267,12 @@ struct pinfo {
 	struct srt_tier_pool_tag tag; /* derives the pool's L3 keys from a page's chain */
 };
 
-/* One page to fetch from L3 for a loading request. */
+/* One page to fetch from L3 (or copy from L2) for a loading request. */
 struct item {
 	struct srt_key key;
 	uint32_t pool;
 	void *dst;   /* L1 page (real mode) or NULL (synthetic: verify only) */
+	struct kent *l2; /* a pinned L2 page to copy (in the prefetch thread), else L3 */
 	int ok;
 };
 
@@ -296,6 +297,15 @@ struct srt_tmgr_req {
 	int branch_done;
 	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
 	uint64_t lower_run; /* end of the ALL pools' run in L2/L3: where an older prefix left off */
+	uint32_t attempts;  /* loads that failed and were looked up again */
+	/* shared loads: a request loading pages [load_from, load_to) from L3 is a "loader" (on the
+	 * manager's list); a later request whose lookup starts inside that range follows it: it
+	 * loads nothing, and at its wait it waits for the loader, then matches its pages in L1 */
+	uint64_t load_from, load_to;
+	struct srt_tmgr_req *lprev, *lnext;  /* loaders list */
+	struct srt_tmgr_req *follow;         /* the loader followed (NULL once it is gone) */
+	int following;
+	struct srt_tmgr_req *followers, *fnext; /* requests following this one */
 };
 
 struct srt_tmgr {
@@ -310,6 +320,7 @@ struct srt_tmgr {
 	int has_l2, has_l3;
 	struct srt_tier_store store;
 	struct srt_twr *w; /* L3 writes and removes (writer.h) */
+	pthread_mutex_t l2mu; /* arena calls: the prefetch thread copies L2 pages too */
 	uint8_t *scratch; /* payload buffer (main thread) */
 	size_t scratch_len;
 	/* L3 availability */
@@ -325,6 +336,7 @@ struct srt_tmgr {
 	int stop, hold;
 	uint8_t *tscratch; /* payload buffer (prefetch thread) */
 	struct srt_tmgr_stats st;
+	struct srt_tmgr_req *loaders; /* requests with L3 loads not yet waited for */
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
 };
@@ -483,7 +495,9 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 			m->st.bytes_l2_to_l3 += m->pools[v->pool].page_bytes;
 		}
 		kt_remove(&m->l2, v);
+		pthread_mutex_lock(&m->l2mu);
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, v->page, m->pools[v->pool].payload);
+		pthread_mutex_unlock(&m->l2mu);
 		m->st.l2_evicted++;
 		free(v);
 		v = prev;
@@ -517,12 +531,14 @@ static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	if (!e)
 		return 0;
 	size_t len = (size_t)m->pools[pool].payload;
-	if (m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page)) {
-		free(e);
-		return 0;
-	}
-	if (m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
+	pthread_mutex_lock(&m->l2mu);
+	int arc = m->cfg.l2_vt->alloc_page(m->cfg.l2_inst, len, &e->page);
+	if (!arc && m->cfg.l2_vt->copy_from_host(m->cfg.l2_inst, e->page, payload, len)) {
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		arc = SRT_EIO;
+	}
+	pthread_mutex_unlock(&m->l2mu);
+	if (arc) {
 		free(e);
 		return 0;
 	}
@@ -531,7 +547,9 @@ static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	e->bytes = pb;
 	e->in_l3 = (uint8_t)in_l3;
 	if (kt_insert(&m->l2, e)) {
+		pthread_mutex_lock(&m->l2mu);
 		m->cfg.l2_vt->free_page(m->cfg.l2_inst, e->page, len);
+		pthread_mutex_unlock(&m->l2mu);
 		free(e);
 		return 0;
 	}
@@ -602,11 +620,17 @@ static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 		struct item *it = &r->items[i];
 		it->ok = 0;
 		size_t pl = (size_t)m->pools[it->pool].payload;
+		if (it->l2) { /* an L2 page: the copy overlaps whatever the scheduler does */
+			pthread_mutex_lock(&m->l2mu);
+			it->ok = !m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, it->dst, it->l2->page, pl);
+			pthread_mutex_unlock(&m->l2mu);
+			continue;
+		}
 		void *dst = m->cfg.payload_bytes ? buf : it->dst;
 		void *bufs[1] = {dst};
 		size_t caps[1] = {pl}, lens[1] = {0};
 		/* a page whose put is still queued is read from the queue (read-your-writes) */
-		if (!srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
+		if (!m->w || !srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
 			if (!l3_usable(m))
 				continue;
 			int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
@@ -661,6 +685,127 @@ void srt_tmgr_hold_prefetch(struct srt_tmgr *m, int hold)
 	m->hold = hold;
 	pthread_cond_broadcast(&m->cv);
 	pthread_mutex_unlock(&m->mu);
+}
+
+/* --- the L3 index across runs ----------------------------------------------------------------- */
+
+/*
+ * The manager's L3 index (which pages it accounts in L3, least recent first) is saved as objects
+ * of the store itself at flush and shutdown and read back at create, so the L3 budget bounds the
+ * store across runs, also in synthetic mode where the store has no byte bound of its own. Chunk c
+ * is an object under a key derived from the scope (model, layout, tenant) and c:
+ *     "SRTL3IX1" | u32 chunk | u32 chunks | u64 entries | u32 n | u32 0 | n x (key, u32 pool)
+ */
+#define IDX_MAGIC "SRTL3IX1"
+#define IDX_HDR 32u
+#define IDX_ENT 36u
+#define IDX_PER_CHUNK 16384u
+
+static void idx_key(const struct srt_tmgr *m, uint32_t chunk, struct srt_key *out)
+{
+	struct srt_tier_sha256 s;
+	srt_tier_sha256_init(&s);
+	srt_tier_sha256_update(&s, "shadowrt/l3-index/v1", 20);
+	srt_tier_sha256_update(&s, &m->cfg.scope, sizeof(m->cfg.scope));
+	put_u32(&s, chunk);
+	srt_tier_sha256_final(&s, out->b);
+}
+
+static void idx_save(struct srt_tmgr *m)
+{
+	if (!m->has_l3 || !l3_usable(m))
+		return;
+	uint64_t total = m->l3.n;
+	uint32_t chunks = (uint32_t)((total + IDX_PER_CHUNK - 1) / IDX_PER_CHUNK);
+	if (!chunks)
+		chunks = 1;
+	uint8_t *buf = malloc(IDX_HDR + (size_t)IDX_PER_CHUNK * IDX_ENT);
+	if (!buf)
+		return;
+	const struct kent *e = m->l3.tail; /* least recent first */
+	for (uint32_t c = 0; c < chunks; c++) {
+		uint32_t n = 0;
+		for (; e && n < IDX_PER_CHUNK; e = e->prev, n++) {
+			memcpy(buf + IDX_HDR + (size_t)n * IDX_ENT, e->key.b, SRT_KEY_BYTES);
+			memcpy(buf + IDX_HDR + (size_t)n * IDX_ENT + SRT_KEY_BYTES, &e->pool, 4);
+		}
+		memcpy(buf, IDX_MAGIC, 8);
+		memcpy(buf + 8, &c, 4);
+		memcpy(buf + 12, &chunks, 4);
+		memcpy(buf + 16, &total, 8);
+		memcpy(buf + 24, &n, 4);
+		memset(buf + 28, 0, 4);
+		struct srt_key k;
+		idx_key(m, c, &k);
+		const void *bufs[1] = {buf};
+		size_t len = IDX_HDR + (size_t)n * IDX_ENT;
+		int rc = srt_tier_store_put(&m->store, &k, 1, bufs, &len);
+		if (rc) {
+			LOG(m, SRT_LOG_WARN, "L3 (%s): saving the L3 index failed (%d): the next run "
+			    "accounts only what it finds", m->cfg.l3_name ? m->cfg.l3_name : "store", rc);
+			break;
+		}
+	}
+	free(buf);
+}
+
+static void idx_load(struct srt_tmgr *m)
+{
+	size_t cap = IDX_HDR + (size_t)IDX_PER_CHUNK * IDX_ENT, len = 0;
+	uint8_t *buf = malloc(cap);
+	if (!buf)
+		return;
+	uint32_t chunks = 1;
+	uint64_t loaded = 0;
+	for (uint32_t c = 0; c < chunks; c++) {
+		struct srt_key k;
+		idx_key(m, c, &k);
+		void *bufs[1] = {buf};
+		if (srt_tier_store_get(&m->store, &k, 1, bufs, &cap, &len) || len < IDX_HDR ||
+		    memcmp(buf, IDX_MAGIC, 8))
+			break;
+		uint32_t cc, cn, n;
+		memcpy(&cc, buf + 8, 4);
+		memcpy(&cn, buf + 12, 4);
+		memcpy(&n, buf + 24, 4);
+		if (cc != c || (c == 0 ? !cn || cn > (1u << 20) : cn != chunks) ||
+		    len != IDX_HDR + (size_t)n * IDX_ENT)
+			break; /* a chunk of another save: stop, keep what is consistent */
+		chunks = cn;
+		for (uint32_t i = 0; i < n; i++) {
+			struct srt_key key;
+			uint32_t pool;
+			memcpy(key.b, buf + IDX_HDR + (size_t)i * IDX_ENT, SRT_KEY_BYTES);
+			memcpy(&pool, buf + IDX_HDR + (size_t)i * IDX_ENT + SRT_KEY_BYTES, 4);
+			if (pool >= m->np || kt_find(&m->l3, &key))
+				continue;
+			struct kent *e = calloc(1, sizeof(*e));
+			if (!e)
+				break;
+			e->key = key;
+			e->pool = pool;
+			e->bytes = l3_acct(m, pool);
+			if (kt_insert(&m->l3, e)) { /* at the front: read oldest first */
+				free(e);
+				break;
+			}
+			loaded++;
+		}
+	}
+	free(buf);
+	/* a smaller budget than the last run's: evict down to it now */
+	while (m->l3.bytes > m->l3.budget && m->l3.tail) {
+		struct kent *v = m->l3.tail;
+		kt_remove(&m->l3, v);
+		srt_twr_remove(m->w, &v->key);
+		m->st.l3_evicted++;
+		free(v);
+	}
+	m->l3.peak = m->l3.bytes;
+	if (loaded)
+		LOG(m, SRT_LOG_INFO, "L3 (%s): %" PRIu64 " pages of earlier runs accounted (%" PRIu64
+		    " bytes of a %" PRIu64 " byte budget)", m->cfg.l3_name ? m->cfg.l3_name : "store",
+		    loaded, m->l3.bytes, m->l3.budget);
 }
 
 /* --- create / destroy ---------------------------------------------------------------------- */
@@ -729,6 +874,7 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 	m->P = P;
 	m->np = cfg->n_pools;
 	pthread_mutex_init(&m->l3mu, NULL);
+	pthread_mutex_init(&m->l2mu, NULL);
 	pthread_mutex_init(&m->mu, NULL);
 	pthread_cond_init(&m->cv, NULL);
 	pthread_cond_init(&m->done_cv, NULL);
@@ -789,14 +935,16 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 			srt_tmgr_destroy(m);
 			return wrc;
 		}
-		if (cfg->prefetch) {
-			if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
-				snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
-				srt_tmgr_destroy(m);
-				return SRT_EIO;
-			}
-			m->thr_on = 1;
+		idx_load(m);
+	}
+	/* the loading thread: L3 gets and, in real mode, L2 -> L1 copies */
+	if (cfg->prefetch && (m->has_l3 || m->has_l2)) {
+		if (pthread_create(&m->thr, NULL, prefetch_main, m)) {
+			snprintf(err, errlen, "tier manager: cannot start the prefetch thread");
+			srt_tmgr_destroy(m);
+			return SRT_EIO;
 		}
+		m->thr_on = 1;
 	}
 	m->hooks.ctx = m;
 	m->hooks.on_drop = on_drop;
@@ -831,7 +979,12 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 		pthread_mutex_unlock(&m->mu);
 		pthread_join(m->thr, NULL);
 	}
-	srt_twr_destroy(m->w); /* flushes: every queued write reaches the store */
+	if (m->w) {
+		srt_twr_flush(m->w); /* every queued write reaches the store */
+		l3_reap(m);
+		idx_save(m);
+	}
+	srt_twr_destroy(m->w);
 	for (size_t i = 0; i < m->l1.cap; i++)
 		for (struct l1ent *e = m->l1.b[i], *n; e; e = n) {
 			n = e->hnext;
@@ -853,6 +1006,7 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 	free(m->scratch);
 	free(m->tscratch);
 	pthread_mutex_destroy(&m->l3mu);
+	pthread_mutex_destroy(&m->l2mu);
 	pthread_mutex_destroy(&m->mu);
 	pthread_cond_destroy(&m->cv);
 	pthread_cond_destroy(&m->done_cv);
@@ -1069,48 +1223,93 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 
 static void req_free_load(struct srt_tmgr_req *r)
 {
+	for (uint32_t i = 0; i < r->n_items; i++)
+		if (r->items[i].l2)
+			r->items[i].l2->pins--;
 	free(r->items);
 	r->items = NULL;
 	r->n_items = 0;
 }
 
-int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
-		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
-		       size_t errlen)
+static void loader_unlink(struct srt_tmgr_req *r)
 {
-	assert(m->c);
-	*out = NULL;
+	struct srt_tmgr *m = r->m;
+	if (!r->load_to)
+		return;
+	if (r->lprev)
+		r->lprev->lnext = r->lnext;
+	else
+		m->loaders = r->lnext;
+	if (r->lnext)
+		r->lnext->lprev = r->lprev;
+	r->lprev = r->lnext = NULL;
+	r->load_to = 0;
+	for (struct srt_tmgr_req *f = r->followers; f; f = f->fnext)
+		f->follow = NULL; /* they look up again at their wait */
+	r->followers = NULL;
+}
+
+static void follower_unlink(struct srt_tmgr_req *r)
+{
+	if (!r->follow)
+		return;
+	struct srt_tmgr_req **pp = &r->follow->followers;
+	while (*pp != r)
+		pp = &(*pp)->fnext;
+	*pp = r->fnext;
+	r->follow = NULL;
+	r->fnext = NULL;
+}
+
+/* A request loading page j of this prefix (same key chain) from L3, or NULL. */
+static struct srt_tmgr_req *find_loader(struct srt_tmgr *m, const struct srt_tmgr_req *r,
+					uint64_t j)
+{
+	for (struct srt_tmgr_req *a = m->loaders; a; a = a->lnext)
+		if (a != r && a->load_from <= j && j < a->load_to && a->nkeys > j &&
+		    !memcmp(a->keys[0][j].b, r->keys[0][j].b, SRT_KEY_BYTES))
+			return a;
+	return NULL;
+}
+
+/*
+ * Match L1, look the following pages up in L2 / L3 and start loading them (the request's rdx
+ * request is new). Used at start and again when a load failed (see srt_tmgr_req_wait).
+ */
+static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err, size_t errlen)
+{
+	struct srt_tmgr *m = r->m;
+	const int32_t *tokens = r->tokens;
+	uint64_t n = r->n, h1;
 	memset(hit, 0, sizeof(*hit));
-	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
-	if (!r || !(r->keys = calloc(m->np + 1, sizeof(*r->keys))) ||
-	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
-		if (r)
-			free(r->keys);
-		free(r);
-		snprintf(err, errlen, "tier manager: out of memory");
-		return SRT_ENOMEM;
-	}
-	r->m = m;
-	l3_reap(m);
-	memcpy(r->tokens, tokens, n * sizeof(int32_t));
-	r->n = n;
-	uint64_t h1;
+	atomic_store(&r->done, 0);
 	int rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
-	if (rc) {
-		srt_tmgr_req_free(r);
+	if (rc)
 		return rc;
-	}
 	uint64_t P = m->P, hp = h1 / P, np = n / P;
 	r->recorded = hp;
 	hit->l1_tokens = h1;
 	if ((rc = req_keys(r, tokens, np > hp ? np : hp)))
 		goto fail;
-	req_count_hits(r, hp);
+	if (!r->attempts)
+		req_count_hits(r, hp);
 	if (!(m->has_l2 || m->has_l3) || np <= hp)
 		goto done;
 	uint64_t t = lower_lookup(m, r, hp, np);
 	if (t <= hp)
 		goto done;
+	struct srt_tmgr_req *lead = find_loader(m, r, hp);
+	if (lead) { /* the same pages are on their way for another request: share them */
+		r->follow = lead;
+		r->following = 1;
+		r->fnext = lead->followers;
+		lead->followers = r;
+		r->pending = 1;
+		m->st.loads_shared++;
+		uint64_t upto = lead->load_to < t ? lead->load_to : t;
+		hit->l3_tokens = (upto - hp) * P;
+		goto done;
+	}
 	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
 	for (uint32_t p = 0; p < m->np; p++)
 		for (uint64_t j = hp; j < t; j++) {
@@ -1141,14 +1340,19 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 				continue;
 			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages < t)
 				continue;
+			int async_l2 = e && !m->cfg.payload_bytes && m->thr_on;
 			if (e) {
-				if (!m->cfg.payload_bytes)
+				if (!m->cfg.payload_bytes && !async_l2) {
+					pthread_mutex_lock(&m->l2mu);
 					m->cfg.l2_vt->copy_to_host(m->cfg.l2_inst, buf[j], e->page,
 								   (size_t)pi->payload);
+					pthread_mutex_unlock(&m->l2mu);
+				}
 				kt_touch(&m->l2, e);
 				m->st.pages_l2_to_l1++;
 				m->st.bytes_l2_to_l1 += pi->page_bytes;
-				continue;
+				if (!async_l2)
+					continue;
 			}
 			if (r->n_items == cap) {
 				cap = cap ? 2 * cap : 64;
@@ -1161,7 +1365,12 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 				r->items = it;
 			}
 			r->items[r->n_items++] = (struct item){.key = r->keys[p][j], .pool = p,
-							       .dst = m->cfg.payload_bytes ? NULL : buf[j]};
+							       .dst = m->cfg.payload_bytes ? NULL : buf[j],
+							       .l2 = async_l2 ? e : NULL};
+			if (async_l2) {
+				e->pins++; /* until the copy is waited for (req_free_load) */
+				continue;
+			}
 			from_l3[j] = 1;
 		}
 	}
@@ -1188,6 +1397,15 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 	}
 	free(from_l3);
 	r->pending = 1;
+	if (r->n_items) { /* a loader: later requests of this prefix follow it */
+		r->load_from = hp;
+		r->load_to = t;
+		r->lprev = NULL;
+		r->lnext = m->loaders;
+		if (m->loaders)
+			m->loaders->lprev = r;
+		m->loaders = r;
+	}
 	if (r->n_items && m->thr_on) {
 		r->queued = 1;
 		pthread_mutex_lock(&m->mu);
@@ -1207,11 +1425,39 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 done:
 	r->hit = *hit;
 	r->hit_pages = (hit->l1_tokens + hit->l2_tokens + hit->l3_tokens) / P;
-	*out = r;
 	return 0;
 fail:
-	srt_tmgr_req_free(r);
 	return rc;
+}
+
+
+int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
+		       struct srt_tmgr_req **out, struct srt_tmgr_hit *hit, char *err,
+		       size_t errlen)
+{
+	assert(m->c);
+	*out = NULL;
+	memset(hit, 0, sizeof(*hit));
+	struct srt_tmgr_req *r = calloc(1, sizeof(*r));
+	if (!r || !(r->keys = calloc(m->np + 1, sizeof(*r->keys))) ||
+	    !(r->tokens = malloc((n ? n : 1) * sizeof(int32_t)))) {
+		if (r)
+			free(r->keys);
+		free(r);
+		snprintf(err, errlen, "tier manager: out of memory");
+		return SRT_ENOMEM;
+	}
+	r->m = m;
+	l3_reap(m);
+	memcpy(r->tokens, tokens, n * sizeof(int32_t));
+	r->n = n;
+	int rc = req_begin(r, hit, err, errlen);
+	if (rc) {
+		srt_tmgr_req_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
 }
 
 int srt_tmgr_req_ready(const struct srt_tmgr_req *r)
@@ -1244,11 +1490,36 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 			*hit = r->hit;
 		return 0;
 	}
+	if (r->following) {
+		/* wait for the loader, which commits the shared pages to the tree, then match
+		 * again: they are an L1 hit now (or, if the loader went away, found again below) */
+		struct srt_tmgr_req *lead = r->follow;
+		follower_unlink(r);
+		r->following = 0;
+		r->pending = 0;
+		if (lead) {
+			char why[256];
+			srt_tmgr_req_wait(lead, NULL, why, sizeof(why));
+		}
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		struct srt_tmgr_hit h2;
+		int rc = req_begin(r, &h2, err, errlen);
+		if (rc)
+			return rc;
+		return srt_tmgr_req_wait(r, hit, err, errlen);
+	}
 	wait_done(r);
+	loader_unlink(r);
 	r->pending = 0;
 	int failed = 0;
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
+		if (it->l2) {
+			failed |= !it->ok;
+			continue;
+		}
 		if (it->ok) {
 			l3_note(m, &it->key, it->pool);
 			m->st.pages_l3_to_l1++;
@@ -1260,6 +1531,26 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 	}
 	req_free_load(r);
 	int rc = 0;
+	if (failed && !r->attempts) {
+		/* the pages that failed are gone from the store (a corrupt object is removed, an
+		 * absent one is absent): a second lookup finds the longest prefix that L1 + L2 + L3
+		 * can still serve, which is what this request falls back to */
+		uint64_t had = r->hit.l2_tokens + r->hit.l3_tokens;
+		m->st.loads_failed++;
+		m->st.loads_retried++;
+		srt_rdx_req_abort(r->r, NULL, 0);
+		srt_rdx_req_free(r->r);
+		r->r = NULL;
+		r->attempts++;
+		struct srt_tmgr_hit h2;
+		rc = req_begin(r, &h2, err, errlen);
+		if (rc)
+			return rc;
+		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: falling back "
+		    "to the longest prefix still held (%" PRIu64 " tokens from L2/L3)", had,
+		    h2.l2_tokens + h2.l3_tokens);
+		return srt_tmgr_req_wait(r, hit, err, errlen);
+	}
 	if (failed) {
 		m->st.loads_failed++;
 		LOG(m, SRT_LOG_INFO, "a tier hit of %" PRIu64 " tokens failed to load: recomputing",
@@ -1327,6 +1618,9 @@ int srt_tmgr_req_finish(struct srt_tmgr_req *r, uint64_t *cached_tokens, char *e
 int srt_tmgr_req_abort(struct srt_tmgr_req *r, char *err, size_t errlen)
 {
 	wait_done(r);
+	loader_unlink(r);
+	follower_unlink(r);
+	r->following = 0;
 	r->pending = 0;
 	req_free_load(r);
 	return srt_rdx_req_abort(r->r, err, errlen);
@@ -1337,6 +1631,8 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	if (!r)
 		return;
 	wait_done(r);
+	loader_unlink(r);
+	follower_unlink(r);
 	req_free_load(r);
 	if (r->r)
 		srt_rdx_req_free(r->r);
@@ -1346,6 +1642,21 @@ void srt_tmgr_req_free(struct srt_tmgr_req *r)
 	free(r->keys);
 	free(r->tokens);
 	free(r);
+}
+
+int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *tokens,
+		      uint64_t page, struct srt_key *out)
+{
+	if (pool >= m->np)
+		return SRT_EINVAL;
+	struct srt_key chain, prev;
+	for (uint64_t j = 0; j <= page; j++) {
+		if (srt_tier_key_chain_next(&m->keyer, j ? &prev : NULL, tokens + j * m->P, m->P,
+					    &chain))
+			return SRT_ENOMEM;
+		prev = chain;
+	}
+	return srt_tier_key_pool(&chain, &m->pools[pool].tag, out) ? SRT_ENOMEM : 0;
 }
 
 /* --- stats and checks --------------------------------------------------------------------- */

@@ -26,11 +26,18 @@
  *    takes the longest page boundary t at which the match rule holds over L1 + L2 + L3 (every
  *    ALL pool has pages [hit, t), every TAIL pool the pages of its window before t). It then
  *    allocates the request's L1 pages up to t, copies the L2 pages in at once and fetches the L3
- *    pages, in a background thread when prefetch is on. The loaded pages are private to the
+ *    pages, in a background thread when prefetch is on (which, with real pages, also does the
+ *    L2 -> L1 copies, so they overlap whatever the scheduler does between srt_tmgr_req_start
+ *    and srt_tmgr_req_wait; L2 arena calls are serialised by a mutex). The loaded pages are private to the
  *    request until srt_tmgr_req_wait has seen every page arrive and verified it; only then are
  *    they committed to the tree, where other requests can hit them. A page that fails to load
- *    (absent after all, corrupt, store down) turns the tier hit into a miss: the request falls
- *    back to its L1 hit and computes the rest. L2 copies stay after promotion (inclusive).
+ *    (absent after all, corrupt, store down) is gone from the store afterwards (corrupt objects
+ *    are removed), so srt_tmgr_req_wait looks the request up once more and loads the longest
+ *    prefix that L1 + L2 + L3 still hold and verify; only if that fails too does it fall back
+ *    to the L1 hit. L2 copies stay after promotion (inclusive). A request whose lookup starts
+ *    inside the pages another request is still loading from L3 (same prefix) loads nothing
+ *    itself: its srt_tmgr_req_wait waits for that load (committing it), then matches those
+ *    pages in L1 (loads_shared counts them).
  *
  * Budgets are hard: L1 per pool (the radix cache), L2 and L3 in bytes, counted in page bytes
  * (payload + the 64-byte object header for L3). L3 accounting covers the objects this process
@@ -54,6 +61,12 @@
  * prefix of the queue and the L3 budget holds in the store at every instant. A put the store
  * refuses is removed again and forgotten (the page is a miss later, never served wrong).
  * write_sync = 1 runs every write inline instead (the old behaviour, for comparisons).
+ *
+ * L3 accounting across runs: srt_tmgr_destroy saves the L3 index (the pages this manager
+ * accounts in L3, in LRU order) as a few objects of the store itself, under keys derived from the
+ * scope; srt_tmgr_create reads them back (and evicts down to a smaller budget), so the L3 budget
+ * bounds the store across runs and restarts, also in synthetic mode where the store itself has no
+ * byte bound. Processes sharing one store at once each save their own view (the last one wins).
  *
  * L3 faults: a store call that fails with SRT_EIO marks L3 down (logged once); while down the
  * manager runs without L3 (misses, no writes) and tries again after l3_retry_ms; the first call
@@ -119,7 +132,7 @@ struct srt_tmgr_config {
 	/* L3 writer (writer.h) */
 	int write_sync;             /* 1: every L3 write inline on the request path */
 	uint64_t write_queue_bytes; /* queued payload bytes at most (0 = 64 MiB) */
-	uint32_t write_batch;       /* puts per store call at most (0 = 64) */
+	uint32_t write_batch;       /* puts per store call at most (0 = 256) */
 	int write_full;             /* enum srt_twr_full: SRT_TWR_WAIT (0) or SRT_TWR_DROP (1) */
 	const struct srt_host *host; /* logging; borrowed */
 };
@@ -180,7 +193,8 @@ int srt_tmgr_req_start(struct srt_tmgr *m, const int32_t *tokens, uint64_t n,
 int srt_tmgr_req_ready(const struct srt_tmgr_req *r);
 /*
  * Wait for the request's loads, verify them and commit them to the tree. If a page failed,
- * the request restarts at its L1 hit and *hit is updated (l2/l3 tokens become 0). Returns 0 or
+ * the request looks the lower tiers up again and waits for the longest prefix still held (if
+ * that fails as well it restarts at its L1 hit); *hit is updated. Returns 0 or
  * a radix error (SRT_ENOMEM when restarting could not lock, with a message).
  */
 int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err,
@@ -205,7 +219,10 @@ struct srt_tmgr_stats {
 	uint64_t bytes_l2_to_l1, bytes_l3_to_l1;
 	uint64_t l2_bytes, l2_peak, l2_budget, l2_pages, l2_evicted;
 	uint64_t l3_bytes, l3_peak, l3_budget, l3_objects, l3_evicted;
-	uint64_t loads_failed;     /* tier hits turned into misses at wait */
+	uint64_t loads_failed;     /* tier hits that failed to load at wait */
+	uint64_t loads_retried;    /* of which looked up again: the longest prefix still held */
+	uint64_t loads_shared;     /* requests that waited for another request's load of the same
+				    * pages instead of loading them again */
 	uint64_t pages_verified;   /* loaded payloads checked byte for byte (synthetic mode) */
 	uint64_t l3_rejected;      /* corrupt / foreign objects seen (removed, not served) */
 	uint64_t l3_outages;       /* times L3 went down */
@@ -227,6 +244,14 @@ void srt_tmgr_stats(const struct srt_tmgr *m, struct srt_tmgr_stats *out);
 
 /* 0 when L2 and L3 byte counts are within budget and L2's index matches its byte count. */
 int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen);
+
+/*
+ * The L2/L3 key of page `page` (tokens [page * P, (page + 1) * P)) of pool `pool` for a prefix
+ * whose tokens are tokens[0 .. (page + 1) * P): which object holds that page (tools, tests).
+ * 0, SRT_EINVAL (no such pool) or SRT_ENOMEM.
+ */
+int srt_tmgr_page_key(const struct srt_tmgr *m, uint32_t pool, const int32_t *tokens,
+		      uint64_t page, struct srt_key *out);
 
 /* The synthetic payload of a page: n bytes derived from its key. */
 void srt_tmgr_synth_payload(const struct srt_key *key, void *buf, size_t n);

@@ -82,6 +82,14 @@ static int load_tier(struct srt_tier_stack *s, const struct srt_tier_stack_opts 
 		snprintf(err, errlen, "[%s] plugin = %s: %s", sections[level], plugin, why);
 		return rc;
 	}
+	/* an arena keeps its mappings within the tier's budget (tier.h, ABI 1.1) */
+	const struct srt_tier_vtable *vt = s->inst[level]->vtable;
+	if (level != SRT_TIER_L3 && budget && vt->set_budget &&
+	    (rc = vt->set_budget(s->inst[level]->ctx, budget))) {
+		snprintf(err, errlen, "[%s] plugin = %s: set_budget(%" PRIu64 ") failed (%d)",
+			 sections[level], plugin, budget, rc);
+		return rc;
+	}
 	return 0;
 }
 

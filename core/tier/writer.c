@@ -313,7 +313,7 @@ int srt_twr_create(const struct srt_twr_config *cfg, struct srt_twr **out, char 
 	if (!w->cfg.queue_bytes)
 		w->cfg.queue_bytes = 64ull << 20;
 	if (!w->cfg.batch)
-		w->cfg.batch = 64;
+		w->cfg.batch = 256;
 	if (w->cfg.batch > 4096)
 		w->cfg.batch = 4096;
 	if (!w->cfg.report_ms)

@@ -40,7 +40,7 @@ grep -q "plugin 'cas' (did you mean 'csa'?): no attention plugin named 'cas'" "$
 "$BIN" run --model "$MODEL" --no-tiers --turns 2 --conversations 2 --reply-tokens 3 -q \
 	--logits-dir "$T/logits" --json > "$T/run.json" 2> "$T/run.err" || fail "run: $(cat "$T/run.err")"
 "$PY" - "$T/run.json" "$T/logits" <<'PY' || fail "run --json/--logits-dir: $(cat "$T/run.json")"
-import json, os, sys
+import json, os, struct, sys
 r = json.load(open(sys.argv[1]))
 d = sys.argv[2]
 assert len(r["requests"]) == 4, r
@@ -48,7 +48,11 @@ for q in r["requests"]:
     base = os.path.join(d, "turn%d-conv%d" % (q["turn"], q["conversation"]))
     toks = [int(x) for x in open(base + ".tokens").read().split(",")]
     assert toks == q["reply"] and len(toks) == 3, (toks, q)
-    assert os.path.getsize(base + ".f32") == 3 * 512 * 4
+    raw = open(base + ".f32", "rb").read()
+    assert len(raw) == 3 * 512 * 4
+    # greedy (the default temperature 0): each reply token is the argmax of its logits row
+    rows = [struct.unpack("512f", raw[k * 2048:(k + 1) * 2048]) for k in range(3)]
+    assert [max(range(512), key=lambda v: (row[v], -v)) for row in rows] == toks, (toks, base)
     assert q["hit"] <= q["prompt"]
 assert r["requests"][2]["hit"] > 0, r["requests"]   # turn 2 resumes after turn 1's pages
 assert r["hit_tokens"] == sum(q["hit"] for q in r["requests"]), r

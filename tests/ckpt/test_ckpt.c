@@ -221,6 +221,18 @@ START_TEST(header_json_deep_nesting_is_refused)
 }
 END_TEST
 
+/* A FIFO where a shard or the only .safetensors file should be: refused at once (open() on a
+ * FIFO blocks until a writer appears, so the loader used to hang). */
+START_TEST(fifo_in_place_of_a_safetensors_file_is_refused_not_waited_on)
+{
+	char *dir = tmpdir();
+	ck_assert_int_eq(mkfifo(path_in(dir, "weights.safetensors"), 0600), 0);
+	char err[512];
+	ck_assert_int_eq(open_err(dir, err, sizeof(err)), SRT_EINVAL);
+	assert_has(err, "weights.safetensors: not a regular file");
+}
+END_TEST
+
 /* ---- leftovers of killed writers ----------------------------------------------------------- */
 
 static long dead_pid(void)
@@ -1279,6 +1291,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, file_without_tensors_opens_empty);
 	tcase_add_test(tc, unaligned_tensor_data_is_copied_to_aligned_memory);
 	tcase_add_test(tc, next_write_removes_temporary_files_of_killed_writers);
+	tcase_add_test(tc, fifo_in_place_of_a_safetensors_file_is_refused_not_waited_on);
 	tcase_add_test(tc, unlisted_and_duplicate_tensors_across_shards_are_errors);
 	tcase_add_test(tc, directory_without_checkpoint_is_enoent);
 	tcase_add_test(tc, fingerprint_tracks_sampled_bytes_and_full_hash_every_byte);

@@ -408,7 +408,7 @@ START_TEST(default_runtime_config_has_the_documented_values)
 	ck_assert_ptr_null(srt_runtime_config_option(&c, "tier.l3", "host"));
 	ck_assert_int_eq(c.threads, 0);
 	ck_assert_int_eq(c.profile, SRT_PROFILE_REFERENCE);
-	ck_assert_str_eq(c.model, "tiny");
+	ck_assert_str_eq(c.model, "tiny-chat");
 	ck_assert_uint_eq(c.page_size, 256);
 	ck_assert_int_eq(c.n_plugin_dirs, 0);
 	srt_runtime_config_free(&c);

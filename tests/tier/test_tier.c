@@ -381,6 +381,83 @@ START_TEST(host_hugepages_option_gives_2mib_aligned_slabs)
 }
 END_TEST
 
+/* Resident bytes of this process (/proc/self/statm, field 2). */
+static uint64_t resident_bytes(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	unsigned long size = 0, res = 0;
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(fscanf(f, "%lu %lu", &size, &res), 2);
+	fclose(f);
+	return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/*
+ * The arena is told its budget through set_budget (what the tier stack does), then used like
+ * the tier manager uses L2: pages of three sizes (C4, SWA and a 64 KiB page) allocated while the
+ * bytes in use fit the budget, each written whole, some freed and allocated again. The process's
+ * resident memory may grow by the budget plus a small constant, with and without huge pages.
+ */
+static void arena_within_budget(const char *huge, uint64_t budget)
+{
+	struct tu_plugin p;
+	char why[256];
+	const char *opts[] = {"hugepages", huge, NULL};
+	ck_assert_int_eq(tu_open("srt_tier_host.so", opts, &p, why, sizeof(why)), 0);
+	ck_assert_ptr_nonnull(p.vt->set_budget);
+	ck_assert_int_eq(p.vt->set_budget(p.inst, budget), 0);
+	static const size_t sizes[3] = {37376, 149504, 65536};
+	enum { MAXP = 1024 };
+	void *pg[MAXP];
+	size_t sz[MAXP];
+	int n = 0;
+	uint64_t used = 0, rss0 = resident_bytes();
+	for (int round = 0; round < 4; round++) {
+		int got = 1;
+		while (got && n < MAXP) {
+			got = 0;
+			for (int k = 0; k < 3 && n < MAXP; k++) {
+				if (used + sizes[k] > budget ||
+				    p.vt->alloc_page(p.inst, sizes[k], &pg[n]))
+					continue;
+				memset(pg[n], 0x5a, sizes[k]);
+				sz[n] = sizes[k];
+				used += sizes[k];
+				n++;
+				got = 1;
+			}
+		}
+		/* free every other page: the next round reuses and carves again */
+		int m = 0;
+		for (int i = 0; i < n; i++) {
+			if (i % 2) {
+				p.vt->free_page(p.inst, pg[i], sz[i]);
+				used -= sz[i];
+			} else {
+				pg[m] = pg[i], sz[m] = sz[i], m++;
+			}
+		}
+		n = m;
+	}
+	uint64_t rss1 = resident_bytes(), slack = 512u << 10;
+	fprintf(stderr, "[tier] hugepages=%s budget %llu: resident +%llu bytes\n", huge,
+		(unsigned long long)budget, (unsigned long long)(rss1 - rss0));
+	ck_assert_uint_gt(n, 0);
+	ck_assert_msg(rss1 <= rss0 + budget + slack, "resident grew by %llu bytes, budget %llu",
+		      (unsigned long long)(rss1 - rss0), (unsigned long long)budget);
+	for (int i = 0; i < n; i++)
+		p.vt->free_page(p.inst, pg[i], sz[i]);
+	tu_close(&p);
+}
+
+START_TEST(host_resident_memory_stays_within_the_budget_given_by_set_budget)
+{
+	arena_within_budget("off", 1u << 20);
+	arena_within_budget("on", 1u << 20);
+	arena_within_budget("on", 6u << 20);
+}
+END_TEST
+
 START_TEST(host_rejects_bad_options_with_the_key)
 {
 	struct tu_plugin p;
@@ -396,22 +473,25 @@ END_TEST
 
 /* --- keyed stores (file, sqlite) ------------------------------------------------------------- */
 
-enum { B_FILE, B_SQLITE, N_BACKENDS };
-static const char *const so_of[N_BACKENDS] = {"srt_tier_file.so", "srt_tier_sqlite.so"};
+/* B_FILESEG: the file store with layout = segments (appended logs, one sync per put call) */
+enum { B_FILE, B_SQLITE, B_FILESEG, N_BACKENDS };
+static const char *const so_of[N_BACKENDS] = {"srt_tier_file.so", "srt_tier_sqlite.so",
+					      "srt_tier_file.so"};
 
 /* The location option of backend b under dir. */
 static void location(int b, const char *dir, char *out, size_t n)
 {
-	snprintf(out, n, b == B_FILE ? "%s/store" : "%s/l3.db", dir);
+	snprintf(out, n, b != B_SQLITE ? "%s/store" : "%s/l3.db", dir);
 }
 
 static int open_store(int b, const char *dir, const char *max_bytes, struct tu_plugin *p)
 {
 	char loc[4096], why[512];
 	location(b, dir, loc, sizeof(loc));
-	const char *opts[] = {"path", loc, "max_bytes", max_bytes, NULL, NULL};
+	const char *opts[] = {"path", loc, "layout", b == B_FILESEG ? "segments" : "files",
+			      "max_bytes", max_bytes, NULL, NULL};
 	if (!max_bytes)
-		opts[2] = NULL;
+		opts[4] = NULL;
 	int rc = tu_open(so_of[b], opts, p, why, sizeof(why));
 	if (rc)
 		fprintf(stderr, "open %s: %s\n", so_of[b], why);
@@ -679,6 +759,40 @@ static void flip_stored_byte(int b, const char *dir, const struct srt_key *k, si
 		c ^= 0xff;
 		ck_assert_int_eq(pwrite(fd, &c, 1, (off_t)off), 1);
 		close(fd);
+	} else if (b == B_FILESEG) {
+		/* the record header holds the key at byte 16; the object follows the 64-byte header */
+		char cmd[4400];
+		snprintf(cmd, sizeof(cmd), "cat '%s'/seg/*.log", loc);
+		FILE *f = popen(cmd, "r");
+		ck_assert_ptr_nonnull(f);
+		static uint8_t all[1 << 20];
+		size_t n = fread(all, 1, sizeof(all), f);
+		pclose(f);
+		uint8_t *hit = memmem(all, n, k->b, 32);
+		ck_assert_ptr_nonnull(hit);
+		size_t rec = (size_t)(hit - all) - 16;
+		/* which segment file holds it: the stores here write one segment per process run */
+		snprintf(cmd, sizeof(cmd), "ls '%s'/seg/*.log", loc);
+		ck_assert_ptr_nonnull(f = popen(cmd, "r"));
+		char seg[4300];
+		size_t before = 0;
+		while (fgets(seg, sizeof(seg), f)) {
+			seg[strcspn(seg, "\n")] = 0;
+			struct stat st;
+			ck_assert_int_eq(stat(seg, &st), 0);
+			if (rec < before + (size_t)st.st_size)
+				break;
+			before += (size_t)st.st_size;
+		}
+		pclose(f);
+		int fd = open(seg, O_RDWR);
+		ck_assert_int_ge(fd, 0);
+		off_t at = (off_t)(rec - before + 64 + off);
+		uint8_t c;
+		ck_assert_int_eq(pread(fd, &c, 1, at), 1);
+		c ^= 0xff;
+		ck_assert_int_eq(pwrite(fd, &c, 1, at), 1);
+		close(fd);
 	} else {
 		sqlite3 *db;
 		sqlite3_stmt *st;
@@ -817,9 +931,12 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 	uint32_t batch = _i >= N_BACKENDS ? 16 : 1;
 	char *dir = tu_tmpdir("kill");
 	enum { SZ = 37376 }; /* C4 page */
+	int prog[2]; /* the writer reports each stored call, so the kill lands mid-run under load */
+	ck_assert_int_eq(pipe(prog), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
-	if (pid == 0) { /* the writer: put objects forever through the store client */
+	if (pid == 0) {
+		close(prog[0]); /* the writer: put objects forever through the store client */
 		struct tu_plugin p;
 		struct srt_tier_store st;
 		char why[256];
@@ -839,11 +956,20 @@ START_TEST(store_writer_killed_mid_write_leaves_no_corrupt_object)
 				len[j] = SZ;
 				tu_fill(many[j], SZ, (i + j) % 4000);
 			}
-			srt_tier_store_put(&st, k, batch, in, len);
+			if (!srt_tier_store_put(&st, k, batch, in, len) && write(prog[1], "x", 1) < 0)
+				_exit(4);
 		}
 	}
-	usleep(400000);
+	close(prog[1]);
+	char x[3];
+	for (size_t got = 0; got < sizeof(x);) { /* three calls stored, then kill soon after */
+		ssize_t r = read(prog[0], x + got, sizeof(x) - got);
+		ck_assert_int_gt(r, 0);
+		got += (size_t)r;
+	}
+	usleep(20000);
 	kill(pid, SIGKILL);
+	close(prog[0]);
 	int status;
 	waitpid(pid, &status, 0);
 	ck_assert(WIFSIGNALED(status));
@@ -979,7 +1105,7 @@ START_TEST(store_full_disk_fails_with_enospc_and_a_logged_reason)
 		if (!rc)
 			stored++;
 	}
-	if (mounted || b == B_FILE)
+	if (mounted || b != B_SQLITE)
 		ck_assert_int_eq(rc, SRT_ENOSPC);
 	else /* SQLite reports a write past RLIMIT_FSIZE as a plain I/O error, without errno */
 		ck_assert(rc == SRT_ENOSPC || rc == SRT_EIO);
@@ -1061,6 +1187,66 @@ START_TEST(store_read_only_directory_fails_with_eio_and_a_logged_reason)
 }
 END_TEST
 
+/* The segment layout: a torn tail is cut at open (what came before is served), a second process
+ * is refused with the reason, and deleted or evicted objects' space is given back. */
+static uint64_t seg_disk_bytes(const char *loc)
+{
+	char cmd[4400];
+	snprintf(cmd, sizeof(cmd), "cat '%s'/seg/*.log | wc -c", loc);
+	FILE *f = popen(cmd, "r");
+	ck_assert_ptr_nonnull(f);
+	unsigned long long n = 0;
+	ck_assert_int_eq(fscanf(f, "%llu", &n), 1);
+	pclose(f);
+	return n;
+}
+
+START_TEST(file_segments_cut_a_torn_tail_refuse_a_second_opener_and_give_space_back)
+{
+	char *dir = tu_tmpdir("seg");
+	char loc[4200], why[512];
+	location(B_FILESEG, dir, loc, sizeof(loc));
+	struct tu_plugin p, q;
+	ck_assert_int_eq(open_store(B_FILESEG, dir, NULL, &p), 0);
+	for (uint64_t i = 0; i < 4; i++)
+		put_raw(&p, i, 3000);
+	/* a second opener of the same directory is refused, saying why */
+	const char *opts[] = {"path", loc, "layout", "segments", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_file.so", opts, &q, why, sizeof(why)), SRT_EIO);
+	ck_assert_msg(strstr(why, "in use by another process"), "%s", why);
+	tu_close(&p);
+	/* a write cut short: half a record header and a record whose payload runs past the end */
+	char cmd[4400];
+	snprintf(cmd, sizeof(cmd), "for f in '%s'/seg/*.log; do last=$f; done; "
+		 "head -c 3064 \"$last\" | tail -c 3064 | head -c 100 >> \"$last\"", loc);
+	ck_assert_int_eq(system(cmd), 0);
+	tu_log_clear();
+	ck_assert_int_eq(open_store(B_FILESEG, dir, NULL, &p), 0);
+	ck_assert(tu_log_has("torn or damaged record"));
+	for (uint64_t i = 0; i < 4; i++)
+		ck_assert(get_raw(&p, i, 3000));
+	put_raw(&p, 9, 3000); /* and the store goes on */
+	ck_assert(get_raw(&p, 9, 3000));
+	tu_close(&p);
+	/* space: 200 objects through a 10-object bound with small segments; the files stay
+	 * within about twice the bound plus two segments */
+	tu_rmrf(dir);
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	const char *o2[] = {"path", loc, "layout", "segments", "max_bytes", "30000",
+			    "segment_bytes", "16384", NULL};
+	ck_assert_int_eq(tu_open("srt_tier_file.so", o2, &p, why, sizeof(why)), 0);
+	for (uint64_t i = 0; i < 200; i++) {
+		put_raw(&p, 1000 + i, 3000);
+		ck_assert_uint_le(seg_disk_bytes(loc), 2 * 30000 + 2 * 16384 + 2 * (3000 + 64));
+	}
+	for (uint64_t i = 190; i < 200; i++)
+		ck_assert(get_raw(&p, 1000 + i, 3000));
+	tu_close(&p);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 static Suite *tier_suite(void)
 {
 	Suite *s = suite_create("tier");
@@ -1079,6 +1265,7 @@ static Suite *tier_suite(void)
 	tcase_add_test(tc, host_budget_is_a_hard_limit_and_frees_make_room_for_any_size);
 	tcase_add_test(tc, host_hugepages_option_gives_2mib_aligned_slabs);
 	tcase_add_test(tc, host_rejects_bad_options_with_the_key);
+	tcase_add_test(tc, host_resident_memory_stays_within_the_budget_given_by_set_budget);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("keyed_stores"); /* loop index: 0 = file, 1 = sqlite */
@@ -1097,6 +1284,7 @@ static Suite *tier_suite(void)
 	tcase_add_loop_test(tc, store_writer_killed_mid_write_leaves_no_corrupt_object, 0,
 			    2 * N_BACKENDS);
 	tcase_add_test(tc, file_store_open_keeps_the_temp_files_of_live_writers);
+	tcase_add_test(tc, file_segments_cut_a_torn_tail_refuse_a_second_opener_and_give_space_back);
 	tcase_add_loop_test(tc, store_full_disk_fails_with_enospc_and_a_logged_reason, 0,
 			    2 * N_BACKENDS);
 	tcase_add_loop_test(tc, store_read_only_directory_fails_with_eio_and_a_logged_reason, 0,

@@ -21,6 +21,7 @@
 #include "plugin/host.h"
 #include "plugin/registry.h"
 #include "radix/radix.h"
+#include "tier/key.h"
 #include "tier/manager.h"
 #include "tier/xxh64.h"
 #include "tier_util.h"
@@ -89,6 +90,7 @@ struct env {
 	struct srt_tmgr *m;
 	struct srt_rdx_cache *c;
 	char *dir;
+	int keep_dir;
 	pid_t redis;
 	int port;
 	FILE *log;
@@ -128,6 +130,9 @@ struct setup {
 	int full;             /* SRT_TWR_WAIT / SRT_TWR_DROP */
 	uint32_t report_ms;   /* lost-put summaries (0 = default) */
 	int sync_writes;
+	uint32_t payload;     /* synthetic payload bytes (0 = real pages) */
+	const char *dir;      /* L3 directory to reuse (NULL = a fresh one, removed at close) */
+	uint32_t tail_stride;
 };
 
 static void env_open(struct env *e, const struct setup *s)
@@ -149,7 +154,8 @@ static void env_open(struct env *e, const struct setup *s)
 				     .l3_budget = s->l3_budget ? s->l3_budget : UINT64_MAX,
 				     .l3_retry_ms = s->retry_ms, .host = e->host,
 				     .write_queue_bytes = s->queue_bytes, .write_full = s->full,
-				     .l3_report_ms = s->report_ms, .write_sync = s->sync_writes};
+				     .l3_report_ms = s->report_ms, .write_sync = s->sync_writes,
+				     .payload_bytes = s->payload, .tail_stride = s->tail_stride};
 	mc.scope.layout_version = 1;
 	srt_tmgr_fingerprint("test-model kv=bf16", P, pools, 3, mc.scope.model_fp);
 	if (s->l2_budget) {
@@ -160,7 +166,8 @@ static void env_open(struct env *e, const struct setup *s)
 	}
 	if (s->l3) {
 		char port[16];
-		e->dir = tu_tmpdir("tmgr");
+		e->dir = s->dir ? strdup(s->dir) : tu_tmpdir("tmgr");
+		e->keep_dir = s->dir != NULL;
 		char db[4096];
 		snprintf(db, sizeof(db), "%s/l3.db", e->dir);
 		const char *opts[8] = {"path", !strcmp(s->l3, "sqlite") ? db : e->dir, NULL};
@@ -200,7 +207,8 @@ static void env_close(struct env *e)
 	if (e->redis > 0)
 		tu_redis_stop(e->redis);
 	if (e->dir) {
-		tu_rmrf(e->dir);
+		if (!e->keep_dir)
+			tu_rmrf(e->dir);
 		free(e->dir);
 	}
 	srt_log_set_stream(NULL);
@@ -748,6 +756,169 @@ START_TEST(puts_lost_while_l3_never_recovers_are_reported_periodically_and_at_fl
 }
 END_TEST
 
+/* A load that fails part way falls back to the longest prefix still held, not to the L1 hit:
+ * with TAIL windows kept every 4 pages, corrupting the kv objects of pages 4..7 leaves 4 pages
+ * that L3 can still serve (and run() checks every byte of them). */
+START_TEST(a_failed_load_falls_back_to_the_longest_verified_prefix)
+{
+	struct env e;
+	env_open(&e, &(struct setup){.l1_pages = 24, .l3 = "file", .policy = SRT_TMGR_WRITE_BACK,
+				     .prefetch = 1, .tail_stride = 4});
+	int32_t a[8 * P];
+	seq(a, 8 * P, 24);
+	run(&e, a, 8 * P);
+	flush_l1(&e, 2400, 3, 10);
+	srt_tmgr_flush(e.m);
+	for (uint64_t j = 4; j < 8; j++) {
+		struct srt_key k;
+		char hex[65], path[4400];
+		ck_assert_int_eq(srt_tmgr_page_key(e.m, 0, a, j, &k), 0);
+		srt_tier_key_hex(&k, hex);
+		snprintf(path, sizeof(path), "%s/%.2s/%.2s/%s", e.dir, hex, hex + 2, hex);
+		FILE *f = fopen(path, "r+b");
+		ck_assert_msg(f != NULL, "page %" PRIu64 " of pool kv is not in L3 (%s)", j, path);
+		ck_assert_int_eq(fseek(f, 100, SEEK_SET), 0);
+		ck_assert_int_eq(fputc('X', f), 'X');
+		fclose(f);
+	}
+	struct srt_tmgr_hit h = run(&e, a, 8 * P);
+	ck_assert_uint_eq(h.l1_tokens + h.l2_tokens + h.l3_tokens, 4 * P);
+	struct srt_tmgr_stats st;
+	srt_tmgr_stats(e.m, &st);
+	ck_assert_uint_eq(st.loads_failed, 1);
+	ck_assert_uint_eq(st.loads_retried, 1);
+	ck_assert_uint_ge(st.l3_rejected, 1);
+	env_close(&e);
+}
+END_TEST
+
+/* Two requests of one prefix while its pages are still loading from L3: the second loads
+ * nothing itself; its wait waits for the first load and hits those pages in L1. */
+START_TEST(in_flight_loads_of_the_same_pages_are_shared_between_requests)
+{
+	struct env e;
+	env_open(&e, &(struct setup){.l1_pages = 40, .l3 = "file", .policy = SRT_TMGR_WRITE_BACK,
+				     .prefetch = 1});
+	int32_t a[12 * P], b[12 * P];
+	seq(a, 12 * P, 25);
+	memcpy(b, a, 8 * P * sizeof(int32_t));
+	seq(b + 8 * P, 4 * P, 26);
+	run(&e, a, 8 * P);
+	flush_l1(&e, 2500, 5, 10);
+	struct srt_tmgr_stats st0, st;
+	srt_tmgr_stats(e.m, &st0);
+	srt_tmgr_hold_prefetch(e.m, 1);
+	char why[256];
+	struct srt_tmgr_req *ra, *rb;
+	struct srt_tmgr_hit ha, hb;
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, a, 12 * P, &ra, &ha, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ha.l3_tokens, 8 * P);
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, b, 12 * P, &rb, &hb, why, sizeof(why)), 0);
+	ck_assert_uint_eq(hb.l3_tokens, 8 * P); /* on its way, for a */
+	ck_assert(!srt_tmgr_req_ready(rb));
+	srt_tmgr_stats(e.m, &st);
+	ck_assert_uint_eq(st.loads_shared, 1);
+	srt_tmgr_hold_prefetch(e.m, 0);
+	ck_assert_int_eq(srt_tmgr_req_wait(rb, &hb, why, sizeof(why)), 0); /* b first */
+	ck_assert_uint_eq(hb.l1_tokens, 8 * P);
+	verify_hit(&e, rb, b, 8 * P);
+	ck_assert_int_eq(srt_tmgr_req_wait(ra, &ha, why, sizeof(why)), 0);
+	ck_assert_uint_eq(ha.l3_tokens, 8 * P);
+	verify_hit(&e, ra, a, 8 * P);
+	srt_tmgr_stats(e.m, &st);
+	ck_assert_uint_eq(st.pages_l3_to_l1 - st0.pages_l3_to_l1, 8 + 2); /* loaded once */
+	srt_tmgr_req_free(ra);
+	srt_tmgr_req_free(rb);
+	check_all(&e);
+	/* a follower whose loader is freed before it arrives looks up again by itself */
+	flush_l1(&e, 2600, 5, 10);
+	srt_tmgr_hold_prefetch(e.m, 1);
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, a, 12 * P, &ra, &ha, why, sizeof(why)), 0);
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, b, 12 * P, &rb, &hb, why, sizeof(why)), 0);
+	srt_tmgr_hold_prefetch(e.m, 0);
+	srt_tmgr_req_free(ra);
+	ck_assert_int_eq(srt_tmgr_req_wait(rb, &hb, why, sizeof(why)), 0);
+	ck_assert_uint_eq(hb.l1_tokens + hb.l2_tokens + hb.l3_tokens, 8 * P);
+	verify_hit(&e, rb, b, 8 * P);
+	srt_tmgr_req_free(rb);
+	check_all(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* With prefetch on, L2 -> L1 copies run in the loading thread: after start nothing has been
+ * copied yet (held), the request is not ready, and its wait delivers every byte. */
+START_TEST(l2_to_l1_copies_run_in_the_background_and_are_waited_for)
+{
+	struct env e;
+	env_open(&e, &(struct setup){.l1_pages = 24, .l2_budget = 1 << 20,
+				     .policy = SRT_TMGR_WRITE_BACK, .prefetch = 1});
+	int32_t a[12 * P];
+	seq(a, 12 * P, 27);
+	run(&e, a, 8 * P);
+	flush_l1(&e, 2700, 4, 10);
+	srt_tmgr_hold_prefetch(e.m, 1);
+	char why[256];
+	struct srt_tmgr_req *tr;
+	struct srt_tmgr_hit h;
+	ck_assert_int_eq(srt_tmgr_req_start(e.m, a, 12 * P, &tr, &h, why, sizeof(why)), 0);
+	ck_assert_uint_eq(h.l2_tokens, 8 * P);
+	ck_assert(!srt_tmgr_req_ready(tr));
+	void *buf[64];
+	struct srt_page_table pt;
+	ck_assert_int_eq(srt_rdx_req_page_table(srt_tmgr_req_rdx(tr), 0, buf, 64, &pt), 0);
+	static const uint8_t zero[512];
+	ck_assert(buf[5] && !memcmp(buf[5], zero, page_bytes(0))); /* not copied yet */
+	srt_tmgr_hold_prefetch(e.m, 0);
+	ck_assert_int_eq(srt_tmgr_req_wait(tr, &h, why, sizeof(why)), 0);
+	ck_assert_uint_eq(h.l2_tokens, 8 * P);
+	verify_hit(&e, tr, a, 8 * P);
+	srt_tmgr_req_free(tr);
+	check_all(&e);
+	env_close(&e);
+}
+END_TEST
+
+/* --- L3 budget across runs ---------------------------------------------------------------- */
+
+/* Synthetic payloads (as replay uses): the store has no byte bound of its own, so only the
+ * manager's budget bounds it; a second run on the same store must not add a budget's worth. */
+START_TEST(the_l3_budget_bounds_the_store_across_runs_in_synthetic_mode)
+{
+	char *dir = tu_tmpdir("tmgrruns");
+	init_pools();
+	uint64_t l3b = 40 * (page_bytes(0) + 64);
+	uint64_t objs[2];
+	int32_t t[10 * P];
+	for (int runs = 0; runs < 2; runs++) {
+		struct env e;
+		env_open(&e, &(struct setup){.l1_pages = 24, .l3 = "file", .l3_budget = l3b,
+					     .policy = SRT_TMGR_WRITE_THROUGH, .payload = 64,
+					     .dir = dir});
+		struct srt_tmgr_stats st;
+		srt_tmgr_stats(e.m, &st);
+		if (runs)
+			ck_assert_uint_gt(st.l3_objects, 0); /* the first run's pages are accounted */
+		for (int i = 0; i < 12; i++) { /* distinct sequences: 12 x (10 kv + ...) pages */
+			seq(t, 10 * P, 5000 + 100 * (uint64_t)runs + (uint64_t)i);
+			run(&e, t, 10 * P);
+		}
+		srt_tmgr_flush(e.m);
+		srt_tmgr_stats(e.m, &st);
+		ck_assert_uint_gt(st.l3_evicted, 0); /* the budget binds within each run */
+		ck_assert_uint_le(st.l3_bytes, l3b);
+		objs[runs] = store_objects(&e);
+		/* plus the saved index of the earlier run (one object) */
+		ck_assert_uint_eq(objs[runs], st.l3_objects + (runs > 0));
+		env_close(&e);
+	}
+	/* the second run evicted the first run's pages instead of adding to them */
+	ck_assert_uint_le(objs[1], objs[0] + 2);
+	tu_rmrf(dir);
+	free(dir);
+}
+END_TEST
+
 /* --- two processes on one L3 (the real CLI) --------------------------------------------- */
 
 /* The KV layout these budgets were sized for (replay's default is bf16, twice the window
@@ -882,10 +1053,14 @@ int main(void)
 	tcase_add_test(tc, prefetched_pages_are_not_served_before_they_arrive);
 	tcase_add_test(tc, a_corrupt_l3_object_is_a_miss_and_never_served);
 	tcase_add_test(tc, redis_stopped_mid_run_runs_on_without_l3_and_uses_it_again_when_back);
+	tcase_add_test(tc, a_failed_load_falls_back_to_the_longest_verified_prefix);
+	tcase_add_test(tc, in_flight_loads_of_the_same_pages_are_shared_between_requests);
+	tcase_add_test(tc, l2_to_l1_copies_run_in_the_background_and_are_waited_for);
 	tcase_add_test(tc, l3_writes_leave_the_request_path_and_queued_pages_are_served_from_the_queue);
 	tcase_add_test(tc, a_full_write_queue_drops_with_policy_drop_and_never_exceeds_its_bound);
 	tcase_add_test(tc, a_full_write_queue_makes_the_producer_wait_with_policy_wait_and_loses_nothing);
 	tcase_add_test(tc, puts_lost_while_l3_never_recovers_are_reported_periodically_and_at_flush);
+	tcase_add_test(tc, the_l3_budget_bounds_the_store_across_runs_in_synthetic_mode);
 	tcase_add_test(tc, a_second_replay_process_hits_the_file_l3_the_first_wrote);
 	tcase_add_test(tc, a_second_replay_process_hits_the_sqlite_l3_the_first_wrote);
 	tcase_add_test(tc, replay_takes_its_tiers_from_a_config_file);

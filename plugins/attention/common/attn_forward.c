@@ -853,12 +853,13 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
  */
 /*
  * Reference profile: outputs [n0, n1) of group g's wo_a product for every row, float32
- * accumulation in srt_gemm's fixed blocked order on the stored E4M3 weights (whose values are
+ * accumulation in srt_gemm's fixed blocked order (REFERENCE on the bf16 activations with
+ * scales 1) on the stored E4M3 weights (whose values are
  * the bf16 weights convert.py makes, exactly), rounded to bf16. The reference's bf16 einsum
  * accumulates in float32 too; the order is fixed, so rows, chunks and threads do not change a
  * bit. (The f32 profile keeps the double-accumulated tiles: its 1e-5 bound on the logits.)
  */
-static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1)
+static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1, float *ones)
 {
 	const struct srt_model_config *m = f->a->m;
 	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
@@ -868,14 +869,18 @@ static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1)
 		.type = SRT_WT_FP8, .rows = ol, .cols = gk,
 		.data = (const uint8_t *)w8->data + g * ol * gk,
 		.scales = w8->scales + (g * ol / 128) * (gk / 128)};
+	/* srt_gemm_ref with activation scales of 1 (in the thread's unused tile buffer): per
+	 * 128 block (Σ o·code)·s, whatever the number of rows */
+	for (size_t i = 0; i < (size_t)f->N * (gk / 128); i++)
+		ones[i] = 1.0f;
 	for (int64_t r = 0; r < f->N;) {
 		int64_t r1 = r;
 		while (r1 < f->N && f->rpos[r1] >= 0)
 			r1++;
 		if (r1 > r) {
 			float *y = f->og + (size_t)r * G * ol + g * ol;
-			srt_gemm_exact(&wg, f->o + (size_t)r * H * hd + g * gk, (size_t)(r1 - r), H * hd,
-				       y, G * ol, n0, n1);
+			srt_gemm_ref(&wg, f->o + (size_t)r * H * hd + g * gk, ones, (size_t)(r1 - r),
+				     H * hd, y, G * ol, n0, n1);
 			for (int64_t i = 0; i < r1 - r; i++)
 				srt_round_bf16_n(y + (size_t)i * G * ol + n0, n1 - n0);
 		}
@@ -904,7 +909,7 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 			nt = 4;
 		u += (int64_t)nt;
 		if (f->lw->wo_a8_ok) {
-			woa_f32(f, g, j0 * 8, (j0 + nt) * 8 < ol ? (j0 + nt) * 8 : ol);
+			woa_f32(f, g, j0 * 8, (j0 + nt) * 8 < ol ? (j0 + nt) * 8 : ol, dec);
 			continue;
 		}
 		/* many rows (prefill): decode the tiles once (same floats, same results) */

@@ -38,7 +38,7 @@
 
 #define MOE_NAME "fp4"
 #define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
-#define MOE_NCOL 16       /* output columns per parallel task */
+#define MOE_NCOL 64       /* output columns per parallel task (a decode GEMV call each) */
 #define MOE_QB 128        /* activation quantisation block */
 
 /* Phase timings for benchmarks (core/ops/prof.h). */

@@ -16,6 +16,12 @@
  * of the batch survives a power loss. An object that fails (full disk) is left out; the others
  * of the batch are stored; the call returns the first error.
  *
+ * Layout: option `layout` = files (default; the tree above) or segments (segments.h: objects
+ * appended to log files under <path>/seg, one write and one fdatasync per put call whatever the
+ * number of objects; one process per directory; option `segment_bytes`, default 64 MiB). The
+ * rest of this comment is about the files layout; the options max_bytes and fsync mean the same
+ * in both.
+ *
  * Size bound: option `max_bytes` (default unlimited). After each put the least recently used
  * objects are deleted until the total is within the bound. Recency lives in memory (an LRU list
  * over a hash index) and on disk as each file's mtime: a get touches it, and opening the store
@@ -45,6 +51,8 @@
 #include <shadowrt/plugin.h>
 #include <shadowrt/tier.h>
 
+#include "segments.h"
+
 #define NAME "file"
 #define HEX_LEN (2 * SRT_KEY_BYTES)
 
@@ -67,6 +75,7 @@ struct file_store {
 	uint64_t bytes, objects;
 	atomic_uint_fast64_t tmp_seq;
 	uint64_t put_failures; /* consecutive failed puts (under mu) */
+	struct seg_store *seg;  /* layout = segments: every method goes there */
 };
 
 /* Failed puts come in runs (a full disk fails every put until space returns): the first failure
@@ -414,6 +423,7 @@ static void file_destroy(void *inst)
 	struct file_store *fs = inst;
 	if (!fs)
 		return;
+	seg_close(fs->seg);
 	for (struct node *n = fs->head, *nx; n; n = nx) {
 		nx = n->next;
 		free(n);
@@ -474,10 +484,39 @@ static int file_create(const struct srt_host *host, const struct srt_plugin_args
 			goto fail;
 		}
 	}
+	int segments = 0;
+	uint64_t seg_bytes = 64ull << 20;
+	if ((v = opt(args, "layout"))) {
+		segments = !strcmp(v, "segments");
+		if (!segments && strcmp(v, "files")) {
+			snprintf(why, why_len, "option layout = '%s': expected files or segments", v);
+			rc = SRT_EINVAL;
+			goto fail;
+		}
+	}
+	if ((v = opt(args, "segment_bytes"))) {
+		char *end;
+		errno = 0;
+		unsigned long long sb = strtoull(v, &end, 10);
+		if (errno || end == v || *end || sb < 4096 || sb > (1ull << 40)) {
+			snprintf(why, why_len, "option segment_bytes = '%s': expected a byte count "
+				 "between 4096 and 2^40", v);
+			rc = SRT_EINVAL;
+			goto fail;
+		}
+		seg_bytes = sb;
+	}
 	if (mkdir_ok(fs->root)) {
 		snprintf(why, why_len, "%s: cannot create directory: %s", fs->root, strerror(errno));
 		rc = SRT_EIO;
 		goto fail;
+	}
+	if (segments) {
+		if ((rc = seg_open(host, fs->root, fs->max_bytes, fs->do_fsync, seg_bytes, &fs->seg,
+				   why, why_len)))
+			goto fail;
+		*instance = fs;
+		return 0;
 	}
 	snprintf(p, sizeof(p), "%s/tmp", fs->root);
 	if (mkdir_ok(p))
@@ -499,6 +538,8 @@ fail:
 static int file_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_t *n_present)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_exists(fs->seg, keys, n, n_present);
 	uint32_t i = 0;
 	pthread_mutex_lock(&fs->mu);
 	while (i < n && idx_find(fs, &keys[i]))
@@ -565,6 +606,9 @@ out:
 static int file_get(void *inst, const struct srt_key *keys, uint32_t n, void *const *bufs,
 		    const size_t *caps, size_t *lens)
 {
+	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_get(fs->seg, keys, n, bufs, caps, lens);
 	for (uint32_t i = 0; i < n; i++)
 		lens[i] = read_one(inst, &keys[i], bufs[i], caps[i]);
 	return 0;
@@ -792,6 +836,8 @@ static int file_put(void *inst, const struct srt_key *keys, uint32_t n, const vo
 		    const size_t *lens)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_put(fs->seg, keys, n, bufs, lens);
 	if (n > 1 && fs->do_fsync)
 		return put_batch(fs, keys, n, bufs, lens);
 	for (uint32_t i = 0; i < n; i++) {
@@ -805,6 +851,8 @@ static int file_put(void *inst, const struct srt_key *keys, uint32_t n, const vo
 static int file_remove(void *inst, const struct srt_key *keys, uint32_t n)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_remove(fs->seg, keys, n);
 	char path[PATH_MAX];
 	int rc = 0;
 	pthread_mutex_lock(&fs->mu);
@@ -826,6 +874,8 @@ static int file_remove(void *inst, const struct srt_key *keys, uint32_t n)
 static int file_usage(void *inst, uint64_t *bytes, uint64_t *objects)
 {
 	struct file_store *fs = inst;
+	if (fs->seg)
+		return seg_usage(fs->seg, bytes, objects);
 	pthread_mutex_lock(&fs->mu);
 	*bytes = fs->bytes;
 	*objects = fs->objects;

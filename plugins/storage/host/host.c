@@ -1,13 +1,18 @@
 /*
  * Tier plugin "host": page arenas in host memory, for L1 on CPU runs and for L2.
  *
- * Pages of one size come from slabs of that size class: a slab is one mmap of many pages; free
- * pages of a class sit on an intrusive free list. The budget (option `budget`, bytes; default
- * unlimited) bounds the bytes of all slabs mapped: an allocation that would need a slab beyond it
- * first unmaps completely free slabs of every class, then gets a smaller slab that fits, and
- * fails with SRT_ENOMEM when not even one page fits. Option `hugepages = on` makes slabs 2 MiB
- * aligned multiples of 2 MiB and asks for transparent huge pages (madvise MADV_HUGEPAGE).
- * Option `slab_bytes` sets the preferred slab size (default 32 MiB).
+ * Pages of one size come from slabs of that size class: a slab is one mmap of many pages.
+ * Mapping is lazy: a new slab is not touched; its pages are carved off in address order as they
+ * are handed out, so only pages that were allocated ever become resident. Pages freed back sit
+ * on an intrusive free list (they were touched already). The budget (set_budget, ABI 1.1, which
+ * the core calls with the tier's budget; else option `budget`, bytes; default unlimited) bounds
+ * the bytes of all slabs mapped, and so the resident memory: an allocation that would need a
+ * slab beyond it first unmaps completely free slabs of every class, then gets a smaller slab
+ * that fits, and fails with SRT_ENOMEM when not even one page fits. A slab is at most an eighth
+ * of the budget (at least one page), so several page sizes share a small budget. Option
+ * `hugepages = on` makes slabs 2 MiB aligned multiples of 2 MiB and asks for transparent huge
+ * pages (madvise MADV_HUGEPAGE) where at least 2 MiB of budget is left; smaller slabs use base
+ * pages. Option `slab_bytes` sets the preferred slab size (default 32 MiB).
  *
  * Thread safety: the arena methods are called from one thread at a time (tier.h); `usage` may
  * be read from any thread (counters are atomic).
@@ -31,13 +36,15 @@ struct slab {
 	uint8_t *base;   /* first page */
 	size_t map_len;  /* bytes mapped from base (the budget counts these) */
 	uint32_t n_pages, n_used;
+	uint32_t n_carved; /* pages [0, n_carved) were handed out at least once (touched) */
 };
 
 struct size_class {
 	size_t bytes, stride;
 	struct slab *slabs; /* sorted by base */
 	uint32_t n_slabs, cap_slabs;
-	void *free_list;    /* each free page holds the pointer to the next */
+	void *free_list;    /* freed pages; each holds the pointer to the next */
+	uint32_t carve_from; /* a slab that may still have uncarved pages (hint) */
 };
 
 struct host_arena {
@@ -200,13 +207,20 @@ static size_t round_up(size_t v, size_t to)
 /* Map a new slab for sc within the budget; 0 or SRT_ENOMEM. */
 static int grow(struct host_arena *a, struct size_class *sc)
 {
-	size_t unit = a->hugepages ? HUGE_BYTES : 4096;
-	size_t want = round_up(sc->stride > a->slab_bytes ? sc->stride : a->slab_bytes, unit);
-	size_t min = round_up(sc->stride, unit);
-
-	if (a->budget - (a->budget < a->mapped ? a->budget : a->mapped) < want)
-		release_free_slabs(a);
+	size_t pref = a->slab_bytes;
+	if (a->budget != SIZE_MAX && pref > a->budget / 8)
+		pref = a->budget / 8; /* several classes share the budget */
+	if (pref < sc->stride)
+		pref = sc->stride;
 	size_t room = a->budget > a->mapped ? a->budget - a->mapped : 0;
+	if (room < round_up(pref, 4096))
+		release_free_slabs(a);
+	room = a->budget > a->mapped ? a->budget - a->mapped : 0;
+	/* huge pages only where a whole 2 MiB unit of budget is left for them */
+	int huge = a->hugepages && room >= round_up(sc->stride, HUGE_BYTES);
+	size_t unit = huge ? HUGE_BYTES : 4096;
+	size_t want = round_up(pref, unit);
+	size_t min = round_up(sc->stride, unit);
 	if (want > room)
 		want = room / unit * unit;
 	if (want < min)
@@ -220,7 +234,7 @@ static int grow(struct host_arena *a, struct size_class *sc)
 		sc->cap_slabs = cap;
 	}
 	/* Huge pages: over-map by 2 MiB and align the slab inside the mapping. */
-	size_t map_len = want + (a->hugepages ? HUGE_BYTES : 0);
+	size_t map_len = want + (huge ? HUGE_BYTES : 0);
 	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED) {
 		a->host->log(SRT_LOG_WARN, NAME, "mmap of a %zu-byte slab failed: %s", map_len,
@@ -228,7 +242,7 @@ static int grow(struct host_arena *a, struct size_class *sc)
 		return SRT_ENOMEM;
 	}
 	uint8_t *base = m;
-	if (a->hugepages) {
+	if (huge) {
 		/* Trim the unaligned head and the tail so exactly `want` bytes stay mapped. */
 		base = (uint8_t *)round_up((uintptr_t)m, HUGE_BYTES);
 		if (base > (uint8_t *)m)
@@ -240,7 +254,7 @@ static int grow(struct host_arena *a, struct size_class *sc)
 				     strerror(errno));
 	}
 	struct slab s = {.base = base, .map_len = want,
-			 .n_pages = (uint32_t)(want / sc->stride), .n_used = 0};
+			 .n_pages = (uint32_t)(want / sc->stride), .n_used = 0, .n_carved = 0};
 	a->mapped += want;
 	/* Keep slabs sorted by address for slab_of. */
 	uint32_t at = 0;
@@ -249,12 +263,22 @@ static int grow(struct host_arena *a, struct size_class *sc)
 	memmove(&sc->slabs[at + 1], &sc->slabs[at], (sc->n_slabs - at) * sizeof(s));
 	sc->slabs[at] = s;
 	sc->n_slabs++;
-	for (uint32_t i = s.n_pages; i-- > 0;) {
-		void *p = base + (size_t)i * sc->stride;
-		*(void **)p = sc->free_list;
-		sc->free_list = p;
-	}
+	sc->carve_from = at; /* untouched: its pages are carved as they are handed out */
 	return 0;
+}
+
+/* A never-used page of some slab of sc, or NULL; touches nothing. */
+static void *carve(struct size_class *sc)
+{
+	for (uint32_t k = 0; k < sc->n_slabs; k++) {
+		uint32_t i = (sc->carve_from + k) % sc->n_slabs;
+		struct slab *s = &sc->slabs[i];
+		if (s->n_carved < s->n_pages) {
+			sc->carve_from = i;
+			return s->base + (size_t)s->n_carved++ * sc->stride;
+		}
+	}
+	return NULL;
 }
 
 static int host_alloc_page(void *inst, size_t bytes, void **page)
@@ -266,13 +290,17 @@ static int host_alloc_page(void *inst, size_t bytes, void **page)
 	struct size_class *sc = find_class(a, bytes, 1);
 	if (!sc)
 		return SRT_ENOMEM;
-	if (!sc->free_list) {
-		int rc = grow(a, sc);
-		if (rc)
-			return rc;
-	}
 	void *p = sc->free_list;
-	sc->free_list = *(void **)p;
+	if (p) {
+		sc->free_list = *(void **)p;
+	} else {
+		if (!(p = carve(sc))) {
+			int rc = grow(a, sc);
+			if (rc)
+				return rc;
+			p = carve(sc);
+		}
+	}
 	sc->slabs[slab_of(sc, p)].n_used++;
 	atomic_fetch_add(&a->used_bytes, bytes);
 	atomic_fetch_add(&a->used_pages, 1);
@@ -315,6 +343,15 @@ static int host_copy_to_host(void *inst, void *dst, const void *page, size_t byt
 	return 0;
 }
 
+static int host_set_budget(void *inst, uint64_t bytes)
+{
+	struct host_arena *a = inst;
+	if (a->mapped) /* the core calls it before the first allocation */
+		return SRT_EINVAL;
+	a->budget = bytes >= SIZE_MAX ? SIZE_MAX : (size_t)bytes;
+	return 0;
+}
+
 static int host_usage(void *inst, uint64_t *bytes, uint64_t *objects)
 {
 	struct host_arena *a = inst;
@@ -330,6 +367,7 @@ static const struct srt_tier_vtable vtable = {
 	.copy_from_host = host_copy_from_host,
 	.copy_to_host = host_copy_to_host,
 	.usage = host_usage,
+	.set_budget = host_set_budget,
 };
 
 /* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
@@ -346,7 +384,7 @@ static const struct srt_plugin_desc desc = {
 	.abi_minor = SRT_ABI_MINOR,
 	.kind = SRT_KIND_TIER,
 	.name = NAME,
-	.version = "1.0",
+	.version = "1.1",
 	.description = "host-memory page arenas (L1 for CPU runs, L2): slabs per page size, budget, huge pages",
 	.caps = SRT_CAP_CPU | SRT_CAP_PAGE_ARENA,
 	.create = host_create,

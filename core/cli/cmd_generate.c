@@ -57,6 +57,11 @@ static void generate_usage(FILE *out)
 		"  --logits FILE        write raw little-endian float32 [positions][vocab]: the logits\n"
 		"                       of every prompt and generated position\n"
 		"  --no-eos             do not stop at the eos token\n"
+		"  --cache              use the prefix cache with the config's tiers: resume after\n"
+		"                       the longest cached prefix (from L2/L3, e.g. the file L3 a\n"
+		"                       previous run wrote) and cache this sequence at the end;\n"
+		"                       --logits then holds the computed positions [hit, n) on\n"
+		"                       (the hit is printed on stderr)\n"
 		"  -q, --quiet          print only the generated token ids\n");
 }
 
@@ -194,7 +199,7 @@ int srt_cmd_generate(int argc, char **argv)
 	long max_new = -1, v;
 	double temp = -1, top_p = -1;
 	long long seed = -1;
-	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0, json_out = 0;
+	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0, json_out = 0, use_cache = 0;
 	const char *system_text = NULL, *request_path = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -278,6 +283,8 @@ int srt_cmd_generate(int argc, char **argv)
 			system_text = val;
 		} else if (!strcmp(a, "--no-eos")) {
 			no_eos = 1;
+		} else if (!strcmp(a, "--cache")) {
+			use_cache = 1;
 		} else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			quiet = 1;
 		} else {
@@ -309,6 +316,7 @@ int srt_cmd_generate(int argc, char **argv)
 		return 2;
 	}
 	o.quiet = quiet;
+	o.tiers = use_cache; /* --cache: the config's L2/L3 tiers behind L1 */
 
 	char err[2048];
 	int status = 1;
@@ -365,7 +373,8 @@ int srt_cmd_generate(int argc, char **argv)
 			logits_path, strerror(errno));
 		goto out;
 	}
-	if (srt_engine_seq_start(e, prompt, n, 0, &s, NULL, err, sizeof(err))) {
+	uint64_t hit = 0, hit_tiers[3] = {0, 0, 0};
+	if (srt_engine_seq_start(e, prompt, n, use_cache, &s, &hit, err, sizeof(err))) {
 		fprintf(stderr, "shadowrt generate: %s\n", err);
 		goto out;
 	}
@@ -375,7 +384,11 @@ int srt_cmd_generate(int argc, char **argv)
 		goto out;
 	}
 	const float *last = all ? all + (n - 1) * V : logits;
-	if (lf && write_all(lf, all, V * n))
+	if (use_cache)
+		srt_seq_hit_tiers(s, hit_tiers);
+	if (hit && all)
+		last = all + (n - hit - 1) * V; /* all holds the computed positions [hit, n) */
+	if (lf && write_all(lf, all, V * (n - hit)))
 		goto write_fail;
 	double t_prefill = srt_cli_now() - t1;
 	long n_gen = 0, steps = 0;
@@ -417,6 +430,12 @@ int srt_cmd_generate(int argc, char **argv)
 			goto write_fail;
 		}
 		lf = NULL;
+	}
+	/* --cache: the prompt and the tokens are inserted (written through to L2/L3 as the
+	 * config says), so the next run with the same prefix resumes after it */
+	if (use_cache && srt_engine_seq_finish(s, NULL, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt generate: caching the sequence: %s\n", err);
+		goto out;
 	}
 	if (json_out) {
 		json_t *o = json_object(), *a = json_array();
@@ -460,6 +479,11 @@ int srt_cmd_generate(int argc, char **argv)
 			srt_engine_threads(e), srt_engine_chunk(e), (unsigned long long)n, n_gen,
 			t_open, t_prefill, t_prefill > 0 ? (double)n / t_prefill : 0.0, t_prefill,
 			t_decode, t_decode > 0 && steps > 0 ? (double)steps / t_decode : 0.0);
+		if (use_cache)
+			fprintf(stderr, "prefix cache hit %llu of %llu prompt tokens (L1 %llu, L2 %llu, "
+				"L3 %llu)\n", (unsigned long long)hit, (unsigned long long)n,
+				(unsigned long long)hit_tiers[0], (unsigned long long)hit_tiers[1],
+				(unsigned long long)hit_tiers[2]);
 	}
 	status = 0;
 	goto out;

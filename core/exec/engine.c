@@ -257,7 +257,9 @@ static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct sr
 	const struct srt_plugin_info *info;
 	int rc = srt_registry_find(e->reg, kind, p->name, &info, why, sizeof(why));
 	if (rc) {
-		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
+		char dym[96];
+		seterr(err, errlen, "%s plugin '%s'%s: %s", p->role, p->name,
+		       srt_runtime_config_plugin_dym(e->reg, kind, p->name, dym, sizeof(dym)), why);
 		return rc;
 	}
 	if ((rc = srt_runtime_config_check_options(&e->rc, p->section, info->desc, err, errlen)))

@@ -614,6 +614,9 @@ static int file_get(void *inst, const struct srt_key *keys, uint32_t n, void *co
 	return 0;
 }
 
+static int place(struct file_store *fs, const char *hex, const char *tmp, const char *path,
+		 const char **what);
+
 /* Write one object atomically; 0, SRT_EIO or SRT_ENOSPC (logged). */
 static int put_one(struct file_store *fs, const struct srt_key *k, const void *buf, size_t len)
 {
@@ -658,33 +661,13 @@ static int put_one(struct file_store *fs, const struct srt_key *k, const void *b
 		goto fail_unlink;
 	}
 	fd = -1;
-	pthread_mutex_lock(&fs->mu);
-	if (rename(tmp, path)) {
-		/* First object under this prefix: make the two directory levels and retry. */
-		static char dir[PATH_MAX]; /* only used under fs->mu */
-		snprintf(dir, sizeof(dir), "%s/%.2s", fs->root, hex);
-		int mk = mkdir_ok(dir);
-		if (!mk) {
-			snprintf(dir, sizeof(dir), "%s/%.2s/%.2s", fs->root, hex, hex + 2);
-			mk = mkdir_ok(dir);
-		}
-		if (mk) {
-			e = errno;
-			what = "mkdir";
-			snprintf(path, sizeof(path), "%s", dir); /* dir is only ours under mu */
-			pthread_mutex_unlock(&fs->mu);
-			put_failed(fs, hex, what, path, e);
-			unlink(tmp);
-			return errno_code(e);
-		}
-		if (rename(tmp, path)) {
-			e = errno;
-			what = "rename to";
-			target = path;
-			pthread_mutex_unlock(&fs->mu);
-			goto fail_unlink;
-		}
+	/* the rename (and the first object's mkdirs) outside the index lock: lookups of other
+	 * threads do not wait for the disk */
+	if ((e = place(fs, hex, tmp, path, &what))) {
+		target = path;
+		goto fail_unlink;
 	}
+	pthread_mutex_lock(&fs->mu);
 	int rc = idx_put(fs, k, len, 1);
 	evict(fs);
 	put_succeeded(fs);
@@ -732,7 +715,7 @@ static int write_tmp(struct file_store *fs, const char *hex, const void *buf, si
 	return 0;
 }
 
-/* Rename tmp to the object path of k (making its directories); under fs->mu. 0 or errno. */
+/* Rename tmp to the object path of k (making its directories); no lock needed. 0 or errno. */
 static int place(struct file_store *fs, const char *hex, const char *tmp, const char *path,
 		 const char **what)
 {
@@ -802,20 +785,22 @@ static int put_batch(struct file_store *fs, const struct srt_key *keys, uint32_t
 		return errno_code(e);
 	}
 	int placed = 0;
-	pthread_mutex_lock(&fs->mu);
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) { /* renames outside the index lock */
 		if (!ok[i])
 			continue;
 		key_hex(&keys[i], hex);
 		obj_path(fs, &keys[i], path, sizeof(path));
 		if ((e = place(fs, hex, tmps[i], path, &what))) {
-			pthread_mutex_unlock(&fs->mu);
 			put_failed(fs, hex, what, path, e);
 			unlink(tmps[i]);
 			first = first ? first : errno_code(e);
-			pthread_mutex_lock(&fs->mu);
-			continue;
+			ok[i] = 0;
 		}
+	}
+	pthread_mutex_lock(&fs->mu);
+	for (uint32_t i = 0; i < n; i++) {
+		if (!ok[i])
+			continue;
 		if (idx_put(fs, &keys[i], lens[i], 1))
 			first = first ? first : SRT_ENOMEM;
 		placed++;

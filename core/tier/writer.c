@@ -37,6 +37,7 @@ struct srt_twr {
 	uint64_t bytes; /* charged bytes of operations queued or in flight */
 	uint64_t ops;   /* operations queued or in flight */
 	int stop, hold;
+	int flushing; /* a flush waits: no group-commit delay */
 	struct srt_key *fkeys; /* failed puts for srt_twr_reap */
 	uint32_t *fpools;
 	size_t fn, fcap;
@@ -258,6 +259,18 @@ static void *writer_main(void *arg)
 			pthread_cond_wait(&w->work, &w->mu);
 		if (!w->head)
 			break;
+		/* group commit: when little is queued, give the producer up to 1 ms to add more, so
+		 * one store call (one fdatasync, one transaction) covers more puts */
+		if (w->ops < cap / 4 && !w->stop && !w->flushing) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 1000000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&w->work, &w->mu, &ts);
+		}
 		uint32_t n = 0;
 		uint64_t bytes = 0;
 		int kind = -1;
@@ -524,8 +537,11 @@ size_t srt_twr_reap(struct srt_twr *w, struct srt_key *keys, uint32_t *pools, si
 uint64_t srt_twr_flush(struct srt_twr *w)
 {
 	pthread_mutex_lock(&w->mu);
+	w->flushing++;
+	pthread_cond_broadcast(&w->work);
 	while (w->ops && w->thr_on)
 		pthread_cond_wait(&w->idle, &w->mu);
+	w->flushing--;
 	report_at_flush(w);
 	uint64_t lost = w->st.puts_lost;
 	pthread_mutex_unlock(&w->mu);

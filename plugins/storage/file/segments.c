@@ -45,6 +45,7 @@ struct seg {
 	uint64_t size;  /* file bytes */
 	uint64_t live;  /* live objects in it */
 	uint64_t lbytes; /* their payload bytes */
+	int rfd;         /* read descriptor, opened on the first get (-1 until then) */
 };
 
 struct seg_store {
@@ -55,6 +56,7 @@ struct seg_store {
 	uint64_t max_bytes, seg_bytes;
 	pthread_mutex_t wmu; /* the write path: one appender */
 	pthread_mutex_t mu;  /* index, LRU, segment table */
+	pthread_rwlock_t fdlock; /* reads hold it shared; closing a read descriptor, exclusive */
 	struct ent **b;
 	size_t nb, n;
 	struct ent *head, *tail;
@@ -242,7 +244,7 @@ static int add_seg(struct seg_store *s, uint64_t id, uint64_t size)
 		s->segs = g;
 		s->capsegs = cap;
 	}
-	s->segs[s->nsegs++] = (struct seg){.id = id, .size = size};
+	s->segs[s->nsegs++] = (struct seg){.id = id, .size = size, .rfd = -1};
 	return 0;
 }
 
@@ -276,6 +278,13 @@ static void reclaim(struct seg_store *s)
 	size_t k = 0;
 	while (k + 1 < s->nsegs && s->segs[k].live == 0)
 		k++;
+	if (k) { /* no get is reading through these descriptors (lock order: mu, then fdlock) */
+		pthread_rwlock_wrlock(&s->fdlock);
+		for (size_t i = 0; i < k; i++)
+			if (s->segs[i].rfd >= 0)
+				close(s->segs[i].rfd);
+		pthread_rwlock_unlock(&s->fdlock);
+	}
 	for (size_t i = 0; i < k; i++) {
 		char p[PATH_MAX];
 		seg_path(s, s->segs[i].id, p, sizeof(p));
@@ -433,6 +442,7 @@ int seg_open(const struct srt_host *host, const char *root, uint64_t max_bytes, 
 	s->fd = s->lock_fd = -1;
 	pthread_mutex_init(&s->wmu, NULL);
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_rwlock_init(&s->fdlock, NULL);
 	int rc = SRT_EIO;
 	if (mkdir(s->dir, 0755) && errno != EEXIST) {
 		snprintf(why, why_len, "%s: cannot create directory: %s", s->dir, strerror(errno));
@@ -484,7 +494,11 @@ void seg_close(struct seg_store *s)
 		free(e);
 	}
 	free(s->b);
+	for (size_t i = 0; i < s->nsegs; i++)
+		if (s->segs[i].rfd >= 0)
+			close(s->segs[i].rfd);
 	free(s->segs);
+	pthread_rwlock_destroy(&s->fdlock);
 	if (s->fd >= 0)
 		close(s->fd);
 	if (s->lock_fd >= 0)
@@ -519,21 +533,26 @@ int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *c
 		struct ent *e = find(s, &keys[i]);
 		uint64_t seg = e ? e->seg : 0, off = e ? e->off : 0;
 		uint32_t len = e ? e->len : 0;
+		struct seg *g = e && len <= caps[i] ? seg_of(s, seg) : NULL;
+		char p[PATH_MAX];
+		if (g && g->rfd < 0) {
+			seg_path(s, seg, p, sizeof(p));
+			g->rfd = open(p, O_RDONLY | O_CLOEXEC);
+		}
+		int fd = g ? g->rfd : -1;
 		if (e) {
 			lru_unlink(s, e);
 			lru_front(s, e);
 		}
+		if (fd >= 0)
+			pthread_rwlock_rdlock(&s->fdlock); /* before mu is released: see reclaim */
 		pthread_mutex_unlock(&s->mu);
-		if (!e || len > caps[i])
-			continue;
-		char p[PATH_MAX];
-		seg_path(s, seg, p, sizeof(p));
-		int fd = open(p, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) /* the segment was compacted away meanwhile: a miss */
+		if (fd < 0)
 			continue;
 		ssize_t got = pread(fd, bufs[i], len, (off_t)off);
-		close(fd);
+		pthread_rwlock_unlock(&s->fdlock);
 		if (got != (ssize_t)len) {
+			seg_path(s, seg, p, sizeof(p));
 			s->host->log(SRT_LOG_WARN, NAME, "get from %s at %" PRIu64 ": %s", p, off,
 				     got < 0 ? strerror(errno) : "short read");
 			continue;

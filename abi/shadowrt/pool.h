@@ -12,6 +12,15 @@
  * where layer_slot is the index of the model layer in the pool's `layers` list. So a page is
  * n_layers * (P / r) * entry_bytes bytes, and token t maps to entry t / r, on virtual page
  * (t / r) / (P / r) = t / P.
+ *
+ * Pool names: unique within the model (the cache, the tier keys and the reports use them), at
+ * most SRT_POOL_NAME_MAX - 1 bytes, by convention "<plugin>.<what>": the built-ins declare
+ * swa.window, csa.window, csa.c4_kv, csa.c4_index, csa.c4_state, hca.window, hca.c128_kv,
+ * hca.c128_state. A pool's bytes are opaque to the core; it copies whole pages between tiers
+ * and frees pools independently, so an entry must be complete in itself (no pointers).
+ * The page size P is a multiple of every pool ratio, so a ratio-r block never straddles pages.
+ * Pages are zeroed when first allocated; writes must stay inside the pages that cover the
+ * call's tokens (check-plugin fences each page with guard pages).
  */
 #ifndef SHADOWRT_POOL_H
 #define SHADOWRT_POOL_H

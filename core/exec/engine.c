@@ -257,7 +257,9 @@ static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct sr
 	const struct srt_plugin_info *info;
 	int rc = srt_registry_find(e->reg, kind, p->name, &info, why, sizeof(why));
 	if (rc) {
-		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
+		char dym[96];
+		seterr(err, errlen, "%s plugin '%s'%s: %s", p->role, p->name,
+		       srt_runtime_config_plugin_dym(e->reg, kind, p->name, dym, sizeof(dym)), why);
 		return rc;
 	}
 	if ((rc = srt_runtime_config_check_options(&e->rc, p->section, info->desc, err, errlen)))
@@ -330,15 +332,22 @@ static int compute_identity(struct srt_engine *e, const struct srt_pool_decl *po
 	char pw[32];
 	snprintf(pw, sizeof(pw), "%u tokens", e->P);
 	srt_ident_add_u64(&b, "page", e->P, pw);
-	for (int i = 0; i < e->n_attn; i++) {
+	for (int i = 0; i < e->n_attn && !rc; i++) {
 		const struct attn_inst *a = &e->attn[i];
-		srt_ident_add_plugin(&b, "attention", a->ratio, a->inst->desc, &e->rc,
-				     a->scope.section, pools + a->pool_off, a->pool_n);
+		rc = srt_ident_add_plugin(&b, "attention", a->ratio, a->inst->desc, &e->rc,
+					  a->scope.section, pools + a->pool_off, a->pool_n);
 	}
-	srt_ident_add_plugin(&b, "moe", -1, e->moe->desc, &e->rc, e->moe_scope.section, NULL, 0);
-	srt_ident_add_plugin(&b, "residual", -1, e->res->desc, &e->rc, e->res_scope.section, NULL,
-			     0);
+	if (!rc)
+		rc = srt_ident_add_plugin(&b, "moe", -1, e->moe->desc, &e->rc, e->moe_scope.section,
+					  NULL, 0);
+	if (!rc)
+		rc = srt_ident_add_plugin(&b, "residual", -1, e->res->desc, &e->rc,
+					  e->res_scope.section, NULL, 0);
 	srt_ident_end(&b);
+	if (rc) {
+		seterr(err, errlen, "cache identity: out of memory");
+		return rc;
+	}
 	memcpy(e->identity, b.digest, sizeof(e->identity));
 	memcpy(e->identity_hex, b.hex, sizeof(e->identity_hex));
 	srt_log(SRT_LOG_INFO, "exec", "cache identity %s covers: %s; weights %s%s", b.hex,

@@ -1208,18 +1208,27 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			continue;
 		uint64_t a = h;
 		while (a < A) {
-			while (a < A && (kt_find(&m->l2, &r->keys[p][a]) ||
-					 (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a]))))
+			while (a < A && kt_find(&m->l2, &r->keys[p][a]))
 				a++;
-			if (a >= A || !l3_usable(m))
+			if (a >= A)
 				break;
 			uint32_t got = 0;
-			int rc = srt_tier_store_exists(&m->store, &r->keys[p][a], (uint32_t)(A - a),
-						       &got);
-			l3_result(m, rc, "exists");
-			if (rc || !got)
-				break;
+			if (l3_usable(m)) {
+				int rc = srt_tier_store_exists(&m->store, &r->keys[p][a],
+							       (uint32_t)(A - a), &got);
+				l3_result(m, rc, "exists");
+				if (rc)
+					got = 0;
+			}
 			a += got;
+			if (got)
+				continue;
+			/* where the store's run stops: a page still in the write queue counts */
+			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
+				a++;
+				continue;
+			}
+			break;
 		}
 		A = a;
 	}

@@ -132,7 +132,7 @@ struct srt_tmgr_config {
 	/* L3 writer (writer.h) */
 	int write_sync;             /* 1: every L3 write inline on the request path */
 	uint64_t write_queue_bytes; /* queued payload bytes at most (0 = 64 MiB) */
-	uint32_t write_batch;       /* puts per store call at most (0 = 256) */
+	uint32_t write_batch;       /* puts per store call at most (0 = 1024) */
 	int write_full;             /* enum srt_twr_full: SRT_TWR_WAIT (0) or SRT_TWR_DROP (1) */
 	const struct srt_host *host; /* logging; borrowed */
 };

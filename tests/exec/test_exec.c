@@ -25,6 +25,7 @@
 
 #include <shadowrt/plugin.h>
 
+#include "check/diverge.h"
 #include "ckpt/safetensors.h"
 #include "exec/engine.h"
 #include "exec/sampler.h"
@@ -56,16 +57,13 @@ static struct srt_engine *open_engine(const char *preset, int profile, int chunk
 	return e;
 }
 
-/* deterministic prompt: ids in [2, vocab) (no bos/eos), xorshift from seed */
+/* deterministic prompt: ids in [2, vocab) (no bos/eos), xorshift from seed; the generator
+ * check-plugin and ab use (core/check/diverge.h) */
 static int32_t *make_prompt(uint64_t n, int32_t vocab, uint64_t seed)
 {
 	int32_t *t = malloc(sizeof(int32_t) * n);
 	ck_assert_ptr_nonnull(t);
-	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (uint64_t i = 0; i < n; i++) {
-		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-		t[i] = 2 + (int32_t)(s % (uint64_t)(vocab - 2));
-	}
+	srt_div_prompt(t, n, vocab, seed);
 	return t;
 }
 

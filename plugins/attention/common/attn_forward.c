@@ -337,6 +337,10 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
 	float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
 	double y[32];
+	float y32[32];
+	/* reference profile: the reference's fp32 / bf16 linears accumulate in float32, here
+	 * in srt_gemm's fixed order on the stored matrix; f32 profile: double tiles */
+	const int f32acc = a->ref && wt->w.data && wt->w.rows == nf && wt->w.cols == d;
 	for (size_t c0 = t0; c0 < t1; c0 += 4) {
 		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
@@ -344,7 +348,17 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 			int64_t pos = f->rpos[r];
 			if (pos < 0)
 				continue;
-			srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
+			if (f32acc) {
+				const struct srt_weight sub = {
+					.type = wt->w.type, .rows = no, .cols = d,
+					.data = (const uint8_t *)wt->w.data +
+						o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)};
+				srt_gemm_exact(&sub, f->xa + (size_t)r * d, 1, d, y32, no, 0, no);
+				for (size_t i = 0; i < no; i++)
+					y[i] = (double)y32[i];
+			} else {
+				srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
+			}
 			if (j == PJ_IWP) {
 				float *iw = f->iw + (size_t)r * ih + o0;
 				for (size_t i = 0; i < no; i++)
@@ -866,24 +880,30 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		double mx = -INFINITY, den = 0;
-		srt_attn_dot_tiles(q, kt, hd, (size_t)(nk + 7) / 8, sc);
-		for (int64_t k = 0; k < nk; k++) {
-			double dd = sc[k];
-			sc[k] = a->ref ? (double)((float)dd * scale_f) : dd * scale_d;
-			mx = sc[k] > mx ? sc[k] : mx;
-		}
 		if (a->ref) {
-			float mxf = (float)mx;
+			/* the reference accumulates q.k and p.v in float32 (tilelang sparse_attn):
+			 * float32 sums in ascending key dims / keys, a fixed order */
+			float *scf = (float *)sc, *pvf = (float *)pv, mxf = -INFINITY;
+			srt_attn_dot_tiles_f32(q, kt, hd, (size_t)(nk + 7) / 8, scf);
 			for (int64_t k = 0; k < nk; k++) {
-				float ev = expf((float)sc[k] - mxf);
+				scf[k] = scf[k] * scale_f;
+				mxf = scf[k] > mxf ? scf[k] : mxf;
+			}
+			for (int64_t k = 0; k < nk; k++) {
+				float ev = expf(scf[k] - mxf);
 				den += ev;
-				sc[k] = srt_round_bf16(ev);
+				scf[k] = srt_round_bf16(ev);
 			}
 			float denf = (float)den + expf(lw->sink[h] - mxf);
-			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
+			srt_attn_pv_f32(scf, keys, hd, hd, (size_t)nk, pvf);
 			for (size_t i = 0; i < hd; i++)
-				oh[i] = srt_round_bf16((float)pv[i] / denf);
+				oh[i] = srt_round_bf16(pvf[i] / denf);
 		} else {
+			srt_attn_dot_tiles(q, kt, hd, (size_t)(nk + 7) / 8, sc);
+			for (int64_t k = 0; k < nk; k++) {
+				sc[k] = sc[k] * scale_d;
+				mx = sc[k] > mx ? sc[k] : mx;
+			}
 			for (int64_t k = 0; k < nk; k++) {
 				sc[k] = exp(sc[k] - mx);
 				den += sc[k];
@@ -897,10 +917,6 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 	}
 }
 
-/*
- * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
- * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
- */
 /*
  * Reference profile: outputs [n0, n1) of group g's wo_a product for every row, float32
  * accumulation in srt_gemm's fixed blocked order (REFERENCE on the bf16 activations with
@@ -938,6 +954,10 @@ static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1, float *ones)
 	}
 }
 
+/*
+ * Grouped wo_a (bf16 weights, as convert.py leaves it) for every row of the block; units =
+ * (group, tile of 8 outputs); four tiles at a time, rows inner, so each weight is read once.
+ */
 static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;

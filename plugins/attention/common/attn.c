@@ -313,10 +313,19 @@ static int load_tm(struct loader *ld, const char *sub, int64_t n, int64_t k,
 		return rc;
 	rc = srt_attn_tm_make(ld->a->host, w, (size_t)n, (size_t)k, m);
 	ld->a->host->free(w);
-	if (rc)
+	if (rc) {
 		srt_attn_why(ld->why, ld->why_len, "%s: tensor %s%s: out of memory", ld->a->name,
 			     ld->prefix, sub);
-	return rc;
+		return rc;
+	}
+	/* the stored tensor too (load_f32 checked its name, dtype and shape) */
+	char name[160];
+	struct srt_tensor t;
+	snprintf(name, sizeof(name), "%s%s", ld->prefix, sub);
+	if (ld->w->get(ld->w->ctx, name, &t) == 0)
+		m->w = (struct srt_weight){.type = t.dtype == SRT_DT_BF16 ? SRT_WT_BF16 : SRT_WT_F32,
+					   .rows = (size_t)n, .cols = (size_t)k, .data = t.data};
+	return 0;
 }
 
 static int load_comp(struct loader *ld, const char *sub, int ratio, int width,

@@ -254,6 +254,103 @@ __attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt,
 }
 #endif
 
+#ifdef ATTN_X86
+/* Eight tiles (64 outputs) per pass, one 8-float accumulator per tile. */
+__attribute__((target("avx2"))) static void tiles_f32_avx(const float *x, const float *t,
+							  size_t K, size_t nt, float *y)
+{
+	size_t j = 0;
+	for (; j + 8 <= nt; j += 8) {
+		__m256 a[8];
+		for (int i = 0; i < 8; i++)
+			a[i] = _mm256_setzero_ps();
+		const float *tj = t + j * K * 8;
+		for (size_t c = 0; c < K; c++) {
+			const __m256 xv = _mm256_broadcast_ss(x + c);
+			for (int i = 0; i < 8; i++)
+				a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(xv, _mm256_loadu_ps(
+								     tj + ((size_t)i * K + c) * 8)));
+		}
+		for (int i = 0; i < 8; i++)
+			_mm256_storeu_ps(y + (j + (size_t)i) * 8, a[i]);
+	}
+	for (; j < nt; j++) {
+		__m256 a = _mm256_setzero_ps();
+		for (size_t c = 0; c < K; c++)
+			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_broadcast_ss(x + c),
+							   _mm256_loadu_ps(t + (j * K + c) * 8)));
+		_mm256_storeu_ps(y + j * 8, a);
+	}
+}
+
+/* 128 outputs per pass (8 x 16 lanes), then 16, then single outputs. */
+__attribute__((target("avx512f"))) static void pv_f32_avx512(const float *p, const float *v,
+							      size_t ld, size_t n, size_t K,
+							      float *y)
+{
+	size_t i = 0;
+	for (; i + 128 <= n; i += 128) {
+		__m512 a[8];
+		for (int q = 0; q < 8; q++)
+			a[q] = _mm512_setzero_ps();
+		for (size_t k = 0; k < K; k++) {
+			const __m512 pk = _mm512_set1_ps(p[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 8; q++)
+				a[q] = _mm512_add_ps(a[q], _mm512_mul_ps(pk, _mm512_loadu_ps(r + 16 * q)));
+		}
+		for (int q = 0; q < 8; q++)
+			_mm512_storeu_ps(y + i + 16 * (size_t)q, a[q]);
+	}
+	for (; i + 16 <= n; i += 16) {
+		__m512 a = _mm512_setzero_ps();
+		for (size_t k = 0; k < K; k++)
+			a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p[k]),
+							   _mm512_loadu_ps(v + k * ld + i)));
+		_mm512_storeu_ps(y + i, a);
+	}
+	for (; i < n; i++) {
+		float s = 0;
+		for (size_t k = 0; k < K; k++)
+			s += p[k] * v[k * ld + i];
+		y[i] = s;
+	}
+}
+#endif
+
+void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y)
+{
+#ifdef ATTN_X86
+	if (have_avx512()) { /* AVX-512 implies AVX2 here (have_avx512 checks both) */
+		tiles_f32_avx(x, t, k, nt, y);
+		return;
+	}
+#endif
+	for (size_t j = 0; j < nt; j++) {
+		float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+		const float *tj = t + j * k * 8;
+		for (size_t c = 0; c < k; c++)
+			for (size_t l = 0; l < 8; l++)
+				s[l] += x[c] * tj[c * 8 + l];
+		memcpy(y + j * 8, s, sizeof(s));
+	}
+}
+
+void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t k, float *y)
+{
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		pv_f32_avx512(p, v, ld, n, k, y);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		y[i] = 0;
+	for (size_t c = 0; c < k; c++)
+		for (size_t i = 0; i < n; i++)
+			y[i] += p[c] * v[c * ld + i];
+}
+
 void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
 		       double *y)
 {

@@ -13,6 +13,8 @@
 
 #include <shadowrt/shadowrt.h>
 
+#include "ops/gemm.h"
+
 /*
  * Tile layout of a [n][k] matrix (row stride ldw) for srt_attn_dot_tiles: ceil(n/8) tiles,
  * tile j = [k][8] floats holding rows 8j..8j+7 (rows past n are zero). t holds
@@ -28,6 +30,9 @@ void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, dou
  * value is exactly a bf16 (half the bytes to stream), float tiles otherwise.
  */
 struct srt_attn_tm {
+	/* the matrix as stored, when it is a row-major bf16 or f32 checkpoint tensor (borrowed;
+	 * data NULL otherwise): float32-accumulated products through srt_gemm */
+	struct srt_weight w;
 	void *t;     /* ceil(n/8) tiles of [k][8]: float, uint16_t bf16 bits or E4M3 codes */
 	float *sc;   /* E4M3: [tile][k/128][8] the scale of each row's 128-block; else NULL */
 	size_t n, k;
@@ -58,6 +63,16 @@ void srt_attn_tm_decode(const struct srt_attn_tm *m, size_t t0, size_t nt, float
 
 /* y[i] = Σ_c p[c] · v[c·ld + i] for i in [0, n), c in ascending order (probabilities · values). */
 void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k, double *y);
+
+/*
+ * Float32 variants for the reference profile (whose attention accumulates in float32): the
+ * bits of the scalar loops
+ *     y[8j + l] = 0; for (c = 0; c < k; c++) y[8j + l] += x[c] * t[(j·k + c)·8 + l];
+ *     y[i] = 0;      for (c = 0; c < k; c++) y[i] += p[c] * v[c·ld + i];
+ * (multiplication then addition, ascending c) whatever the kernel set.
+ */
+void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y);
+void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t k, float *y);
 
 /*
  * Many queries' heads against many keys (the lightning indexer's q·k): y[e·nh + h] =

@@ -1,0 +1,137 @@
+/*
+ * attn_dot kernels against the scalar loops that define their bits (attn_dot.h): whatever
+ * kernel set this CPU runs (AVX-512 here when present, else the portable loops), every output
+ * of srt_attn_qk_heads, srt_attn_dot_tiles_f32 and srt_attn_pv_f32 equals the loop's result
+ * bit for bit. The operands span many binades, so a different summation order (another lane
+ * assignment, a tree sum, a fused multiply-add) changes results and fails these tests.
+ */
+#include <check.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_dot.h"
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+
+/* A float of either sign over 2^-20 .. 2^20 with a full mantissa. */
+static float wide(void)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	float m = 1.0f + (float)(rng >> 40) / (float)(1u << 24);
+	int e = (int)((rng >> 8) % 41) - 20;
+	return (rng & 1 ? -1.0f : 1.0f) * ldexpf(m, e);
+}
+
+static int same(float a, float b)
+{
+	return memcmp(&a, &b, sizeof a) == 0;
+}
+
+START_TEST(qk_heads_equals_the_per_head_double_loop_bitwise)
+{
+	static const size_t nhs[] = {8, 16, 24, 64, 12};
+	const size_t K = 128;
+	for (size_t hi = 0; hi < sizeof(nhs) / sizeof(nhs[0]); hi++) {
+		size_t nh = nhs[hi];
+		for (size_t ne = 1; ne <= 9; ne++) {
+			double *qt = malloc(sizeof(double) * K * nh), *y = malloc(sizeof(double) * ne * nh);
+			float *keys = malloc(sizeof(float) * ne * K);
+			for (size_t i = 0; i < K * nh; i++)
+				qt[i] = (double)wide();
+			for (size_t i = 0; i < ne * K; i++)
+				keys[i] = wide();
+			srt_attn_qk_heads(qt, nh, keys, K, ne, y);
+			for (size_t e = 0; e < ne; e++)
+				for (size_t h = 0; h < nh; h++) {
+					double s = 0;
+					for (size_t c = 0; c < K; c++)
+						s += qt[c * nh + h] * (double)keys[e * K + c];
+					ck_assert_msg(memcmp(&s, &y[e * nh + h], sizeof s) == 0,
+						      "nh %zu ne %zu: y[%zu][%zu] %a vs loop %a", nh, ne, e, h,
+						      y[e * nh + h], s);
+				}
+			free(qt);
+			free(y);
+			free(keys);
+		}
+	}
+}
+END_TEST
+
+START_TEST(dot_tiles_f32_equals_the_ascending_float_loop_bitwise)
+{
+	static const size_t Ks[] = {512, 100, 1};
+	for (size_t ki = 0; ki < 3; ki++) {
+		size_t K = Ks[ki];
+		for (size_t nt = 1; nt <= 19; nt += 3) {
+			float *x = malloc(sizeof(float) * K), *t = malloc(sizeof(float) * nt * K * 8);
+			float *y = malloc(sizeof(float) * nt * 8);
+			for (size_t i = 0; i < K; i++)
+				x[i] = wide();
+			for (size_t i = 0; i < nt * K * 8; i++)
+				t[i] = wide();
+			srt_attn_dot_tiles_f32(x, t, K, nt, y);
+			for (size_t j = 0; j < nt; j++)
+				for (size_t l = 0; l < 8; l++) {
+					float s = 0;
+					for (size_t c = 0; c < K; c++) {
+						float p = x[c] * t[(j * K + c) * 8 + l];
+						s = s + p;
+					}
+					ck_assert_msg(same(s, y[j * 8 + l]), "K %zu nt %zu: y[%zu] %a vs loop %a",
+						      K, nt, j * 8 + l, y[j * 8 + l], s);
+				}
+			free(x);
+			free(t);
+			free(y);
+		}
+	}
+}
+END_TEST
+
+START_TEST(pv_f32_equals_the_ascending_float_loop_bitwise)
+{
+	static const size_t ns[] = {512, 130, 17, 3};
+	for (size_t ni = 0; ni < 4; ni++) {
+		size_t n = ns[ni], ld = n + 5;
+		for (size_t K = 1; K <= 50; K += 7) {
+			float *p = malloc(sizeof(float) * K), *v = malloc(sizeof(float) * K * ld);
+			float *y = malloc(sizeof(float) * n);
+			for (size_t i = 0; i < K; i++)
+				p[i] = wide();
+			for (size_t i = 0; i < K * ld; i++)
+				v[i] = wide();
+			srt_attn_pv_f32(p, v, ld, n, K, y);
+			for (size_t i = 0; i < n; i++) {
+				float s = 0;
+				for (size_t c = 0; c < K; c++) {
+					float q = p[c] * v[c * ld + i];
+					s = s + q;
+				}
+				ck_assert_msg(same(s, y[i]), "n %zu K %zu: y[%zu] %a vs loop %a", n, K, i,
+					      y[i], s);
+			}
+			free(p);
+			free(v);
+			free(y);
+		}
+	}
+}
+END_TEST
+
+int main(void)
+{
+	Suite *s = suite_create("attn_dot");
+	TCase *tc = tcase_create("kernels");
+	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
+	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
+	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
+	suite_add_tcase(s, tc);
+	SRunner *sr = srunner_create(s);
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -42,7 +42,9 @@ def block_tokens(h, n, vocab):
 
 
 def load_trace(path, limit, B, vocab, max_out):
-    reqs, cache = [], {}
+    """(requests, ceiling): the ceiling is the share of prompt tokens in hash blocks seen
+    before (what an unbounded cache could serve at block granularity)."""
+    reqs, cache, seen_tok = [], {}, 0
     with open(path) as f:
         for line in f:
             if limit and len(reqs) >= limit:
@@ -50,14 +52,17 @@ def load_trace(path, limit, B, vocab, max_out):
             r = json.loads(line)
             n = max(1, math.ceil(r["input_length"] * B / 512))
             toks = []
-            for h in r["hash_ids"]:
-                if h not in cache:
+            for k, h in enumerate(r["hash_ids"]):
+                if h in cache:
+                    seen_tok += max(0, min(B, n - k * B))
+                else:
                     cache[h] = block_tokens(h, B, vocab)
                 toks += cache[h]
             toks = toks[:n]
             out = max(1, min(max_out, r["output_length"]))
             reqs.append((r["timestamp"] / 1000.0, toks, out))
-    return reqs
+    total = sum(len(t) for _, t, _ in reqs)
+    return reqs, (seen_tok / total if total else 0.0)
 
 
 def pct(xs, p):
@@ -198,7 +203,7 @@ def main():
             except urllib.error.HTTPError as e:
                 msg = json.loads(e.read())["error"]["message"]
                 vocab = int(msg.rsplit(", ", 1)[1].rstrip(")"))
-        reqs = load_trace(a.trace, a.requests, a.block_tokens, vocab, a.max_output)
+        reqs, ceiling = load_trace(a.trace, a.requests, a.block_tokens, vocab, a.max_output)
         m0 = metrics(host, port)
         print(f"serve_bench: {len(reqs)} requests of {os.path.basename(a.trace)}, blocks of "
               f"{a.block_tokens} tokens (x{a.block_tokens / 512:g} of the trace's 512), output "
@@ -264,6 +269,8 @@ def main():
     if prompt:
         print("prefix hits: L1 %.1f%%  L2 %.1f%%  L3 %.1f%%  (total %.1f%% of %d prompt tokens)"
               % (*(100 * h / prompt for h in hits), 100 * sum(hits) / prompt, prompt))
+    print(f"  ceiling (prompt tokens in hash blocks seen before): {100 * ceiling:.1f}%; a hit "
+          f"counts whole pages only")
     print(f"preemptions {d('shadowrt_preemptions_total'):.0f}, scheduler steps "
           f"{d('shadowrt_scheduler_steps_total'):.0f}, computed tokens "
           f"{d('shadowrt_computed_tokens_total'):.0f}")

@@ -12,7 +12,7 @@
  * 256-token pages): C4 KV page = 64 entries = 37376 B, SWA page = 256 entries = 149504 B,
  * C128 KV page = 2 entries = 1168 B.
  *
- * usage: tier_bench [--ops N] [--dir DIR] [--only file,file-nosync,sqlite,redis,host]
+ * usage: tier_bench [--ops N] [--dir DIR] [--only file,file-seg,file-nosync,sqlite,redis,host]
  * Plugins are loaded from $SRT_PLUGIN_DIR (default: <build>/lib/shadowrt/plugins).
  */
 #include <stdio.h>
@@ -121,12 +121,33 @@ static void bench_store(const char *label, struct tu_plugin *p, int ops)
 			srt_tier_store_get(&st, &keys[i], BATCH, outs, caps, gots);
 		double batch_s = tu_now() - t0;
 
+		/* batched put: BATCH pages per call (what the L3 writer thread hands over), on
+		 * fresh keys, as a ratio to the single-page puts above */
+		p->vt->remove(p->inst, keys, (uint32_t)n);
+		const void *ins[BATCH];
+		size_t lens[BATCH];
+		for (int b = 0; b < BATCH; b++) {
+			ins[b] = data + (size_t)b * sz;
+			lens[b] = sz;
+		}
+		int nbp = 0;
+		t0 = tu_now();
+		for (int i = 0; i + BATCH <= n; i += BATCH, nbp++)
+			if (srt_tier_store_put(&st, &keys[i], BATCH, ins, lens)) {
+				fprintf(stderr, "%s: batched put failed\n", label);
+				break;
+			}
+		double bput_s = tu_now() - t0;
+		double bput = nbp ? (double)sz * BATCH * nbp / 1e6 / bput_s : 0.0;
+
 		double mb = (double)sz * n / 1e6;
 		printf("%-12s %-24s n=%-5d put %8.1f MB/s p50 %8.1f us p99 %8.1f us | "
-		       "get %8.1f MB/s p50 %8.1f us p99 %8.1f us | batch%d get %8.1f MB/s%s\n",
+		       "get %8.1f MB/s p50 %8.1f us p99 %8.1f us | batch%d get %8.1f MB/s | "
+		       "batch%d put %8.1f MB/s (%.1fx single)%s\n",
 		       label, sizes[s].name, n, mb / put_s, put50 * 1e6, put99 * 1e6, mb / get_s,
 		       get50 * 1e6, get99 * 1e6, BATCH,
-		       nb ? (double)sz * BATCH * nb / 1e6 / batch_s : 0.0,
+		       nb ? (double)sz * BATCH * nb / 1e6 / batch_s : 0.0, BATCH, bput,
+		       put_s > 0 ? bput / (mb / put_s) : 0.0,
 		       misses ? " (MISSES: evicted or failed)" : "");
 		fflush(stdout);
 		p->vt->remove(p->inst, keys, (uint32_t)n);
@@ -201,10 +222,12 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
 			printf("usage: tier_bench [--ops N] [--dir DIR] [--only LIST]\n"
-			       "Measures L3 put/get throughput and latency (file, file-nosync, sqlite,\n"
-			       "redis) for DeepSeek-V4-Flash page sizes, and host-arena copy bandwidth as a\n"
-			       "ratio of memcpy. LIST: comma-separated subset of file,file-nosync,sqlite,\n"
-			       "redis,host. DIR: where the file/sqlite stores go (default: a temp dir).\n");
+			       "Measures L3 put/get throughput and latency (file, file-seg = layout\n"
+			       "segments, file-nosync, sqlite, redis) for DeepSeek-V4-Flash page sizes,\n"
+			       "single-page and batched puts (ratio batched / single), and host-arena copy\n"
+			       "bandwidth as a ratio of memcpy. LIST: comma-separated subset of file,\n"
+			       "file-seg,file-nosync,sqlite,redis,host. DIR: where the file/sqlite stores go\n"
+			       "(default: a temp dir).\n");
 			return 0;
 		} else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
 			ops = atoi(argv[++i]);
@@ -252,6 +275,16 @@ int main(int argc, char **argv)
 			tu_close(&p);
 		} else
 			fprintf(stderr, "file: %s\n", why);
+		tu_rmrf(path);
+	}
+	if (want(only, "file-seg")) {
+		snprintf(path, sizeof(path), "%s/file-seg", dir);
+		const char *o[] = {"path", path, "layout", "segments", NULL};
+		if (tu_open("srt_tier_file.so", o, &p, why, sizeof(why)) == 0) {
+			bench_store("file-seg", &p, ops);
+			tu_close(&p);
+		} else
+			fprintf(stderr, "file-seg: %s\n", why);
 		tu_rmrf(path);
 	}
 	if (want(only, "file-nosync")) {

@@ -1,16 +1,21 @@
 /*
  * ttft_bench: time to first token of one prompt on the executor, (a) computed from scratch,
- * (b) from an L1 prefix hit, (c) restored from L2 (host) after L1 eviction, (d) restored from
+ * (b) from an L1 prefix hit, (r) from a branch-point hit whose window / carry-state pages are
+ * not cached (only the compressed pools are, as L2/L3 keep them with rematerialization): the
+ * window is rematerialized, (c) restored from L2 (host) after L1 eviction, (d) restored from
  * L3 by a second engine on the same store: file, sqlite, redis (a loopback redis-server).
  *
- *   ttft_bench [--model PRESET|DIR] [--prompt N] [--threads N] [--only a,b,c,file,sqlite,redis]
+ *   ttft_bench [--model PRESET|DIR] [--prompt N] [--threads N]
+ *              [--only a,b,r,c,file,sqlite,redis]
  *
  * TTFT = seq_start (match, tier lookup, loads, verification) + prefill of what is left, up to
  * the logits of the last prompt position. The engine matches the prompt's first n - 1 tokens,
  * so a hit leaves the last partial page (and at least one token) to compute; the table prints
  * how many tokens were computed. Use n = k * 256 + 1 (the default, 16385) so that a hit leaves
- * exactly one token. One computed run seeds both L2 and the file L3. The logits of every hit run are compared with the computed
- * run's (the executor promises bitwise equality). Figures are printed, nothing is asserted.
+ * exactly one token. One computed run seeds both L2 and the file L3. Every run also decodes
+ * DECODE tokens after the prompt; the logits of the last prompt position and of every decode
+ * step of each hit run are compared bitwise with the computed run's (the executor promises
+ * bitwise equality): any difference is reported and the exit status is 1.
  */
 #include <math.h>
 #include <stdint.h>
@@ -32,6 +37,16 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* CPU seconds of the whole process (all threads): steadier than wall time on a loaded box */
+static double cpu_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double last_cpu; /* CPU seconds of the last request's TTFT */
+
 static const char *model = "small";
 static int threads = -1;
 static uint64_t n_prompt = 16385;
@@ -39,6 +54,9 @@ static int32_t *prompt;
 static float *ref_logits;
 static int32_t vocab;
 static char tmp[4096];
+static int mismatches; /* hit runs whose logits differ from the computed run's */
+
+#define DECODE 4 /* decode steps after the prompt, compared too */
 
 static int write_ini(const char *path, const char *l2, const char *l3)
 {
@@ -65,19 +83,34 @@ static struct srt_engine *open_engine(const char *ini, int tiers)
 	return e;
 }
 
-/* One request: returns TTFT in seconds; hit tiers into hit[3]; logits into out. */
+static uint64_t last_remat, last_remat_cost; /* of the last request */
+
+/*
+ * One request: returns TTFT in seconds; hit tiers into hit[3]; logits into out: the last
+ * prompt position's, then DECODE decode steps' ([1 + DECODE][vocab]).
+ */
 static double request(struct srt_engine *e, int use_cache, uint64_t hit[3], float *out)
 {
 	char err[1024];
 	struct srt_seq *s;
-	double t0 = now_s();
+	double t0 = now_s(), c0 = cpu_s();
 	if (srt_engine_seq_start(e, prompt, n_prompt, use_cache, &s, NULL, err, sizeof(err)) ||
 	    srt_engine_prefill(e, s, out, 0, err, sizeof(err))) {
 		fprintf(stderr, "ttft_bench: %s\n", err);
 		exit(1);
 	}
 	double t = now_s() - t0;
+	last_cpu = cpu_s() - c0;
 	srt_seq_hit_tiers(s, hit);
+	last_remat = srt_seq_remat(s, &last_remat_cost);
+	for (int k = 0; k < DECODE; k++) {
+		int32_t tok = prompt[k];
+		if (srt_engine_decode(e, &s, 1, &tok, out + (size_t)(1 + k) * (size_t)vocab, err,
+				      sizeof(err))) {
+			fprintf(stderr, "ttft_bench: decode: %s\n", err);
+			exit(1);
+		}
+	}
 	if (srt_engine_seq_finish(s, NULL, err, sizeof(err))) {
 		fprintf(stderr, "ttft_bench: finish: %s\n", err);
 		exit(1);
@@ -86,15 +119,44 @@ static double request(struct srt_engine *e, int use_cache, uint64_t hit[3], floa
 	return t;
 }
 
+static double base_cpu;
+
 static void row(const char *what, double t, const uint64_t hit[3], const float *lg, double base)
 {
 	uint64_t h = hit[0] + hit[1] + hit[2];
-	int same = !ref_logits || !memcmp(lg, ref_logits, (size_t)vocab * sizeof(float));
-	printf("%-22s %10.3f s %9.1fx %8llu %8llu %8llu %8llu   %s\n", what, t,
-	       base > 0 ? base / t : 1.0, (unsigned long long)hit[0], (unsigned long long)hit[1],
+	size_t nl = (size_t)(1 + DECODE) * (size_t)vocab;
+	int same = !ref_logits || !memcmp(lg, ref_logits, nl * sizeof(float));
+	mismatches += !same;
+	printf("%-22s %10.3f s %9.1fx %9.3f s %8.1fx %8llu %8llu %8llu %8llu   %s\n", what, t,
+	       base > 0 ? base / t : 1.0, last_cpu, base > 0 && last_cpu > 0 ? base_cpu / last_cpu
+	       : 1.0, (unsigned long long)hit[0], (unsigned long long)hit[1],
 	       (unsigned long long)hit[2], (unsigned long long)(n_prompt - h),
 	       ref_logits ? (same ? "bitwise equal" : "DIFFERENT") : "(reference)");
 	fflush(stdout);
+}
+
+/*
+ * Keep only the compressed (ALL) pools of the cached prompt: drop its window and carry-state
+ * (TAIL) pages, as a branch point looks when L2/L3 keep no TAIL pages. The path is ALL-locked
+ * while evicting so that its nodes are tombstoned, not deleted.
+ */
+static void drop_tail_pages(struct srt_engine *e)
+{
+	char err[256];
+	struct srt_rdx_cache *c = srt_engine_cache(e);
+	struct srt_rdx_match m;
+	if (srt_rdx_match(c, prompt, n_prompt, &m) ||
+	    srt_rdx_lock(c, m.node, SRT_RDX_LOCK_ALL, err, sizeof(err))) {
+		fprintf(stderr, "ttft_bench: cannot lock the cached prompt\n");
+		exit(1);
+	}
+	for (uint32_t p = 0; p < srt_rdx_pool_count(c); p++) {
+		struct srt_rdx_pool_stats st;
+		srt_rdx_pool_stats(c, p, &st);
+		if (st.retention == SRT_RETAIN_TAIL)
+			srt_rdx_evict(c, p, 0, NULL);
+	}
+	srt_rdx_unlock(c, m.node, SRT_RDX_LOCK_ALL, err, sizeof(err));
 }
 
 static void evict_l1(struct srt_engine *e)
@@ -121,9 +183,12 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			printf("usage: ttft_bench [--model PRESET|DIR] [--prompt N] [--threads N] "
-			       "[--only a,b,c,file,sqlite,redis]\n"
-			       "Time to first token of one prompt: computed, L1 hit, L2 hit, L3 hit "
-			       "(file, sqlite, redis) on the executor.\n");
+			       "[--only a,b,r,c,file,sqlite,redis]\n"
+			       "Time to first token of one prompt: computed, L1 hit, branch-point hit "
+			       "with the window rematerialized, L2 hit, L3 hit (file, sqlite, redis)\n"
+			       "on the executor. Logits of each hit run (last prompt position and %d "
+			       "decode steps) are compared\nbitwise with the computed run's; exit "
+			       "status 1 if any differs.\n", DECODE);
 			return 0;
 		}
 		if (i + 1 >= argc) {
@@ -168,23 +233,39 @@ int main(int argc, char **argv)
 	struct srt_engine *e = open_engine(ini, 0);
 	vocab = srt_engine_model(e)->vocab_size;
 	prompt = malloc(n_prompt * sizeof(int32_t));
-	float *lg = malloc((size_t)vocab * sizeof(float));
+	float *lg = malloc((size_t)(1 + DECODE) * (size_t)vocab * sizeof(float));
 	ref_logits = NULL;
-	float *ref = malloc((size_t)vocab * sizeof(float));
+	float *ref = malloc((size_t)(1 + DECODE) * (size_t)vocab * sizeof(float));
 	for (uint64_t i = 0; i < n_prompt; i++)
 		prompt[i] = (int32_t)((i * 2654435761u + 12345) % (uint64_t)vocab);
 	printf("ttft_bench: model %s, prompt %llu tokens, %d threads, chunk %d\n",
 	       srt_engine_model_path(e), (unsigned long long)n_prompt, srt_engine_threads(e),
 	       srt_engine_chunk(e));
-	printf("%-22s %12s %10s %8s %8s %8s %8s   %s\n", "case", "TTFT", "speedup", "L1 hit",
-	       "L2 hit", "L3 hit", "computed", "last logits vs computed");
+	printf("%-22s %12s %10s %11s %9s %8s %8s %8s %8s   %s\n", "case", "TTFT", "speedup",
+	       "TTFT CPU", "speedup", "L1 hit", "L2 hit", "L3 hit", "computed",
+	       "logits vs computed");
 	uint64_t hit[3];
 	double base = request(e, 0, hit, ref);
+	base_cpu = last_cpu;
 	row("(a) computed", base, hit, ref, 0);
 	ref_logits = ref;
 	if (want(only, "b")) {
 		double t = request(e, 1, hit, lg);
 		row("(b) L1 hit", t, hit, lg, base);
+	}
+	if (want(only, "r")) {
+		drop_tail_pages(e);
+		double t = request(e, 1, hit, lg);
+		row("(r) remat branch hit", t, hit, lg, base);
+		printf("%-22s window rematerialized at %llu: %llu token-layers = %.0f tokens of "
+		       "compute (the prefix: %llu)\n", "", (unsigned long long)last_remat,
+		       (unsigned long long)last_remat_cost,
+		       (double)last_remat_cost / srt_engine_model(e)->num_hidden_layers,
+		       (unsigned long long)last_remat);
+		if (!last_remat) {
+			printf("(r) was not rematerialized (prompt too short for it to pay?)\n");
+			mismatches++;
+		}
 	}
 	srt_engine_close(e);
 
@@ -244,5 +325,9 @@ int main(int argc, char **argv)
 	free(prompt);
 	free(lg);
 	free(ref);
+	if (mismatches) {
+		fprintf(stderr, "ttft_bench: %d run(s) differ from the computed run\n", mismatches);
+		return 1;
+	}
 	return 0;
 }

@@ -92,6 +92,15 @@ struct srt_tensor {
 	size_t nbytes;
 };
 
+/*
+ * Tensor access. Names are the checkpoint's (spec §6): "embed.weight", "head.weight",
+ * "norm.weight", "layers.<L>.attn_norm.weight", "layers.<L>.attn.wq_a.weight" with its block
+ * scales "layers.<L>.attn.wq_a.scale", "layers.<L>.ffn.experts.<E>.w1.weight", "hc_attn_fn",
+ * ... and "mtp.<J>.*" for the MTP block. FP8 weights are F8_E4M3 [N][K] with F8_E8M0 scales
+ * [ceil(N/128)][ceil(K/128)]; FP4 experts are I8 [N][K/2] (two E2M1 per byte, low nibble
+ * first) with F8_E8M0 scales [N][K/32]. Data is read-only and stays mapped until the instance
+ * is destroyed; get may be called from any thread.
+ */
 struct srt_weights {
 	uint32_t struct_size;
 	void *ctx;

@@ -25,6 +25,14 @@
  *
  * Errors: functions that can fail return 0 on success or a negative SRT_E* code, and may
  * write a human-readable reason into a caller-supplied buffer.
+ *
+ * Logging: srt_host.log prints "shadowrt[<plugin>] <level>: ..." on stderr for messages at or
+ * below the process level: SRT_LOG_WARN unless the environment variable SHADOWRT_LOG_LEVEL
+ * says error, warn, info or debug (or 0..3).
+ *
+ * The numerics SDK: <shadowrt/ops.h> (libshadowrt-ops.so.1, `pkg-config shadowrt-ops`) holds
+ * the ops the built-in CPU plugins compute with, so an out-of-tree plugin computes exactly
+ * what they compute. `shadowrt check-plugin PLUGIN.so` runs the conformance suite.
  */
 #ifndef SHADOWRT_PLUGIN_H
 #define SHADOWRT_PLUGIN_H
@@ -132,6 +140,13 @@ struct srt_weights;      /* model.h */
 /*
  * Arguments to create. Borrowed for the duration of `create`; pointers inside (model,
  * weights, layers) stay valid until the instance is destroyed.
+ *
+ * Cache-only create (attention plugins): `weights` is NULL when the core only needs the pool
+ * declarations — `shadowrt replay` (cache-only trace replay), geometry reports, the pools
+ * check of check-plugin. model, layers (the layers of the plugin's ratio, MTP included) and
+ * page_tokens are set as usual. Such an instance must declare exactly the pools it would
+ * declare with weights, and may fail forward (saying so); it must not fail create for lack of
+ * weights.
  */
 struct srt_plugin_args {
 	uint32_t struct_size;

@@ -12,6 +12,15 @@
  * where layer_slot is the index of the model layer in the pool's `layers` list. So a page is
  * n_layers * (P / r) * entry_bytes bytes, and token t maps to entry t / r, on virtual page
  * (t / r) / (P / r) = t / P.
+ *
+ * Pool names: unique within the model (the cache, the tier keys and the reports use them), at
+ * most SRT_POOL_NAME_MAX - 1 bytes, by convention "<plugin>.<what>": the built-ins declare
+ * swa.window, csa.window, csa.c4_kv, csa.c4_index, csa.c4_state, hca.window, hca.c128_kv,
+ * hca.c128_state. A pool's bytes are opaque to the core; it copies whole pages between tiers
+ * and frees pools independently, so an entry must be complete in itself (no pointers).
+ * The page size P is a multiple of every pool ratio, so a ratio-r block never straddles pages.
+ * Pages are zeroed when first allocated; writes must stay inside the pages that cover the
+ * call's tokens (check-plugin fences each page with guard pages).
  */
 #ifndef SHADOWRT_POOL_H
 #define SHADOWRT_POOL_H
@@ -64,6 +73,8 @@ struct srt_page_table {
  * One sequence inside a batched call. Its tokens are positions [pos, pos + n_tokens), and
  * [0, pos) is in the cache (computed earlier or restored from a prefix hit).
  */
+struct srt_seq_cached;
+
 struct srt_seq_view {
 	uint64_t seq_id;
 	int64_t pos;
@@ -84,7 +95,40 @@ struct srt_batch {
 	const struct srt_seq_view *seqs;
 	int32_t n_rows;
 	uint32_t mem; /* enum srt_mem of the activation buffers */
+	/* ABI 1.1 (read it only when struct_size > SRT_BATCH_V1_SIZE): [n_seqs] per-sequence
+	 * facts about entries that already exist (an entry may be NULL), or NULL (nothing is
+	 * read-only; no remat). Pointers, so that srt_seq_cached can grow like every struct. */
+	const struct srt_seq_cached *const *cached;
 };
+#define SRT_BATCH_V1_SIZE (offsetof(struct srt_batch, mem) + sizeof(uint32_t))
+
+/*
+ * ABI 1.1. What a sequence's cache already holds, for a call that must read it and never
+ * write it: a prefix resumed by window rematerialization (the executor recomputes the last
+ * layers' windows and carry state of a cached prefix whose compressed entries are cached).
+ *
+ * ro_entries[p] (p in the plugin's declaration order): entries [0, ro_entries[p]) of pool p
+ * exist and are read-only. A plugin must not write them, even with the same bytes (they are
+ * shared with other sequences); it computes everything else as usual. NULL = none.
+ *
+ * SRT_SEQ_REMAT: the call recomputes rows [pos, pos + n_tokens) of a sequence whose window
+ * entries and carry state before `pos` are NOT available (pos > 0). The plugin starts the
+ * compressor carry state empty at pos (kv = 0, score = -inf), writes window KV and carry state
+ * of every row as usual, and skips the attention of the rows whose window reaches before pos
+ * (positions < pos + window - 1): the caller discards those rows' outputs (their output rows
+ * are unspecified). The window and carry pages of the call are scratch or pages being rebuilt.
+ * With batch-invariant kernels, window KV and carry state of every row whose inputs are
+ * exact come out bitwise equal to a computation from position 0.
+ *
+ * A plugin that does not know this struct (ABI 1.0) is never given a read-only entry or a
+ * remat call: the executor checks the descriptor's abi_minor first.
+ */
+struct srt_seq_cached {
+	uint32_t struct_size;
+	uint32_t flags;               /* SRT_SEQ_* */
+	const uint64_t *ro_entries;   /* [n_pools] or NULL */
+};
+#define SRT_SEQ_REMAT 1u
 
 #ifdef __cplusplus
 }

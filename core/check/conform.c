@@ -77,8 +77,19 @@ static int side_sets(const struct srt_conf_opts *o, int cand, const char *const 
 		snprintf(err, errlen, "too many --set overrides");
 		return SRT_EINVAL;
 	}
+	/* the reference side leaves out the candidate's own [attention.<stem>] options */
+	char own[160] = "";
+	if (!cand && o->kind == SRT_KIND_ATTENTION) {
+		const char *b = strrchr(o->plugin, '/');
+		snprintf(own, sizeof(own), "attention.%s", b ? b + 1 : o->plugin);
+		size_t l = strlen(own);
+		if (l > 3 && !strcmp(own + l - 3, ".so"))
+			own[l - 3] = 0;
+		strcat(own, ".");
+	}
 	for (size_t i = 0; i < o->n_sets; i++)
-		s->sets[s->n++] = o->sets[i];
+		if (!own[0] || strncmp(o->sets[i], own, strlen(own)))
+			s->sets[s->n++] = o->sets[i];
 	if (cand) {
 		if (o->kind == SRT_KIND_ATTENTION)
 			snprintf(s->cand, sizeof(s->cand), "attention.ratio.%d=%s", (int)o->ratio,
@@ -533,9 +544,12 @@ static void check_divergence(const struct srt_conf_opts *o, struct srt_conf_resu
 	}
 	if (!builtin || (o->name && !strcmp(stem, o->name))) {
 		set(r, SRT_CONF_SKIP, "the config maps %s to %s: no other plugin to compare with "
-		    "(map the role to a built-in, e.g. --set attention.ratio.N=hca, to measure it)",
+		    "(map it to another plugin with --set %s=NAME to measure the divergence)",
 		    o->kind == SRT_KIND_ATTENTION ? "that ratio" : "the role",
-		    builtin ? "the candidate itself" : "nothing");
+		    builtin ? "the candidate itself" : "nothing",
+		    o->kind == SRT_KIND_ATTENTION ? "attention.ratio.N"
+		    : o->kind == SRT_KIND_MOE	  ? "moe.plugin"
+						  : "residual.plugin");
 		goto out;
 	}
 	TRY(open_engine(o, 0, NULL, 0, o->threads, 0, NULL, &ref, err, sizeof(err)));

@@ -227,8 +227,10 @@ static int sidecar_write(const char *path, const char *dir, const struct wfile *
 			json_array_append_new(files, e);
 	}
 	json_object_set_new(root, "files", files);
+	/* a private temporary name: other processes and threads may write the same sidecar */
+	static _Atomic unsigned seq;
 	char tmp[4300];
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%ld.%u", path, (long)getpid(), atomic_fetch_add(&seq, 1));
 	int rc = 0;
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 	if (fd < 0) {

@@ -93,7 +93,8 @@ uint64_t srt_ck_total_bytes(const struct srt_ckpt *ck);
  * depend on shard layout, file names or tensor order inside files. Any retrained, fine-tuned,
  * re-quantised or reshaped checkpoint changes it; an edit confined to unsampled bytes does not:
  * use srt_ck_fingerprint_full() ("ck1f-..." over every byte; reads the whole checkpoint) when
- * that matters. The two kinds never compare equal.
+ * that matters. The two kinds never compare equal. Cache keys use neither: the cache identity
+ * takes the XXH3-128 of every weight byte, remembered in a sidecar (ckpt/fingerprint.h).
  */
 const char *srt_ck_fingerprint(const struct srt_ckpt *ck);
 int srt_ck_fingerprint_full(const struct srt_ckpt *ck, char out[48], char *err, size_t errlen);

@@ -4,6 +4,8 @@
  * Side A and side B are runtime configs (--a FILE / --b FILE over the built-in default, or
  * --config for both) plus overrides (--set for both, --a-set / --b-set per side). The workload
  * is a prompts file, a slice of a Mooncake trace, or the built-in multi-turn chat workload.
+ * With --layers the teacher-forced pass also compares every layer's residual-stream rows
+ * (plugins/residual/tap records them around each side's residual plugin).
  *
  *  1. Teacher-forced divergence (both engines open, untimed): every request's prompt through A
  *     and through B from position 0, logits of every position compared (check/diverge.h):
@@ -29,6 +31,8 @@
 #include "commands.h"
 #include "config/runtime_config.h"
 #include "exec/engine.h"
+#include "plugin/host.h"
+#include "plugin/registry.h"
 #include "radix/radix.h"
 #include "trace/trace.h"
 
@@ -69,6 +73,12 @@ static void ab_usage(FILE *out)
 		"  --max-new-tokens N   greedy tokens per request in the timed rounds (default 16)\n"
 		"  --repeats N          interleaved A/B rounds (default 3)\n"
 		"  --threads N          worker threads of both sides (default: the configs')\n"
+		"  --tiers              timed rounds with each config's L2/L3 tiers behind L1 (a fresh\n"
+		"                       L3 path per round and side; default: L1 only) to compare cache\n"
+		"                       policies; hits are reported by tier\n"
+		"  --layers             also the per-layer divergence of the residual stream: each\n"
+		"                       layer's attention input (and the head output) of A vs B on\n"
+		"                       the same tokens, through the `tap` residual plugin\n"
 		"  --json               the report as JSON on stdout (with per-position arrays)\n"
 		"  --plot FILE.png      plot KL and max |dlogit| along the prompt position\n"
 		"  -q, --quiet          no progress on stderr\n"
@@ -83,6 +93,7 @@ struct ab_side {
 	/* results */
 	double prefill_tps[64], decode_tps[64];
 	uint64_t prompt_tokens, hit_tokens, computed;
+	uint64_t hit_tier[3]; /* of hit_tokens: from L1, restored from L2, from L3 */
 	int32_t *greedy; /* [n_reqs][max_new] of round 1 */
 	struct {
 		char name[SRT_POOL_NAME_MAX];
@@ -101,20 +112,41 @@ struct ab {
 	struct ab_side side[2];
 	const char *model;
 	int threads, quiet, repeats, max_new;
+	int layers;          /* --layers: per-layer divergence through the tap plugin */
+	int tiers;           /* --tiers: the configs' L2/L3 in the timed rounds */
+	char tmp[4096];      /* scratch directory of --layers */
 	struct ab_req *reqs;
 	size_t n_reqs;
 	char workload[256];
 };
 
-static int open_side(const struct ab *ab, const struct ab_side *s, struct srt_engine **e,
-		     char *err, size_t errlen)
+/* An engine of side s; tiers = 1: with the config's L2/L3 behind L1, the L3 path replaced by
+ * `l3path` (a fresh one per round, so every round starts cold). */
+static int open_side_tiers(const struct ab *ab, const struct ab_side *s, int tiers,
+			   const char *l3path, struct srt_engine **e, char *err, size_t errlen)
 {
-	int rc = srt_runtime_config_set_overrides(s->sets, s->n_sets, err, errlen);
+	const char *sets[AB_MAX_SETS + 1];
+	char l3[4300];
+	size_t n = 0;
+	for (size_t i = 0; i < s->n_sets; i++)
+		sets[n++] = s->sets[i];
+	if (tiers && l3path) {
+		snprintf(l3, sizeof(l3), "tier.l3.path=%s", l3path);
+		sets[n++] = l3;
+	}
+	int rc = srt_runtime_config_set_overrides(sets, n, err, errlen);
 	if (rc)
 		return rc;
 	struct srt_engine_opts o = {.config_path = s->config, .model = ab->model,
-				    .threads = ab->threads, .profile = -1, .quiet = ab->quiet};
+				    .threads = ab->threads, .profile = -1, .quiet = ab->quiet,
+				    .tiers = tiers};
 	return srt_engine_open(&o, e, err, errlen);
+}
+
+static int open_side(const struct ab *ab, const struct ab_side *s, struct srt_engine **e,
+		     char *err, size_t errlen)
+{
+	return open_side_tiers(ab, s, 0, NULL, e, err, errlen);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -303,7 +335,143 @@ struct ab_div {
 	uint64_t top1_all, positions;
 };
 
-static int teacher_forced(struct ab *ab, struct ab_div *d, char *err, size_t errlen)
+/* --layers: per model layer (and the head, last), A vs B on the rows the tap recorded */
+struct ab_layer {
+	double rel_sum;   /* sum over rows of ||a - b|| / ||a|| */
+	double max_abs;
+	uint64_t rows, diff_rows;
+};
+
+struct ab_tap {
+	char sets[2][3][4300]; /* per side: residual.plugin, residual.inner, residual.dump */
+	char dump[2][4200];
+	long off[2];
+	int n_layers;          /* model layers; index n_layers is the head */
+	struct ab_layer *st;
+};
+
+/* Put the tap plugin in front of each side's residual plugin (paths from the registry). */
+static int tap_setup(struct ab *ab, struct ab_tap *tp, char *err, size_t errlen)
+{
+	for (int s = 0; s < 2; s++) {
+		struct srt_runtime_config rc;
+		struct srt_host *host = NULL;
+		struct srt_registry *reg = NULL;
+		const struct srt_plugin_info *in, *tap;
+		int st = srt_runtime_config_load_ex(ab->side[s].config, ab->side[s].sets,
+						    ab->side[s].n_sets, &rc, err, errlen);
+		if (st)
+			return st;
+		char why[2048];
+		st = srt_host_create(1, &host, why, sizeof(why));
+		if (!st)
+			st = srt_registry_open(&reg, rc.plugin_dirs, (size_t)rc.n_plugin_dirs, host, 0);
+		if (!st)
+			st = srt_registry_find(reg, SRT_KIND_RESIDUAL, rc.residual.name, &in, why,
+					       sizeof(why));
+		if (!st)
+			st = srt_registry_find(reg, SRT_KIND_RESIDUAL, "tap", &tap, why, sizeof(why));
+		if (!st) {
+			snprintf(tp->sets[s][0], sizeof(tp->sets[s][0]), "residual.plugin=%s", tap->path);
+			snprintf(tp->sets[s][1], sizeof(tp->sets[s][1]), "residual.inner=%s", in->path);
+			snprintf(tp->dump[s], sizeof(tp->dump[s]), "%s/layers-%c.bin", ab->tmp, 'A' + s);
+			snprintf(tp->sets[s][2], sizeof(tp->sets[s][2]), "residual.dump=%s", tp->dump[s]);
+		} else {
+			snprintf(err, errlen, "%.1900s", why);
+			prefix_err(err, errlen, "--layers, side %s: ", ab->side[s].name);
+		}
+		srt_registry_close(reg);
+		srt_host_destroy(host);
+		srt_runtime_config_free(&rc);
+		if (st)
+			return st;
+		if (ab->side[s].n_sets + 3 > AB_MAX_SETS) {
+			snprintf(err, errlen, "too many --set options");
+			return SRT_EINVAL;
+		}
+		for (int k = 0; k < 3; k++)
+			ab->side[s].sets[ab->side[s].n_sets++] = tp->sets[s][k];
+	}
+	return 0;
+}
+
+/* The records a side's tap wrote since the last call, as per-layer row arrays. */
+static int tap_read(struct ab_tap *tp, int s, size_t d, float **rows, uint64_t *n)
+{
+	FILE *f = fopen(tp->dump[s], "rb");
+	if (!f || fseek(f, tp->off[s], SEEK_SET)) {
+		if (f)
+			fclose(f);
+		return -1;
+	}
+	int32_t hdr[2];
+	int rc = 0;
+	while (fread(hdr, sizeof(hdr), 1, f) == 1) {
+		int li = hdr[0] < 0 ? tp->n_layers : hdr[0];
+		if (li > tp->n_layers || hdr[1] < 0) {
+			rc = -1;
+			break;
+		}
+		float *r = realloc(rows[li], sizeof(float) * d * (n[li] + (uint64_t)hdr[1]));
+		if (!r) {
+			rc = -1;
+			break;
+		}
+		rows[li] = r;
+		if (fread(r + n[li] * d, sizeof(float) * d, (size_t)hdr[1], f) != (size_t)hdr[1]) {
+			rc = -1;
+			break;
+		}
+		n[li] += (uint64_t)hdr[1];
+	}
+	tp->off[s] = ftell(f);
+	fclose(f);
+	return rc;
+}
+
+/* Compare the rows A and B recorded for one request into the per-layer statistics. */
+static int tap_compare(struct ab_tap *tp, size_t d)
+{
+	int L = tp->n_layers + 1, rc = 0;
+	float **rows[2];
+	uint64_t *n[2];
+	for (int s = 0; s < 2; s++) {
+		rows[s] = calloc((size_t)L, sizeof(float *));
+		n[s] = calloc((size_t)L, sizeof(uint64_t));
+		if (!rows[s] || !n[s] || tap_read(tp, s, d, rows[s], n[s]))
+			rc = -1;
+	}
+	for (int l = 0; !rc && l < L; l++) {
+		uint64_t m = n[0][l] < n[1][l] ? n[0][l] : n[1][l];
+		for (uint64_t r = 0; r < m; r++) {
+			const float *a = rows[0][l] + r * d, *b = rows[1][l] + r * d;
+			double na = 0, nd = 0, mx = 0;
+			for (size_t k = 0; k < d; k++) {
+				double x = (double)a[k] - (double)b[k];
+				na += (double)a[k] * a[k];
+				nd += x * x;
+				if (fabs(x) > mx)
+					mx = fabs(x);
+			}
+			struct ab_layer *st = &tp->st[l];
+			st->rel_sum += na > 0 ? sqrt(nd / na) : sqrt(nd);
+			if (mx > st->max_abs)
+				st->max_abs = mx;
+			st->diff_rows += memcmp(a, b, sizeof(float) * d) != 0;
+			st->rows++;
+		}
+	}
+	for (int s = 0; s < 2; s++) {
+		for (int l = 0; rows[s] && l < L; l++)
+			free(rows[s][l]);
+		free(rows[s]);
+		free(n[s]);
+	}
+	return rc;
+}
+
+static int teacher_forced(struct ab *ab, struct ab_div *d, struct ab_tap *tp, char *err,
+			  size_t errlen)
 {
 	struct srt_engine *e[2] = {NULL, NULL};
 	float *lg[2] = {NULL, NULL};
@@ -352,6 +520,11 @@ static int teacher_forced(struct ab *ab, struct ab_div *d, char *err, size_t err
 				prefix_err(err, errlen, "side %s, request %zu: ", ab->side[s].name, i);
 				goto out;
 			}
+		}
+		if (tp && tap_compare(tp, (size_t)srt_engine_model(e[0])->hidden_size)) {
+			snprintf(err, errlen, "--layers: cannot read the tap records in %.1900s",
+				 ab->tmp);
+			goto out;
 		}
 		struct srt_div one;
 		srt_div_compare(lg[0], lg[1], r->n, V, &one, kl, ma, t1);
@@ -404,7 +577,20 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 {
 	struct srt_engine *e = NULL;
 	float *logits = NULL;
-	int rc = open_side(ab, s, &e, err, errlen);
+	char l3[4200] = "";
+	if (ab->tiers) {
+		if (!ab->tmp[0]) {
+			snprintf(ab->tmp, sizeof(ab->tmp), "%s/srt-ab-XXXXXX",
+				 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+			if (!mkdtemp(ab->tmp)) {
+				ab->tmp[0] = 0;
+				snprintf(err, errlen, "--tiers: cannot make a scratch directory");
+				return SRT_EIO;
+			}
+		}
+		snprintf(l3, sizeof(l3), "%s/l3-%s-%d", ab->tmp, s->name, round);
+	}
+	int rc = open_side_tiers(ab, s, ab->tiers, ab->tiers ? l3 : NULL, &e, err, errlen);
 	if (rc)
 		return rc;
 	size_t V = (size_t)srt_engine_model(e)->vocab_size;
@@ -415,7 +601,7 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 		return SRT_ENOMEM;
 	}
 	double t_prefill = 0, t_decode = 0;
-	uint64_t computed = 0, decoded = 0, prompt = 0, hit_all = 0;
+	uint64_t computed = 0, decoded = 0, prompt = 0, hit_all = 0, tier_hits[3] = {0, 0, 0};
 	for (size_t i = 0; i < ab->n_reqs && !rc; i++) {
 		const struct ab_req *r = &ab->reqs[i];
 		struct srt_seq *q = NULL;
@@ -429,6 +615,12 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 		computed += r->n - hit;
 		prompt += r->n;
 		hit_all += hit;
+		if (!rc) {
+			uint64_t ht[3];
+			srt_seq_hit_tiers(q, ht);
+			for (int k = 0; k < 3; k++)
+				tier_hits[k] += ht[k];
+		}
 		for (int k = 0; !rc && k < ab->max_new; k++) {
 			int32_t tok = srt_div_argmax(logits, (int32_t)V);
 			if (round == 0)
@@ -449,6 +641,7 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 		s->decode_tps[round] = t_decode > 0 ? (double)decoded / t_decode : 0;
 		s->prompt_tokens = prompt;
 		s->hit_tokens = hit_all;
+		memcpy(s->hit_tier, tier_hits, sizeof(tier_hits));
 		s->computed = computed;
 		struct srt_rdx_cache *c = srt_engine_cache(e);
 		s->n_pools = 0;
@@ -461,11 +654,9 @@ static int timed_round(struct ab *ab, struct ab_side *s, int round, char *err, s
 			s->pools[p].page_bytes = ps.page_bytes;
 			s->n_pools++;
 		}
-		const struct srt_runtime_config *rcfg = srt_engine_runtime(e);
 		int n = snprintf(s->desc, sizeof(s->desc), "%s", s->config ? s->config : "built-in");
 		for (size_t k = 0; k < s->n_sets && n < (int)sizeof(s->desc); k++)
 			n += snprintf(s->desc + n, sizeof(s->desc) - (size_t)n, " %s", s->sets[k]);
-		(void)rcfg;
 	}
 	free(logits);
 	srt_engine_close(e);
@@ -526,10 +717,11 @@ static int plot(const char *png, const struct ab_div *d, char *err, size_t errle
 		"set y2range [0:1.05]\n"
 		"set ytics nomirror\n"
 		"set y2tics\n"
-		"set key top left\n"
-		"plot '%s' using 1:2 with lines title 'KL mean', "
-		"'' using 1:3 with lines title 'max |dlogit|', "
-		"'' using 1:4 axes x1y2 with lines title 'top-1 agreement'\n",
+		"set key outside bottom center horizontal\n"
+		"plot '%s' using 1:4 axes x1y2 with points pt 7 ps 0.35 lc rgb '#9aa7d6' "
+		"title 'top-1 agreement (right axis)', "
+		"'' using 1:3 with lines lw 1 lc rgb '#1a8a5a' title 'max |dlogit|', "
+		"'' using 1:2 with lines lw 2 lc rgb '#b01040' title 'KL(A||B) mean'\n",
 		png, dat);
 	int st = pclose(g);
 	unlink(dat);
@@ -571,6 +763,9 @@ static json_t *side_json(const struct ab *ab, const struct ab_side *s)
 	json_object_set_new(j, "decode_tok_s", dc);
 	json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)s->prompt_tokens));
 	json_object_set_new(j, "hit_tokens", json_integer((json_int_t)s->hit_tokens));
+	json_object_set_new(j, "hit_tokens_by_tier",
+			    json_pack("{s:I, s:I, s:I}", "l1", (json_int_t)s->hit_tier[0], "l2",
+				      (json_int_t)s->hit_tier[1], "l3", (json_int_t)s->hit_tier[2]));
 	json_object_set_new(j, "hit_rate", json_real(s->prompt_tokens ? (double)s->hit_tokens /
 								 (double)s->prompt_tokens : 0));
 	for (uint32_t p = 0; p < s->n_pools; p++)
@@ -627,6 +822,14 @@ int srt_cmd_ab(int argc, char **argv)
 		}
 		if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			ab.quiet = 1;
+			continue;
+		}
+		if (!strcmp(a, "--layers")) {
+			ab.layers = 1;
+			continue;
+		}
+		if (!strcmp(a, "--tiers")) {
+			ab.tiers = 1;
 			continue;
 		}
 		if (i + 1 == argc) {
@@ -718,6 +921,7 @@ int srt_cmd_ab(int argc, char **argv)
 		goto out;
 	}
 	int32_t vocab = srt_engine_model(probe)->vocab_size;
+	int n_layers = srt_engine_model(probe)->num_hidden_layers;
 	char model_name[64];
 	snprintf(model_name, sizeof(model_name), "%s", srt_engine_model(probe)->name);
 	srt_engine_close(probe);
@@ -737,7 +941,28 @@ int srt_cmd_ab(int argc, char **argv)
 	}
 	struct ab_div d;
 	memset(&d, 0, sizeof(d));
-	if (teacher_forced(&ab, &d, err, sizeof(err))) {
+	struct ab_tap tap;
+	memset(&tap, 0, sizeof(tap));
+	size_t saved_sets[2] = {ab.side[0].n_sets, ab.side[1].n_sets};
+	if (ab.layers) {
+		snprintf(ab.tmp, sizeof(ab.tmp), "%s/srt-ab-XXXXXX",
+			 getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+		tap.n_layers = n_layers;
+		tap.st = calloc((size_t)n_layers + 1, sizeof(*tap.st));
+		if (!tap.st || !mkdtemp(ab.tmp)) {
+			fprintf(stderr, "shadowrt ab: --layers: cannot make a scratch directory\n");
+			ab.tmp[0] = 0;
+			goto out_div;
+		}
+		if (tap_setup(&ab, &tap, err, sizeof(err))) {
+			fprintf(stderr, "shadowrt ab: %s\n", err);
+			goto out_div;
+		}
+	}
+	int tf = teacher_forced(&ab, &d, ab.layers ? &tap : NULL, err, sizeof(err));
+	ab.side[0].n_sets = saved_sets[0]; /* the timed rounds run without the tap */
+	ab.side[1].n_sets = saved_sets[1];
+	if (tf) {
 		fprintf(stderr, "shadowrt ab: teacher-forced pass: %s\n", err);
 		goto out_div;
 	}
@@ -825,7 +1050,22 @@ int srt_cmd_ab(int argc, char **argv)
 				    json_pack("{s:i, s:s, s:o, s:o}", "repeats", ab.repeats, "order",
 					      "A B A B ...", "prefill_ratio_b_over_a", spread_json(sp),
 					      "decode_ratio_b_over_a", spread_json(sdc)));
-		json_object_set_new(j, "per_layer_divergence", json_null());
+		if (ab.layers) {
+			json_t *pl = json_array();
+			for (int l = 0; l <= n_layers; l++) {
+				const struct ab_layer *st = &tap.st[l];
+				json_t *o = json_pack("{s:f, s:f, s:I, s:I}", "rel_l2_mean",
+						      st->rows ? st->rel_sum / (double)st->rows : 0,
+						      "max_abs", st->max_abs, "rows", (json_int_t)st->rows,
+						      "rows_differing", (json_int_t)st->diff_rows);
+				json_object_set_new(o, "layer", l < n_layers ? json_integer(l)
+									   : json_string("head"));
+				json_array_append_new(pl, o);
+			}
+			json_object_set_new(j, "per_layer_divergence", pl);
+		} else {
+			json_object_set_new(j, "per_layer_divergence", json_null());
+		}
 		char *s = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 		if (s)
 			printf("%s\n", s);
@@ -870,11 +1110,12 @@ int srt_cmd_ab(int argc, char **argv)
 		printf("\ncache\n");
 		for (int s = 0; s < 2; s++) {
 			const struct ab_side *sd = &ab.side[s];
-			printf("  %s: hit rate %.3f (%llu of %llu prompt tokens from the prefix cache)\n",
-			       sd->name, sd->prompt_tokens ? (double)sd->hit_tokens /
-							       (double)sd->prompt_tokens : 0,
-			       (unsigned long long)sd->hit_tokens,
-			       (unsigned long long)sd->prompt_tokens);
+			printf("  %s: hit rate %.3f (%llu of %llu prompt tokens from the prefix cache: L1 "
+			       "%llu, L2 %llu, L3 %llu)\n", sd->name,
+			       sd->prompt_tokens ? (double)sd->hit_tokens / (double)sd->prompt_tokens : 0,
+			       (unsigned long long)sd->hit_tokens, (unsigned long long)sd->prompt_tokens,
+			       (unsigned long long)sd->hit_tier[0], (unsigned long long)sd->hit_tier[1],
+			       (unsigned long long)sd->hit_tier[2]);
 		}
 		printf("  KV bytes per pool at the end of a round (peak):\n");
 		for (int s = 0; s < 2; s++)
@@ -883,14 +1124,33 @@ int srt_cmd_ab(int argc, char **argv)
 				       ab.side[s].pools[p].name,
 				       (unsigned long long)ab.side[s].pools[p].bytes,
 				       (unsigned long long)ab.side[s].pools[p].peak);
-		printf("  (per-layer residual-stream divergence: not available; the executor has no "
-		       "hook for it yet)\n");
+		if (ab.layers) {
+			printf("\nper layer (residual stream: each layer's attention input, then the head "
+			       "output; A vs B on the same tokens)\n  %6s %14s %12s %16s\n", "layer",
+			       "rel L2 mean", "max |diff|", "rows differing");
+			for (int l = 0; l <= n_layers; l++) {
+				const struct ab_layer *st = &tap.st[l];
+				char name[16];
+				snprintf(name, sizeof(name), l < n_layers ? "%d" : "head", l);
+				printf("  %6s %14.4g %12.4g %8llu of %llu\n", name,
+				       st->rows ? st->rel_sum / (double)st->rows : 0, st->max_abs,
+				       (unsigned long long)st->diff_rows, (unsigned long long)st->rows);
+			}
+		}
 		if (png)
 			printf("\nplot: %s\n", png);
 	}
 	status = 0;
 out_div:
 	free(d.kl_sum), free(d.maxabs), free(d.top1), free(d.count);
+	free(tap.st);
+	if (ab.tmp[0]) {
+		char cmd[4200];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", ab.tmp);
+		if (system(cmd)) {
+			/* scratch left in TMPDIR */
+		}
+	}
 	goto out;
 oom:
 	fprintf(stderr, "shadowrt ab: out of memory\n");

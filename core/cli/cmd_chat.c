@@ -89,9 +89,9 @@ static int turn(struct session *ss, const char *user, int turn_no)
 	struct srt_tok_stream st;
 	srt_tok_stream_init(&st, ss->tok, SRT_TOK_SKIP_SPECIAL);
 	if (!rc && is_tty_out())
-		fputs("\033[1mmodel>\033[0m ", stdout);
+		fputs(ss->thinking ? "\033[1mmodel>\033[0m \033[2m" : "\033[1mmodel>\033[0m ", stdout);
 	else if (!rc)
-		fputs("model> ", stdout);
+		fputs(ss->thinking ? "model> (thinking) " : "model> ", stdout);
 	double t1 = srt_cli_now();
 	long steps = 0;
 	while (!rc && (long)reply.n < ss->max_new) {
@@ -102,6 +102,8 @@ static int turn(struct session *ss, const char *user, int turn_no)
 			break;
 		if ((rc = srt_tok_ids_push(&reply, &id, 1)))
 			break;
+		if (ss->thinking && id == ss->think_end) /* reasoning ends: the answer follows */
+			fputs(is_tty_out() ? "\033[0m\n" : "\n(answer) ", stdout);
 		if ((uint32_t)id < srt_tok_vocab_size(ss->tok)) {
 			piece.len = 0;
 			if (!srt_tok_stream_push(&st, id, &piece, err, sizeof(err)) && piece.len) {
@@ -119,7 +121,7 @@ static int turn(struct session *ss, const char *user, int turn_no)
 	srt_tok_stream_finish(&st, &piece);
 	if (piece.len)
 		fwrite(piece.data, 1, piece.len, stdout);
-	fputc('\n', stdout);
+	fputs(ss->thinking && is_tty_out() ? "\033[0m\n" : "\n", stdout);
 	fflush(stdout);
 	uint64_t cached = 0;
 	if (!rc)

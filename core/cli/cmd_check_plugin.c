@@ -107,9 +107,15 @@ static int resolve(const char *plugin, uint32_t want, const struct srt_runtime_c
 			info = NULL;
 	}
 	if (!info) {
-		srt_registry_find(reg, want ? want : SRT_KIND_ATTENTION, plugin, &info, why,
-				  sizeof(why));
-		fprintf(stderr, "shadowrt check-plugin: %s\n", why);
+		uint32_t k = want ? want : SRT_KIND_ATTENTION;
+		char dym[96];
+		srt_registry_find(reg, k, plugin, &info, why, sizeof(why));
+		srt_runtime_config_plugin_dym(reg, k, plugin, dym, sizeof(dym));
+		if (!dym[0] && !want)
+			srt_runtime_config_plugin_dym(reg, SRT_KIND_MOE, plugin, dym, sizeof(dym));
+		if (!dym[0] && !want)
+			srt_runtime_config_plugin_dym(reg, SRT_KIND_RESIDUAL, plugin, dym, sizeof(dym));
+		fprintf(stderr, "shadowrt check-plugin: '%s'%s: %s\n", plugin, dym, why);
 		goto out;
 	}
 	*kind = info->desc->kind;

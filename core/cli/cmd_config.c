@@ -47,24 +47,6 @@ static void print_plugin(const char *role, const struct srt_rc_plugin *p, const 
 	printf("%s\n", first ? "" : ")");
 }
 
-/* " (did you mean 'x'?)" naming the usable plugin of `kind` closest to name, or "". */
-static const char *plugin_dym(struct srt_registry *reg, enum srt_kind kind, const char *name,
-			      char *buf, size_t len)
-{
-	const char *names[128];
-	size_t n = 0;
-	buf[0] = 0;
-	for (size_t i = 0; i < srt_registry_count(reg) && n < 128; i++) {
-		const struct srt_plugin_info *pi = srt_registry_at(reg, i);
-		if (pi->desc && pi->state == SRT_PLUGIN_OK && pi->desc->kind == (uint32_t)kind)
-			names[n++] = pi->desc->name;
-	}
-	const char *s = srt_suggest(name, names, n);
-	if (s)
-		snprintf(buf, len, " (did you mean '%s'?)", s);
-	return buf;
-}
-
 /* Find a configured plugin in the registry and check its options: 0, or 1 with the reason
  * on stderr. */
 static int check_plugin(struct srt_registry *reg, enum srt_kind kind, const char *role,
@@ -80,7 +62,7 @@ static int check_plugin(struct srt_registry *reg, enum srt_kind kind, const char
 		fprintf(stderr, "shadowrt config: %s\n", why);
 		return 1;
 	}
-	plugin_dym(reg, kind, p->name, dym, sizeof(dym));
+	srt_runtime_config_plugin_dym(reg, kind, p->name, dym, sizeof(dym));
 	if (p->line)
 		fprintf(stderr, "shadowrt config: %s:%d: %s plugin '%s'%s: %s\n", p->file,
 			p->line, role, p->name, dym, why);

@@ -39,7 +39,7 @@ static void usage(FILE *out)
 		"\n"
 		"With --check, opens DIR, validates every file and every tensor against the model config\n"
 		"(DIR/config.json unless --config) and prints tensor count, bytes by dtype and the\n"
-		"fingerprint used in cache keys.\n"
+		"sampled fingerprint (cache keys use a hash of every weight byte instead).\n"
 		"\n"
 		"options:\n"
 		"  --seed N          random seed (default %llu)\n"

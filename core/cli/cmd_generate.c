@@ -41,7 +41,12 @@ static void generate_usage(FILE *out)
 		"                       tokens, generation prompt) turns it into the prompt\n"
 		"  --system TEXT        --chat: a system message before it\n"
 		"  --thinking           --chat: thinking mode (default: chat mode, no reasoning)\n"
+		"  --request FILE       an OpenAI chat request (JSON: messages, tools, tool_choice,\n"
+		"                       thinking, reasoning_effort, response_format) as the prompt,\n"
+		"                       through DeepSeek-V4's chat encoding ('-' = stdin)\n"
 		"  --ids                print the generated token ids, not the text\n"
+		"  --json               one JSON object on stdout: text (with a tokenizer), ids,\n"
+		"                       prompt_tokens, ttft_s, prefill and decode tokens/s\n"
 		"  --max-new-tokens N   tokens to generate (default: [sampling] max_new_tokens)\n"
 		"  --temperature T      0 = greedy (default: [sampling] temperature)\n"
 		"  --top-p P            nucleus mass in (0, 1] (default: [sampling] top_p)\n"
@@ -52,6 +57,11 @@ static void generate_usage(FILE *out)
 		"  --logits FILE        write raw little-endian float32 [positions][vocab]: the logits\n"
 		"                       of every prompt and generated position\n"
 		"  --no-eos             do not stop at the eos token\n"
+		"  --cache              use the prefix cache with the config's tiers: resume after\n"
+		"                       the longest cached prefix (from L2/L3, e.g. the file L3 a\n"
+		"                       previous run wrote) and cache this sequence at the end;\n"
+		"                       --logits then holds the computed positions [hit, n) on\n"
+		"                       (the hit is printed on stderr)\n"
 		"  -q, --quiet          print only the generated token ids\n");
 }
 
@@ -144,6 +154,35 @@ static int make_prompt(const struct srt_tok *tok, const char *text, int chat, co
 	return 0;
 }
 
+/* The prompt ids of --request FILE: an OpenAI chat request through the chat encoding. */
+static int request_prompt(const struct srt_tok *tok, const char *path, int32_t **out,
+			  uint64_t *n)
+{
+	char err[1024];
+	json_error_t je;
+	json_t *q = !strcmp(path, "-") ? json_loadf(stdin, 0, &je) : json_load_file(path, 0, &je);
+	if (!q) {
+		fprintf(stderr, "shadowrt generate: --request %s:%d:%d: %s\n", path, je.line, je.column,
+			je.text);
+		return -1;
+	}
+	struct srt_tok_chat c = {0};
+	struct srt_tok_ids ids = {0};
+	int rc = srt_tok_chat_render(q, &c, err, sizeof(err));
+	if (!rc)
+		rc = srt_tok_chat_encode(tok, &c, &ids, err, sizeof(err));
+	srt_tok_chat_free(&c);
+	json_decref(q);
+	if (rc) {
+		fprintf(stderr, "shadowrt generate: --request %s: %s\n", path, err);
+		srt_tok_ids_free(&ids);
+		return -1;
+	}
+	*out = ids.ids;
+	*n = ids.n;
+	return 0;
+}
+
 static int write_all(FILE *f, const float *x, size_t n)
 {
 	return fwrite(x, sizeof(float), n, f) == n ? 0 : -1;
@@ -160,8 +199,8 @@ int srt_cmd_generate(int argc, char **argv)
 	long max_new = -1, v;
 	double temp = -1, top_p = -1;
 	long long seed = -1;
-	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0;
-	const char *system_text = NULL;
+	int quiet = 0, no_eos = 0, chat = 0, thinking = 0, print_ids = 0, json_out = 0, use_cache = 0;
+	const char *system_text = NULL, *request_path = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -234,11 +273,18 @@ int srt_cmd_generate(int argc, char **argv)
 			thinking = 1;
 		} else if (!strcmp(a, "--ids")) {
 			print_ids = 1;
+		} else if (!strcmp(a, "--json")) {
+			json_out = 1;
+		} else if (!strcmp(a, "--request")) {
+			NEED();
+			request_path = val;
 		} else if (!strcmp(a, "--system")) {
 			NEED();
 			system_text = val;
 		} else if (!strcmp(a, "--no-eos")) {
 			no_eos = 1;
+		} else if (!strcmp(a, "--cache")) {
+			use_cache = 1;
 		} else if (!strcmp(a, "-q") || !strcmp(a, "--quiet")) {
 			quiet = 1;
 		} else {
@@ -248,8 +294,9 @@ int srt_cmd_generate(int argc, char **argv)
 #undef NEED
 #undef BAD
 	}
-	if (!!prompt_tokens == !!prompt_text) {
-		fprintf(stderr, "shadowrt generate: give exactly one of --prompt-tokens and --prompt\n");
+	if (!!prompt_tokens + !!prompt_text + !!request_path != 1) {
+		fprintf(stderr, "shadowrt generate: give exactly one of --prompt-tokens, --prompt and "
+			"--request\n");
 		return 2;
 	}
 	if (chat && !prompt_text) {
@@ -264,11 +311,12 @@ int srt_cmd_generate(int argc, char **argv)
 				"non-negative integers\n", prompt_tokens);
 			return 2;
 		}
-	} else if (!*prompt_text && !chat) {
+	} else if (prompt_text && !*prompt_text && !chat) {
 		fprintf(stderr, "shadowrt generate: --prompt is empty\n");
 		return 2;
 	}
 	o.quiet = quiet;
+	o.tiers = use_cache; /* --cache: the config's L2/L3 tiers behind L1 */
 
 	char err[2048];
 	int status = 1;
@@ -291,12 +339,14 @@ int srt_cmd_generate(int argc, char **argv)
 	const char *dir = srt_engine_model_path(e);
 	if (srt_cli_model_tokenizer(dir, (uint32_t)m->vocab_size, &tok, "shadowrt generate"))
 		goto out;
-	if (chat && !tok) {
+	if ((chat || request_path) && !tok) {
 		fprintf(stderr, "shadowrt generate: --chat needs a checkpoint with a tokenizer "
 			"(e.g. --model tiny-chat)\n");
 		goto out;
 	}
 	if (prompt_text && make_prompt(tok, prompt_text, chat, system_text, thinking, &prompt, &n))
+		goto out;
+	if (request_path && request_prompt(tok, request_path, &prompt, &n))
 		goto out;
 	if (!quiet && tok && srt_cli_synthetic_weights(dir))
 		fprintf(stderr, "shadowrt generate: note: %s holds random (synthetic) weights: the "
@@ -323,7 +373,8 @@ int srt_cmd_generate(int argc, char **argv)
 			logits_path, strerror(errno));
 		goto out;
 	}
-	if (srt_engine_seq_start(e, prompt, n, 0, &s, NULL, err, sizeof(err))) {
+	uint64_t hit = 0, hit_tiers[3] = {0, 0, 0};
+	if (srt_engine_seq_start(e, prompt, n, use_cache, &s, &hit, err, sizeof(err))) {
 		fprintf(stderr, "shadowrt generate: %s\n", err);
 		goto out;
 	}
@@ -333,12 +384,16 @@ int srt_cmd_generate(int argc, char **argv)
 		goto out;
 	}
 	const float *last = all ? all + (n - 1) * V : logits;
-	if (lf && write_all(lf, all, V * n))
+	if (use_cache)
+		srt_seq_hit_tiers(s, hit_tiers);
+	if (hit && all)
+		last = all + (n - hit - 1) * V; /* all holds the computed positions [hit, n) */
+	if (lf && write_all(lf, all, V * (n - hit)))
 		goto write_fail;
 	double t_prefill = srt_cli_now() - t1;
 	long n_gen = 0, steps = 0;
 	double t2 = srt_cli_now();
-	bool text_out = tok && !print_ids;
+	bool text_out = tok && !print_ids && !json_out;
 	if (text_out)
 		srt_tok_stream_init(&ts, tok, SRT_TOK_SKIP_SPECIAL);
 	while (n_gen < max_new) {
@@ -376,7 +431,34 @@ int srt_cmd_generate(int argc, char **argv)
 		}
 		lf = NULL;
 	}
-	if (text_out) {
+	/* --cache: the prompt and the tokens are inserted (written through to L2/L3 as the
+	 * config says), so the next run with the same prefix resumes after it */
+	if (use_cache && srt_engine_seq_finish(s, NULL, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt generate: caching the sequence: %s\n", err);
+		goto out;
+	}
+	if (json_out) {
+		json_t *o = json_object(), *a = json_array();
+		for (long i = 0; i < n_gen; i++)
+			json_array_append_new(a, json_integer(gen[i]));
+		if (tok) {
+			piece.len = 0;
+			srt_tok_decode(tok, gen, (size_t)n_gen, SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &piece,
+				       err, sizeof(err));
+			json_object_set_new(o, "text", json_stringn(piece.data ? piece.data : "", piece.len));
+		}
+		json_object_set_new(o, "ids", a);
+		json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)n));
+		json_object_set_new(o, "ttft_s", json_real(t_prefill));
+		json_object_set_new(o, "prefill_tokens_per_s",
+				    json_real(t_prefill > 0 ? (double)n / t_prefill : 0.0));
+		json_object_set_new(o, "decode_tokens_per_s",
+				    json_real(t_decode > 0 && steps > 0 ? (double)steps / t_decode : 0.0));
+		char *d = json_dumps(o, JSON_COMPACT);
+		puts(d ? d : "{}");
+		free(d);
+		json_decref(o);
+	} else if (text_out) {
 		piece.len = 0;
 		srt_tok_stream_finish(&ts, &piece);
 		fwrite(piece.data ? piece.data : "", 1, piece.len, stdout);
@@ -397,6 +479,11 @@ int srt_cmd_generate(int argc, char **argv)
 			srt_engine_threads(e), srt_engine_chunk(e), (unsigned long long)n, n_gen,
 			t_open, t_prefill, t_prefill > 0 ? (double)n / t_prefill : 0.0, t_prefill,
 			t_decode, t_decode > 0 && steps > 0 ? (double)steps / t_decode : 0.0);
+		if (use_cache)
+			fprintf(stderr, "prefix cache hit %llu of %llu prompt tokens (L1 %llu, L2 %llu, "
+				"L3 %llu)\n", (unsigned long long)hit, (unsigned long long)n,
+				(unsigned long long)hit_tiers[0], (unsigned long long)hit_tiers[1],
+				(unsigned long long)hit_tiers[2]);
 	}
 	status = 0;
 	goto out;

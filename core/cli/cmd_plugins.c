@@ -28,6 +28,8 @@ static void plugins_usage(FILE *out)
 		"options:\n"
 		"  --plugin-dir DIR  scan DIR first (repeatable)\n"
 		"  -v, --verbose     also show capabilities, struct sizes and the loader's log\n"
+		"Each plugin is listed with the options it reads from its config section (ABI 1.1);\n"
+		"a config that sets another key in that section is refused.\n"
 		"  -h, --help        this help\n",
 		SRT_PLUGIN_PATH_ENV);
 }
@@ -58,6 +60,18 @@ static void print_plugin(const struct srt_plugin_info *p, int verbose)
 		print_caps(d->caps);
 		printf("; descriptor %u bytes, vtable %u bytes; found via %s\n", d->struct_size,
 		       *(const uint32_t *)d->vtable, srt_origin_name(p->origin));
+	}
+	/* the options it reads from its config section (ABI 1.1) */
+	if (d->struct_size >= SRT_PLUGIN_DESC_V1_1_SIZE && d->options) {
+		if (!d->options[0].name)
+			printf("  %-10s options: none\n", "");
+		for (const struct srt_plugin_option *o = d->options; o->name; o++)
+			printf("  %-10s option %s = %s%s%s%s%s%s\n", "", o->name,
+			       o->type ? o->type : "?", o->default_value ? " (default " : "",
+			       o->default_value ? o->default_value : "", o->default_value ? ")" : "",
+			       o->help && *o->help ? ": " : "", o->help ? o->help : "");
+	} else if (verbose) {
+		printf("  %-10s options: not declared (ABI 1.0 descriptor): not checked\n", "");
 	}
 }
 

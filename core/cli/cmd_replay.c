@@ -10,6 +10,7 @@
 #include "config/runtime_config.h"
 #include "config/size.h"
 #include "radix/radix.h"
+#include "radix/remat.h"
 #include "tier/manager.h"
 #include "tier/stack.h"
 #include "trace/replay.h"
@@ -40,10 +41,11 @@ static void replay_usage(FILE *out)
 		"\n"
 		"options:\n"
 		"  --model NAME       model preset or config path (default deepseek-v4-flash)\n"
-		"  --budget B         total L1 KV bytes or 'unbounded' (default); sizes: KB, MB, GB, TB =\n"
-		"                     10^3..10^12, KiB, MiB, GiB, TiB (or K, M, G, T) = 2^10..2^40\n"
-		"                     split over the pools so that TAIL pools (windows,\n"
-		"                     carry state) get --tail-share pages per page of the ALL pools\n"
+		"  --budget B         total L1 KV bytes or 'unbounded' (default), split over the pools\n"
+		"                     so that TAIL pools (windows, carry state) get --tail-share pages\n"
+		"                     per page of the ALL pools. Sizes (every size option): B; KB, MB,\n"
+		"                     GB, TB = 10^3..10^12; KiB, MiB, GiB, TiB (or K, M, G, T) =\n"
+		"                     2^10..2^40; whole bytes, at most 8 EiB\n"
 		"  --tail-share F     TAIL-pool pages per ALL-pool page under a budget (default 0.1)\n"
 		"  --page-size N      tokens per page, a multiple of every pool ratio (default 256)\n"
 		"  --limit N          replay only the first N requests\n"
@@ -66,13 +68,22 @@ static void replay_usage(FILE *out)
 		"  --l3 NAME|none     L3 store plugin: file, sqlite, redis\n"
 		"  --l3-path P        L3 location (file: directory, sqlite: database file)\n"
 		"  --l3-budget B      L3 bytes (default unbounded)\n"
-		"  --l3-opt K=V       another L3 plugin option (host=, port=, ...); repeatable\n"
+		"  --l3-opt K=V       another L3 plugin option (host=, port=, layout=segments for the\n"
+		"                     file store's appended logs, fsync=off, ...); repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
+		"  --remat on|off     window rematerialization (default off): a request may resume\n"
+		"                     where only the ALL pools (compressed KV, indexer keys) are cached,\n"
+		"                     paying a recompute of ~64 L^2 token-layers (core/radix/remat.h)\n"
+		"                     when that is less than computing from the ordinary hit. Prints\n"
+		"                     the ordinary hit next to it, the recompute and compute saved /\n"
+		"                     ceiling (token-layers)\n"
+		"  --remat-tail resume|none  with --remat on: L2/L3 keep window/carry pages at resume\n"
+		"                     points (default resume), or none at all\n"
 		"  --l3-writes M      async (default): L3 writes go through a bounded queue that a\n"
 		"                     writer thread stores in batches; sync: inline, one by one\n"
 		"  --write-queue B    bound of the L3 write queue (default 64MiB)\n"
-		"  --write-batch N    puts per store call (default 256)\n"
+		"  --write-batch N    puts per store call (default 1024)\n"
 		"  --write-full P     when the queue is full: wait (default; counted) or drop (counted)\n"
 		"  --tail-stride N    also keep window/carry (TAIL) pages before every N-th page\n"
 		"                     (default 0: only before resume points)\n"
@@ -80,6 +91,11 @@ static void replay_usage(FILE *out)
 		"                     each stores N bytes derived from its key, checked on every load,\n"
 		"                     while budgets and bytes moved count the real page size\n"
 		"  -q, --quiet        no progress on stderr\n");
+}
+
+static uint64_t remat_cost(void *ctx, uint64_t t)
+{
+	return srt_remat_cost(ctx, t);
 }
 
 /* --budget: "unbounded" or a size (config/size.h); err says why not */
@@ -171,7 +187,7 @@ int srt_cmd_replay(int argc, char **argv)
 	double share = 0.1;
 	int quiet = 0;
 	const char *config = NULL;
-	int budget_given = 0, tiers_on = 0;
+	int budget_given = 0, tiers_on = 0, remat = 0, remat_tail = 1;
 	uint64_t payload = 64, stride = 0;
 	int n_l3opt = 0;
 	int concurrent = 0;
@@ -246,6 +262,12 @@ int srt_cmd_replay(int argc, char **argv)
 		} else if (!strcmp(a, "--prefetch")) {
 			ov.prefetch = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
 			bad = ov.prefetch < 0;
+		} else if (!strcmp(a, "--remat-tail")) {
+			remat_tail = !strcmp(v, "resume") ? 1 : !strcmp(v, "none") ? 0 : -1;
+			bad = remat_tail < 0;
+		} else if (!strcmp(a, "--remat")) {
+			remat = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+			bad = remat < 0;
 		} else if (!strcmp(a, "--l3-writes")) {
 			ov.write_sync = !strcmp(v, "sync") ? 1 : !strcmp(v, "async") ? 0 : -1;
 			bad = ov.write_sync < 0;
@@ -390,13 +412,25 @@ int srt_cmd_replay(int argc, char **argv)
 	}
 	struct srt_rdx_config cfg = {.page_tokens = (uint32_t)page, .budgets = budgets,
 				     .alloc = &srt_rdx_null_allocator,
-				     .hooks = tm ? srt_tmgr_hooks(tm) : NULL};
+				     .hooks = tm ? srt_tmgr_hooks(tm) : NULL, .remat = remat};
 	if (srt_rdx_cache_create(&cfg, g->pools, g->n_pools, &c, err, sizeof(err))) {
 		fprintf(stderr, "replay: model '%s': %s\n", model, err);
 		goto out;
 	}
 	if (tm)
 		srt_tmgr_attach(tm, c);
+	/* the rematerialization trapezoid of this model: every layer has the window */
+	struct srt_remat_geom rg = {.layers = (uint32_t)g->model.num_hidden_layers,
+				    .window = (uint32_t)g->model.sliding_window,
+				    .page_tokens = (uint32_t)page, .tail_pages = 0};
+	for (uint32_t i = 0; i < g->n_pools; i++)
+		if (g->pools[i].retention == SRT_RETAIN_TAIL &&
+		    (g->pools[i].tail_tokens + page - 1) / page > rg.tail_pages)
+			rg.tail_pages = (uint32_t)((g->pools[i].tail_tokens + page - 1) / page);
+	struct srt_rdx_remat_policy rpol = {.cost = remat_cost, .ctx = &rg,
+					    .token_cost = rg.layers};
+	if (remat && tm)
+		srt_tmgr_set_remat(tm, &rpol, remat_tail);
 	char bb[32], wp[48];
 	fmt_bytes(bb, sizeof(bb), budget);
 	printf("replay %s: %zu requests, model %s, page %" PRIu64 " tokens, budget %s, kv %s\n",
@@ -413,7 +447,8 @@ int srt_cmd_replay(int argc, char **argv)
 	struct srt_replay_opts ro = {.chunk_tokens = chunk, .progress = quiet ? NULL : stderr,
 				     .tiers = tm, .concurrent = concurrent, .time_scale = time_scale,
 				     .prefill_tps = prefill_tps, .decode_tps = decode_tps,
-				     .max_running = (uint32_t)max_running};
+				     .max_running = (uint32_t)max_running,
+				     .remat = remat ? &rpol : NULL};
 	if (concurrent)
 		printf("mode            concurrent: arrivals at trace time x %g, prefill %g tokens/s, "
 		       "decode %g tokens/s per request, at most %" PRIu64 " running\n",
@@ -438,6 +473,26 @@ int srt_cmd_replay(int argc, char **argv)
 	printf("ceiling         %.2f%% (%" PRIu64 " tokens; infinite cache, whole pages)\n", ceil,
 	       res.ceiling_tokens);
 	printf("hit / ceiling   %.4f\n", res.ceiling_tokens ? (double)res.hit_tokens / res.ceiling_tokens : 0);
+	if (remat) {
+		double L = rg.layers, saved = (double)res.hit_tokens * L - (double)res.remat_token_layers;
+		/* from this many pages on the trapezoid is whole (its cost no longer grows) */
+		uint64_t full = ((uint64_t)(rg.window - 1) * (rg.layers - 1) +
+				 (uint64_t)rg.tail_pages * page + page - 1) / page;
+		printf("hit, window rule %.2f%% (%" PRIu64 " tokens: resumes that need cached window "
+		       "pages, same run)\n",
+		       res.input_tokens ? 100.0 * res.strict_hit_tokens / res.input_tokens : 0.0,
+		       res.strict_hit_tokens);
+		printf("remat           %" PRIu64 " requests resumed by rematerialization (%" PRIu64
+		       " past L1); trapezoid %" PRIu64 " token-layers per resume (t >= %u pages)\n",
+		       res.remat_requests, res.remat_lower_requests, srt_remat_cost(&rg, full * page),
+		       (unsigned)full);
+		printf("recompute       %" PRIu64 " token-layers (%.0f token equivalents, %.3f%% of the "
+		       "hit tokens)\n", res.remat_token_layers, res.remat_token_layers / L,
+		       res.hit_tokens ? 100.0 * res.remat_token_layers / L / res.hit_tokens : 0.0);
+		printf("compute saved   %.4g token-layers (hit x %u layers - recompute); saved / "
+		       "ceiling %.4f\n", saved, rg.layers,
+		       res.ceiling_tokens ? saved / ((double)res.ceiling_tokens * L) : 0.0);
+	}
 	printf("wall time       %.2f s (%.0f requests/s)\n", res.wall_s,
 	       res.wall_s > 0 ? res.requests / res.wall_s : 0);
 	if (tm)

@@ -6,12 +6,14 @@
  * throughput, the hit rate and the KV bytes per pool.
  */
 #include <errno.h>
+#include <jansson.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -21,6 +23,81 @@
 #include "radix/radix.h"
 #include "sched/sched.h"
 #include "tier/manager.h"
+#include "tok_cli.h"
+
+/* mkdir -p; 0 or -1 with errno */
+static int mkdir_p(const char *dir)
+{
+	char p[4096];
+	snprintf(p, sizeof(p), "%s", dir);
+	for (char *c = p + 1; *c; c++)
+		if (*c == '/') {
+			*c = 0;
+			if (mkdir(p, 0755) && errno != EEXIST)
+				return -1;
+			*c = '/';
+		}
+	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
+}
+
+/* --logits-dir: DIR/turnT-convC.<ext> */
+static FILE *logits_file(const char *dir, int t, int c, const char *ext, const char *mode)
+{
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/turn%d-conv%d.%s", dir, t, c, ext);
+	FILE *f = fopen(path, mode);
+	if (!f)
+		fprintf(stderr, "shadowrt run: cannot write %s: %s\n", path, strerror(errno));
+	return f;
+}
+
+/*
+ * --logits-dir, after the workload (the scheduler is gone, the engine is this thread's): each
+ * reply again, teacher-forced from the cache: prompt + reply[0 .. reply-1) from the longest
+ * cached prefix; the logits of positions prompt-1 .. prompt+reply-2 are the ones each reply
+ * token was sampled from (the executor's logits do not depend on chunking, batching or
+ * resumes: tests/exec), written as DIR/turnT-convC.f32 [reply][vocab], the tokens as
+ * DIR/turnT-convC.tokens. 0 or -1 with a message.
+ */
+static int write_logits(struct srt_engine *e, const char *dir, int t, int c, const int32_t *hist,
+			size_t prompt, size_t reply)
+{
+	size_t V = (size_t)srt_engine_model(e)->vocab_size, n = prompt + reply - 1;
+	char err[2048];
+	struct srt_seq *s = NULL;
+	uint64_t hit = 0;
+	float *lg = malloc(sizeof(float) * V * n);
+	FILE *f = NULL, *tf = NULL;
+	int rc = -1;
+	int st = lg ? srt_engine_seq_start(e, hist, n, 1, &s, &hit, err, sizeof(err)) : -1;
+	if (!st && hit > prompt - 1) { /* the hit covers a wanted position: from scratch */
+		srt_engine_seq_free(s);
+		s = NULL;
+		hit = 0;
+		st = srt_engine_seq_start(e, hist, n, 0, &s, NULL, err, sizeof(err));
+	}
+	if (st || srt_engine_prefill(e, s, lg, 1, err, sizeof(err))) {
+		fprintf(stderr, "shadowrt run: --logits-dir turn %d conversation %d: %s\n", t, c,
+			lg ? err : "out of memory");
+		goto out;
+	}
+	if (!(f = logits_file(dir, t, c, "f32", "wb")) || !(tf = logits_file(dir, t, c, "tokens", "w")))
+		goto out;
+	/* rows of lg are positions [hit, n); the first wanted is prompt - 1 (hit < prompt) */
+	if (fwrite(lg + (prompt - 1 - hit) * V, sizeof(float) * V, reply, f) != reply)
+		goto out;
+	for (size_t k = 0; k < reply; k++)
+		fprintf(tf, "%s%d", k ? "," : "", hist[prompt + k]);
+	rc = 0;
+out:
+	if (f && fclose(f))
+		rc = -1;
+	if (tf && fclose(tf))
+		rc = -1;
+	srt_engine_seq_free(s);
+	free(lg);
+	return rc;
+}
 
 static void run_usage(FILE *out)
 {
@@ -50,6 +127,11 @@ static void run_usage(FILE *out)
 		"  --threads N          worker threads, 0 = all cores (default: [runtime] threads)\n"
 		"  --profile P          reference | f32 (default: [runtime] profile)\n"
 		"  --no-tiers           L1 only: no L2/L3 ([tier.l2], [tier.l3]) behind the cache\n"
+		"  --logits-dir DIR     write each reply's tokens (DIR/turnT-convC.tokens, comma-\n"
+		"                       separated ids) and the logits each was sampled from\n"
+		"                       (DIR/turnT-convC.f32, float32 [reply-tokens][vocab];\n"
+		"                       recomputed from the cache after the run, bitwise the same)\n"
+		"  --json               print a JSON report on stdout (the table goes to stderr)\n"
 		"  -q, --quiet          no progress bar\n");
 }
 
@@ -95,6 +177,9 @@ static int push(struct conv *c, const int32_t *t, size_t n)
 	return 0;
 }
 
+/* The checkpoint's tokenizer when it has one: the replies are shown as text. */
+static struct srt_tok *run_tok;
+
 static int push_text(struct conv *c, const char *s, int32_t vocab)
 {
 	for (; *s; s++) {
@@ -130,7 +215,8 @@ int srt_cmd_run(int argc, char **argv)
 		return 0;
 	}
 	struct srt_engine_opts o = {.threads = -1, .profile = -1, .tiers = 1};
-	int turns = 3, nconv = 4, reply = 24, quiet = 0;
+	int turns = 3, nconv = 4, reply = 24, quiet = 0, json = 0;
+	const char *logits_dir = NULL;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
@@ -140,6 +226,10 @@ int srt_cmd_run(int argc, char **argv)
 		}
 		if (!strcmp(a, "--no-tiers")) {
 			o.tiers = 0;
+			continue;
+		}
+		if (!strcmp(a, "--json")) {
+			json = 1;
 			continue;
 		}
 		if (!val) {
@@ -152,6 +242,8 @@ int srt_cmd_run(int argc, char **argv)
 			o.model = val;
 		else if (!strcmp(a, "--config"))
 			o.config_path = val;
+		else if (!strcmp(a, "--logits-dir"))
+			logits_dir = val;
 		else if (!strcmp(a, "--turns"))
 			bad = srt_cli_parse_int(val, 1, 1000, &turns);
 		else if (!strcmp(a, "--conversations"))
@@ -178,10 +270,21 @@ int srt_cmd_run(int argc, char **argv)
 		}
 	}
 	int bar = !quiet && isatty(2);
+	FILE *tab = json ? stderr : stdout; /* the human table */
+	json_t *jreqs = json ? json_array() : NULL;
+	size_t *plen = calloc((size_t)turns * (size_t)nconv, sizeof(size_t)); /* prompt sizes */
+	if (!plen || (logits_dir && mkdir_p(logits_dir))) {
+		fprintf(stderr, "shadowrt run: --logits-dir %s: %s\n", logits_dir ? logits_dir : "",
+			plen ? strerror(errno) : "out of memory");
+		free(plen);
+		json_decref(jreqs);
+		return 1;
+	}
 	char err[2048];
 	int status = 1;
 	struct srt_engine *e = NULL;
 	struct srt_sched *sched = NULL;
+	struct srt_tok_text reply0 = {0};
 	struct conv *cv = calloc((size_t)nconv, sizeof(*cv));
 	if (!cv)
 		goto oom;
@@ -206,7 +309,10 @@ int srt_cmd_run(int argc, char **argv)
 		fprintf(stderr, "shadowrt run: %s\n", err);
 		goto out;
 	}
-	printf("shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
+	if (srt_cli_model_tokenizer(srt_engine_model_path(e), (uint32_t)m->vocab_size, &run_tok,
+				    "shadowrt run"))
+		goto out;
+	fprintf(tab, "shadowrt run: model %s (%s), profile %s, %d threads, page %u, chunk %d\n"
 	       "workload: %d conversations x %d turns, replies of %d tokens, shared system "
 	       "prompt\n",
 	       m->name, srt_engine_model_path(e), srt_profile_name(srt_engine_profile(e)),
@@ -214,8 +320,8 @@ int srt_cmd_run(int argc, char **argv)
 	       srt_engine_chunk(e), nconv, turns, reply);
 	for (int lv = 1; lv <= 2; lv++)
 		if (srt_engine_tier_describe(e, lv))
-			printf("tier %s\n", srt_engine_tier_describe(e, lv));
-	printf("\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
+			fprintf(tab, "tier %s\n", srt_engine_tier_describe(e, lv));
+	fprintf(tab, "\n%4s %4s %8s %8s %6s %7s %7s %9s %12s\n", "turn", "conv", "prompt", "hit", "hit%",
 	       "fromL2", "fromL3", "TTFT ms", "decode tok/s");
 	for (int c = 0; c < nconv; c++)
 		if (push_text(&cv[c], system_prompt, m->vocab_size))
@@ -238,6 +344,7 @@ int srt_cmd_run(int argc, char **argv)
 				.temperature = (float)rc->temperature, .top_p = (float)rc->top_p,
 				.seed = rc->seed + (uint64_t)c * 1000003u + (uint64_t)t,
 				.max_tokens = (uint32_t)reply, .ignore_eos = 1};
+			plen[(size_t)t * (size_t)nconv + (size_t)c] = cv[c].n;
 			if (srt_sched_submit(sched, cv[c].hist, cv[c].n, &p, &cv[c].req, err,
 					     sizeof(err))) {
 				progress_clear(bar);
@@ -258,6 +365,11 @@ int srt_cmd_run(int argc, char **argv)
 			size_t n = srt_sched_tokens(cv[c].req, 0, ids, (size_t)reply);
 			if (push(&cv[c], ids, n))
 				goto oom;
+			if (run_tok && c == 0) { /* conversation 0's reply as text */
+				srt_tok_text_free(&reply0);
+				srt_tok_decode(run_tok, ids, n, SRT_TOK_LOSSY | SRT_TOK_SKIP_SPECIAL, &reply0,
+					       err, sizeof(err));
+			}
 			double ttft = in.t_first - t0;
 			double rate = in.t_last > in.t_first
 					      ? (double)(in.generated - 1) / (in.t_last - in.t_first)
@@ -265,12 +377,25 @@ int srt_cmd_run(int argc, char **argv)
 			if (in.t_first > last_first)
 				last_first = in.t_first;
 			progress_clear(bar);
-			printf("%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
+			fprintf(tab, "%4d %4d %8llu %8llu %5.1f%% %7llu %7llu %9.1f %12.1f\n", t + 1, c,
 			       (unsigned long long)in.prompt_tokens,
 			       (unsigned long long)in.cached_tokens,
 			       100.0 * (double)in.cached_tokens / (double)in.prompt_tokens,
 			       (unsigned long long)in.cached_tier[1],
 			       (unsigned long long)in.cached_tier[2], ttft * 1e3, rate);
+			if (jreqs) {
+				json_t *r = json_pack("{s:i, s:i, s:I, s:I, s:I, s:I, s:f}", "turn", t + 1,
+						      "conversation", c, "prompt",
+						      (json_int_t)in.prompt_tokens, "hit",
+						      (json_int_t)in.cached_tokens, "hit_l2",
+						      (json_int_t)in.cached_tier[1], "hit_l3",
+						      (json_int_t)in.cached_tier[2], "ttft_ms", ttft * 1e3);
+				json_t *rep = json_array();
+				for (size_t k = 0; k < n; k++)
+					json_array_append_new(rep, json_integer(ids[k]));
+				json_object_set_new(r, "reply", rep);
+				json_array_append_new(jreqs, r);
+			}
 			tot_prompt += in.prompt_tokens;
 			tot_hit += in.cached_tokens;
 			tot_decoded += in.generated;
@@ -279,6 +404,9 @@ int srt_cmd_run(int argc, char **argv)
 			progress(bar, ++done, work, "turns");
 		}
 		t_first_all += last_first - t0;
+		if (run_tok)
+			fprintf(tab, "     conversation 0 replied (random weights, random text): %.*s\n",
+			       (int)reply0.len, reply0.data ? reply0.data : "");
 		fflush(stdout);
 	}
 	free(ids);
@@ -287,25 +415,30 @@ int srt_cmd_run(int argc, char **argv)
 	srt_sched_stats(sched, &st);
 	tot_computed = st.computed_tokens;
 	progress_clear(bar);
-	printf("\nwall %.2f s: %llu prompt tokens, %llu computed (prefill + decode rows) in %llu "
+	fprintf(tab, "\nwall %.2f s: %llu prompt tokens, %llu computed (prefill + decode rows) in %llu "
 	       "batched steps, %llu tokens generated: %.1f generated tokens/s, %.1f computed "
 	       "tokens/s; time to the turn's last first token %.2f s in all\n",
 	       wall, (unsigned long long)tot_prompt, (unsigned long long)tot_computed,
 	       (unsigned long long)st.steps, (unsigned long long)tot_decoded,
 	       wall > 0 ? (double)tot_decoded / wall : 0.0,
 	       wall > 0 ? (double)tot_computed / wall : 0.0, t_first_all);
-	printf("prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
+	fprintf(tab, "prompt tokens %llu, served from cache %llu: hit rate %.1f%%\n",
 	       (unsigned long long)tot_prompt, (unsigned long long)tot_hit,
 	       tot_prompt ? 100.0 * (double)tot_hit / (double)tot_prompt : 0.0);
 	/* the scheduler is idle: the engine's cache and tiers can be read from here */
 	srt_sched_destroy(sched);
 	sched = NULL;
+	for (int t = 0; logits_dir && t < turns; t++)
+		for (int c = 0; c < nconv; c++)
+			if (write_logits(e, logits_dir, t + 1, c, cv[c].hist,
+					 plen[(size_t)t * (size_t)nconv + (size_t)c], (size_t)reply))
+				goto out;
 	struct srt_tmgr *tm = srt_engine_tiers(e);
 	if (tm) {
 		struct srt_tmgr_stats ts;
 		char b1[32], b2[32], b3[32];
 		srt_tmgr_stats(tm, &ts);
-		printf("hits by tier: L1 %llu, L2 %llu, L3 %llu tokens; pages demoted L1->L2 %llu, "
+		fprintf(tab, "hits by tier: L1 %llu, L2 %llu, L3 %llu tokens; pages demoted L1->L2 %llu, "
 		       "L1->L3 %llu, L2->L3 %llu, promoted L2->L1 %llu, L3->L1 %llu\n"
 		       "L2 holds %s (peak %s), L3 %s in %llu objects\n",
 		       (unsigned long long)ts.hit_tokens[0], (unsigned long long)ts.hit_tokens[1],
@@ -318,16 +451,38 @@ int srt_cmd_run(int argc, char **argv)
 		       (unsigned long long)ts.l3_objects);
 	}
 	struct srt_rdx_cache *cache = srt_engine_cache(e);
-	printf("KV cache per pool (L1):\n%-14s %6s %10s %10s %8s %8s\n", "pool", "ratio", "now",
+	fprintf(tab, "KV cache per pool (L1):\n%-14s %6s %10s %10s %8s %8s\n", "pool", "ratio", "now",
 	       "peak", "pages", "evicted");
 	for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
 		struct srt_rdx_pool_stats st;
 		char b1[32], b2[32];
 		srt_rdx_pool_stats(cache, p, &st);
-		printf("%-14s %6u %10s %10s %8llu %8llu\n", st.name, st.ratio,
+		fprintf(tab, "%-14s %6u %10s %10s %8llu %8llu\n", st.name, st.ratio,
 		       srt_format_size(st.bytes, b1, sizeof(b1)),
 		       srt_format_size(st.peak_bytes, b2, sizeof(b2)),
 		       (unsigned long long)st.pages, (unsigned long long)st.evicted_pages);
+	}
+	if (jreqs) {
+		json_t *j = json_pack("{s:s, s:I, s:I, s:I, s:I, s:f}", "model", m->name,
+				      "prompt_tokens", (json_int_t)tot_prompt, "hit_tokens",
+				      (json_int_t)tot_hit, "computed_tokens", (json_int_t)tot_computed,
+				      "generated_tokens", (json_int_t)tot_decoded, "wall_s", wall);
+		json_t *pools = json_array();
+		for (uint32_t p = 0; p < srt_rdx_pool_count(cache); p++) {
+			struct srt_rdx_pool_stats ps;
+			srt_rdx_pool_stats(cache, p, &ps);
+			json_array_append_new(pools, json_pack("{s:s, s:i, s:I, s:I}", "name", ps.name,
+							       "ratio", (int)ps.ratio, "bytes",
+							       (json_int_t)ps.bytes, "peak_bytes",
+							       (json_int_t)ps.peak_bytes));
+		}
+		json_object_set_new(j, "pools", pools);
+		json_object_set(j, "requests", jreqs);
+		char *txt = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+		if (txt)
+			printf("%s\n", txt);
+		free(txt);
+		json_decref(j);
 	}
 	status = 0;
 	goto out;
@@ -342,6 +497,11 @@ out:
 		}
 	srt_sched_destroy(sched);
 	srt_engine_close(e);
+	srt_tok_free(run_tok);
+	run_tok = NULL;
+	srt_tok_text_free(&reply0);
 	free(cv);
+	free(plen);
+	json_decref(jreqs);
 	return status;
 }

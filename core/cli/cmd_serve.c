@@ -2,7 +2,7 @@
  * shadowrt serve: the OpenAI-compatible HTTP server (serve/serve.h) over the scheduler
  * (sched/sched.h) and the executor. Runs until SIGINT / SIGTERM: then it stops accepting
  * connections, lets the requests in flight finish (a second signal cancels them), stops the
- * HTTP threads, the scheduler, and closes the engine (which writes the tiers out).
+ * HTTP threads and the scheduler, flushes the queued L3 writes and closes the engine.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -22,6 +22,7 @@
 #include "sched/sched.h"
 #include "serve/api.h"
 #include "serve/serve.h"
+#include "tier/manager.h"
 #include "tok/tok.h"
 
 static void serve_usage(FILE *out)
@@ -283,6 +284,14 @@ int srt_cmd_serve(int argc, char **argv)
 	}
 	struct srt_sched_stats st;
 	srt_sched_stats(sched, &st);
+	/* the scheduler thread has ended: this thread may use the tier manager now */
+	srt_sched_destroy(sched);
+	sched = NULL;
+	if (srt_engine_tiers(e)) {
+		uint64_t lost = srt_tmgr_flush(srt_engine_tiers(e));
+		fprintf(stderr, "shadowrt serve: L3 writes flushed (%llu puts lost in all)\n",
+			(unsigned long long)lost);
+	}
 	fprintf(stderr, "shadowrt serve: stopped after %llu requests (%llu prompt tokens, %llu "
 		"generated)\n", (unsigned long long)st.submitted,
 		(unsigned long long)st.prompt_tokens, (unsigned long long)st.generated_tokens);
@@ -291,6 +300,6 @@ out:
 	srt_serve_stop(srv);
 	srt_sched_destroy(sched);
 	srt_tok_free(tok);
-	srt_engine_close(e); /* writes the tier stack out */
+	srt_engine_close(e); /* the tier manager flushes again as it is destroyed */
 	return status;
 }

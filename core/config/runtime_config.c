@@ -4,7 +4,8 @@
  * Each INI text is read in two steps: a pre-scan of our own (line lengths, indented lines,
  * section headers, and the line of every key, since inih 55 does not give handlers line
  * numbers), then ini_parse_string, whose handler records every key = value with its line.
- * The built-in default and the user's file are merged section by section, then interpreted.
+ * The built-in default, the user's file and the --set list are merged key by key (rc_overlay),
+ * then interpreted.
  */
 #include "config/runtime_config.h"
 
@@ -25,6 +26,8 @@
 #include <shadowrt/plugin.h>
 
 #include "config/embedded.h"
+#include "config/size.h"
+#include "plugin/registry.h"
 
 #define RC_MAX_FILE (1u << 20)
 #define RC_DEFAULT_ORIGIN "conf/default.ini (built in)"
@@ -645,8 +648,10 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 		}
 		if (!strcmp(k, "budget")) {
 			uint64_t b;
-			if (srt_parse_size(v, &b))
-				RC_FAIL(e, "'%s' is not a size (expected e.g. 4GiB, 512M, 1048576)", v);
+			char why[256];
+			if (srt_size_parse(v, &b, why, sizeof(why)))
+				RC_FAIL(e, "%s (a size: 64GiB = 64 * 2^30 bytes, 64GB = 64 * 10^9, 512M, "
+					"1048576)", why);
 			tier->budget = b;
 			return 0;
 		}
@@ -1166,6 +1171,23 @@ const char *srt_runtime_config_option_cb(void *scope, const char *key)
 	return srt_runtime_config_option(s->config, s->section, key);
 }
 
+const char *srt_runtime_config_plugin_dym(struct srt_registry *reg, uint32_t kind,
+					  const char *name, char *buf, size_t len)
+{
+	const char *names[128];
+	size_t n = 0;
+	buf[0] = 0;
+	for (size_t i = 0; reg && i < srt_registry_count(reg) && n < 128; i++) {
+		const struct srt_plugin_info *pi = srt_registry_at(reg, i);
+		if (pi->desc && pi->state == SRT_PLUGIN_OK && pi->desc->kind == kind)
+			names[n++] = pi->desc->name;
+	}
+	const char *s = srt_suggest(name, names, n);
+	if (s)
+		snprintf(buf, len, " (did you mean '%s'?)", s);
+	return buf;
+}
+
 const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,
 							 int ratio)
 {
@@ -1173,6 +1195,23 @@ const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtim
 		if (c->ratios[i].ratio == ratio)
 			return &c->ratios[i].plugin;
 	return NULL;
+}
+
+/* Print a warning on stderr unless this process printed the same text before (commands
+ * such as `ab` load the same config many times). */
+static void rc_warn_once(const char *msg)
+{
+	static uint64_t seen[64];
+	static unsigned n;
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (const char *c = msg; *c; c++)
+		h = (h ^ (unsigned char)*c) * 1099511628211ull;
+	for (unsigned i = 0; i < n; i++)
+		if (seen[i] == h)
+			return;
+	if (n < 64)
+		seen[n++] = h;
+	fputs(msg, stderr);
 }
 
 int srt_runtime_config_check_model(const struct srt_runtime_config *c,
@@ -1216,10 +1255,12 @@ int srt_runtime_config_check_model(const struct srt_runtime_config *c,
 				n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d", n ? ", " : "",
 						      m->compress_ratios[i]);
 		}
-		fprintf(stderr, "shadowrt: warning: %s: [attention] ratio.%d = %s serves no layer "
-			"of model '%s' (its ratios: %s)\n", rc_loc(loc, sizeof(loc), file,
-								r->plugin.line), (int)r->ratio,
-			r->plugin.name, m->name, list);
+		char msg[1024];
+		snprintf(msg, sizeof(msg), "shadowrt: warning: %s: [attention] ratio.%d = %s serves no "
+			 "layer of model '%s' (its ratios: %s)\n", rc_loc(loc, sizeof(loc), file,
+									 r->plugin.line),
+			 (int)r->ratio, r->plugin.name, m->name, list);
+		rc_warn_once(msg);
 	}
 	if (st)
 		st->warned = true;
@@ -1262,77 +1303,6 @@ int srt_runtime_config_check_options(const struct srt_runtime_config *c, const c
 
 /* ---------------------------------------------------------------------------------------- */
 /* Sizes.                                                                                     */
-
-int srt_parse_size(const char *s, uint64_t *out)
-{
-	uint64_t whole = 0, frac = 0, frac_div = 1;
-	const char *p = s;
-	int digits = 0;
-
-	if (!s)
-		return SRT_EINVAL;
-	while (isspace((unsigned char)*p))
-		p++;
-	for (; *p >= '0' && *p <= '9'; p++, digits++) {
-		if (whole > (UINT64_MAX - 9) / 10)
-			return SRT_EINVAL;
-		whole = whole * 10 + (uint64_t)(*p - '0');
-	}
-	if (*p == '.') {
-		p++;
-		for (; *p >= '0' && *p <= '9'; p++, digits++) {
-			if (frac_div >= 1000000000000ull)
-				return SRT_EINVAL; /* more than 12 decimals: not a sane size */
-			frac = frac * 10 + (uint64_t)(*p - '0');
-			frac_div *= 10;
-		}
-	}
-	if (!digits)
-		return SRT_EINVAL;
-	while (*p == ' ')
-		p++;
-	int power = 0; /* 1 K, 2 M, 3 G, 4 T */
-	switch (toupper((unsigned char)*p)) {
-	case 'K': power = 1; p++; break;
-	case 'M': power = 2; p++; break;
-	case 'G': power = 3; p++; break;
-	case 'T': power = 4; p++; break;
-	default: break;
-	}
-	/* "GiB" and a bare "G" are binary, "GB" decimal: as written */
-	bool decimal = false;
-	if (power && (*p == 'i' || *p == 'I')) {
-		p++;
-		if (*p != 'B' && *p != 'b')
-			return SRT_EINVAL; /* "4Gi" */
-	} else if (power && (*p == 'B' || *p == 'b')) {
-		decimal = true;
-	}
-	if (*p == 'B' || *p == 'b')
-		p++;
-	while (isspace((unsigned char)*p))
-		p++;
-	if (*p)
-		return SRT_EINVAL;
-	uint64_t mult = 1;
-	for (int i = 0; i < power; i++)
-		mult *= decimal ? 1000u : 1024u;
-	if (whole > UINT64_MAX / mult)
-		return SRT_EINVAL;
-	uint64_t v = whole * mult;
-	if (frac) {
-		/* frac/frac_div * mult must be whole: frac < frac_div <= 1e12, mult <= 2^40. */
-		unsigned __int128 f = (unsigned __int128)frac * mult;
-		if (f % frac_div)
-			return SRT_EINVAL;
-		uint64_t add = (uint64_t)(f / frac_div);
-		if (v > UINT64_MAX - add)
-			return SRT_EINVAL;
-		v += add;
-	}
-	*out = v;
-	return 0;
-}
 
 const char *srt_format_size(uint64_t b, char *buf, size_t len)
 {

@@ -205,6 +205,15 @@ int srt_runtime_config_check_options(const struct srt_runtime_config *c, const c
  */
 const char *srt_suggest(const char *word, const char *const *cands, size_t n);
 
+struct srt_registry;
+
+/*
+ * " (did you mean 'csa'?)" naming the usable plugin of `kind` in reg closest to `name`, or ""
+ * when none is close. Into buf; returns buf. For "no plugin named X" messages.
+ */
+const char *srt_runtime_config_plugin_dym(struct srt_registry *reg, uint32_t kind,
+					  const char *name, char *buf, size_t len);
+
 /* The attention plugin for compress ratio `ratio`, or NULL when no plugin is mapped to it. */
 const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtime_config *c,
 							 int ratio);
@@ -213,21 +222,14 @@ const struct srt_rc_plugin *srt_runtime_config_attention(const struct srt_runtim
  * Cross-check with a model: every compress ratio the model uses has an attention plugin, and
  * the page size is a multiple of every ratio. 0 or SRT_EINVAL with a message. A mapping the
  * user wrote (file or --set) for a ratio no layer of the model uses is a warning, printed on
- * stderr once per loaded config ("shadowrt: warning: FILE:LINE: [attention] ratio.16 = x
+ * stderr once per process ("shadowrt: warning: FILE:LINE: [attention] ratio.16 = x
  * serves no layer of model 'tiny' (its ratios: 0, 4, 128)").
  */
 int srt_runtime_config_check_model(const struct srt_runtime_config *c,
 				   const struct srt_model_config *m, char *err, size_t errlen);
 
-/*
- * Parse a byte size, units as written: "4096", "100B", "4GB" = 4 * 10^9 and "4GiB" = 4 * 2^30
- * (K/M/G/T; KB/MB/GB/TB are powers of 1000, KiB/MiB/GiB/TiB powers of 1024; a bare suffix
- * "4G" / "512M" is binary like GiB, as in `dd` and the kernel's mem=). The unit letter is
- * case-insensitive; one space may separate number and unit; a fraction must come out as a
- * whole number of bytes ("1.5GiB", not "0.3B"); the result must fit in 64 bits.
- * Returns 0 or SRT_EINVAL (*out untouched).
- */
-int srt_parse_size(const char *s, uint64_t *out);
+/* Sizes ([tier.*] budget) are read by srt_size_parse (config/size.h): 4GB = 4 * 10^9 bytes,
+ * 4GiB = 4 * 2^30, a bare 4G binary. */
 
 /* Format bytes as "4 GiB", "1.5 MiB", "512 B" into buf. Returns buf. */
 const char *srt_format_size(uint64_t bytes, char *buf, size_t len);

@@ -27,6 +27,7 @@
 #include "plugin/host.h"
 #include "plugin/registry.h"
 #include "radix/radix.h"
+#include "radix/remat.h"
 #include "tier/manager.h"
 #include "tier/stack.h"
 
@@ -73,6 +74,9 @@ struct srt_engine {
 	int quiet;
 	uint8_t identity[32]; /* cache identity (exec/identity.h) */
 	char identity_hex[65];
+	int remat;                /* 1: prefix hits may rematerialize windows */
+	struct srt_remat_geom rg; /* the trapezoid's geometry */
+	struct srt_rdx_remat_policy rpol;
 };
 
 struct srt_seq {
@@ -81,6 +85,7 @@ struct srt_seq {
 	struct srt_tmgr_req *treq; /* NULL: L1 only */
 	struct srt_tmgr_hit thit;
 	uint64_t id, hit;
+	uint64_t remat, remat_cost; /* rematerialized at start: position, token-layers */
 	int32_t *prompt;
 	uint64_t n_prompt, done; /* prompt tokens computed (from 0, hit included) */
 	int finished, broken;
@@ -218,6 +223,11 @@ int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, ch
 
 /* --- open / close ----------------------------------------------------------------------- */
 
+static uint64_t remat_cost_cb(void *ctx, uint64_t t)
+{
+	return srt_remat_cost(ctx, t);
+}
+
 static void ck_warn(void *user, const char *msg)
 {
 	(void)user;
@@ -247,7 +257,9 @@ static int instantiate(struct srt_engine *e, enum srt_kind kind, const struct sr
 	const struct srt_plugin_info *info;
 	int rc = srt_registry_find(e->reg, kind, p->name, &info, why, sizeof(why));
 	if (rc) {
-		seterr(err, errlen, "%s plugin '%s': %s", p->role, p->name, why);
+		char dym[96];
+		seterr(err, errlen, "%s plugin '%s'%s: %s", p->role, p->name,
+		       srt_runtime_config_plugin_dym(e->reg, kind, p->name, dym, sizeof(dym)), why);
 		return rc;
 	}
 	if ((rc = srt_runtime_config_check_options(&e->rc, p->section, info->desc, err, errlen)))
@@ -320,15 +332,22 @@ static int compute_identity(struct srt_engine *e, const struct srt_pool_decl *po
 	char pw[32];
 	snprintf(pw, sizeof(pw), "%u tokens", e->P);
 	srt_ident_add_u64(&b, "page", e->P, pw);
-	for (int i = 0; i < e->n_attn; i++) {
+	for (int i = 0; i < e->n_attn && !rc; i++) {
 		const struct attn_inst *a = &e->attn[i];
-		srt_ident_add_plugin(&b, "attention", a->ratio, a->inst->desc, &e->rc,
-				     a->scope.section, pools + a->pool_off, a->pool_n);
+		rc = srt_ident_add_plugin(&b, "attention", a->ratio, a->inst->desc, &e->rc,
+					  a->scope.section, pools + a->pool_off, a->pool_n);
 	}
-	srt_ident_add_plugin(&b, "moe", -1, e->moe->desc, &e->rc, e->moe_scope.section, NULL, 0);
-	srt_ident_add_plugin(&b, "residual", -1, e->res->desc, &e->rc, e->res_scope.section, NULL,
-			     0);
+	if (!rc)
+		rc = srt_ident_add_plugin(&b, "moe", -1, e->moe->desc, &e->rc, e->moe_scope.section,
+					  NULL, 0);
+	if (!rc)
+		rc = srt_ident_add_plugin(&b, "residual", -1, e->res->desc, &e->rc,
+					  e->res_scope.section, NULL, 0);
 	srt_ident_end(&b);
+	if (rc) {
+		seterr(err, errlen, "cache identity: out of memory");
+		return rc;
+	}
 	memcpy(e->identity, b.digest, sizeof(e->identity));
 	memcpy(e->identity_hex, b.hex, sizeof(e->identity_hex));
 	srt_log(SRT_LOG_INFO, "exec", "cache identity %s covers: %s; weights %s%s", b.hex,
@@ -440,9 +459,30 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 		budgets[i] = l1 && total_page ? (uint64_t)((double)l1 * pb / total_page)
 					      : SRT_RDX_UNBOUNDED;
 	}
+	/* rematerialization: every attention plugin must know read-only entries (ABI 1.1) */
+	e->rg = (struct srt_remat_geom){.layers = (uint32_t)L, .window = 0, .page_tokens = e->P,
+					.tail_pages = 0};
+	/* e->remat holds !opts->no_remat here */
+	for (int i = 0; i < e->n_attn; i++)
+		if (e->attn[i].inst->desc->abi_minor < 1)
+			e->remat = 0;
+	for (uint32_t i = 0; i < np; i++) {
+		if (pools[i].retention != SRT_RETAIN_TAIL)
+			continue;
+		uint32_t k = (pools[i].tail_tokens + e->P - 1) / e->P;
+		if (k > e->rg.tail_pages)
+			e->rg.tail_pages = k;
+		if (pools[i].ratio == 1 && pools[i].tail_tokens > e->rg.window)
+			e->rg.window = pools[i].tail_tokens;
+	}
+	if (!e->rg.window || !e->rg.tail_pages)
+		e->remat = 0;
+	if (e->remat)
+		e->rpol = (struct srt_rdx_remat_policy){.cost = remat_cost_cb, .ctx = &e->rg,
+							.token_cost = e->rg.layers};
 	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets,
 				    .alloc = e->page_alloc ? e->page_alloc : &zero_allocator,
-				    .mem = SRT_MEM_HOST};
+				    .mem = SRT_MEM_HOST, .remat = e->remat};
 	char why[1024];
 	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
 		/* the cache identity covers everything that shapes a page's bytes (identity.h);
@@ -495,6 +535,7 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 	e->use_tiers = opts->tiers;
 	e->quiet = opts->quiet;
 	e->page_alloc = opts->page_alloc;
+	e->remat = !opts->no_remat;
 	if ((rc = srt_engine_model_dir(opts->model ? opts->model : e->rc.model, opts->model_cache,
 				       opts->quiet, e->path, sizeof(e->path), err, errlen)))
 		goto fail;
@@ -537,6 +578,8 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 			seterr(err, errlen, "out of memory");
 		goto fail;
 	}
+	if (e->remat && e->tmgr) /* TAIL pages in L2/L3 at resume points only; else rebuilt */
+		srt_tmgr_set_remat(e->tmgr, &e->rpol, 1);
 	*out = e;
 	return 0;
 fail:
@@ -610,6 +653,10 @@ uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e)
 
 /* --- sequences -------------------------------------------------------------------------- */
 
+static int remat_run(struct srt_engine *e, struct srt_seq *s, uint64_t t, char *err,
+		     size_t errlen);
+
+
 static int check_tokens(const struct srt_engine *e, const int32_t *t, uint64_t n, char *err,
 			size_t errlen)
 {
@@ -658,12 +705,50 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 		}
 		s->req = srt_tmgr_req_rdx(s->treq);
 		h = srt_rdx_req_len(s->req);
-	} else if ((rc = srt_rdx_req_start(e->cache, tokens, use_cache ? n - 1 : 0, &s->req, &h,
-					   why, sizeof(why)))) {
-		seterr(err, errlen, "ShadowRadix start: %s", why);
-		free(s->prompt);
-		free(s);
-		return rc;
+		if (s->thit.remat_tokens) {
+			/* the TAIL pages before the hit: pending pages (an L1 rematerialization) or
+			 * pages the tier load placed in the tree unfilled (a lower-tier one) */
+			uint64_t rt = s->thit.remat_tokens;
+			int pending = srt_rdx_req_remat_pending(s->req) != 0;
+			rc = rt == h ? remat_run(e, s, rt, err, errlen) : SRT_EINVAL;
+			if (rc == SRT_EINVAL && rt != h)
+				seterr(err, errlen, "tier manager: rematerialization at %llu, hit %llu",
+				       (unsigned long long)rt, (unsigned long long)h);
+			if (pending)
+				srt_rdx_req_remat_done(s->req, rc == 0);
+			else if (rc)
+				srt_rdx_req_drop_tail(s->req);
+			if (rc) {
+				srt_tmgr_req_free(s->treq);
+				free(s->prompt);
+				free(s);
+				return rc;
+			}
+			s->remat = rt;
+			s->remat_cost = s->thit.remat_cost;
+		}
+	} else {
+		uint64_t rt = 0;
+		if ((rc = srt_rdx_req_start_remat(e->cache, tokens, use_cache ? n - 1 : 0,
+						  e->remat ? &e->rpol : NULL, &s->req, &h, &rt, why,
+						  sizeof(why)))) {
+			seterr(err, errlen, "ShadowRadix start: %s", why);
+			free(s->prompt);
+			free(s);
+			return rc;
+		}
+		if (rt) {
+			rc = remat_run(e, s, rt, err, errlen);
+			srt_rdx_req_remat_done(s->req, rc == 0);
+			if (rc) {
+				srt_rdx_req_free(s->req);
+				free(s->prompt);
+				free(s);
+				return rc;
+			}
+			s->remat = rt;
+			s->remat_cost = srt_remat_cost(&e->rg, rt);
+		}
 	}
 	if (!e->tmgr)
 		s->thit.l1_tokens = h;
@@ -681,6 +766,13 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 uint64_t srt_seq_len(const struct srt_seq *s) { return srt_rdx_req_len(s->req); }
 uint64_t srt_seq_pending(const struct srt_seq *s) { return s->n_prompt - s->done; }
 uint64_t srt_seq_hit(const struct srt_seq *s) { return s->hit; }
+
+uint64_t srt_seq_remat(const struct srt_seq *s, uint64_t *token_layers)
+{
+	if (token_layers)
+		*token_layers = s->remat_cost;
+	return s->remat;
+}
 
 void srt_seq_hit_tiers(const struct srt_seq *s, uint64_t out[3])
 {
@@ -973,6 +1065,143 @@ out:
 	free(f);
 	free(mix);
 	free(sel);
+	return rc;
+}
+
+/*
+ * Rebuild the TAIL pages (window KV, carry state) of the pending pages before t of a request
+ * positioned at t by srt_rdx_req_start_remat: the trapezoid of core/radix/remat.h. Layer l
+ * runs attention over positions [lo(l), t) (the plugins read the compressed entries of [0, t)
+ * from the cache and never write them, start the carry empty at lo(l) and skip the attention
+ * of rows whose window reaches before lo(l)); its residual and MoE run only over [lo(l + 1), t),
+ * the rows the next layer reads. Window and carry pages before the pending ones are scratch.
+ */
+static int remat_run(struct srt_engine *e, struct srt_seq *s, uint64_t t, char *err,
+		     size_t errlen)
+{
+	char why[1024];
+	int rc = 0;
+	const struct srt_remat_geom *g = &e->rg;
+	uint32_t L = g->layers, np = e->n_pools, P = e->P, npg = (uint32_t)(t / P);
+	uint64_t s0 = srt_remat_lo(g, t, 0);
+	int32_t rows = (int32_t)(t - s0);
+	size_t d = (size_t)e->d, sd = (size_t)e->S * d, mf = (size_t)e->mixf;
+	const int32_t *tok = srt_rdx_req_tokens(s->req);
+	struct srt_rdx_pool_stats st;
+	struct srt_page_table *pts = calloc(np, sizeof(*pts));
+	void **bufs = calloc((size_t)np * npg + 1, sizeof(void *));
+	uint8_t *scr = calloc((size_t)np * npg + 1, 1); /* 1: bufs entry is our scratch page */
+	uint64_t *ro = calloc(np, sizeof(uint64_t));
+	struct srt_seq_cached *cached = calloc((size_t)e->n_attn, sizeof(*cached));
+	const struct srt_seq_cached **cptr = calloc((size_t)e->n_attn, sizeof(*cptr));
+	float *h = malloc(sizeof(float) * d * (size_t)rows);
+	float *X = malloc(sizeof(float) * sd * (size_t)rows);
+	float *u = malloc(sizeof(float) * d * (size_t)rows);
+	float *f = malloc(sizeof(float) * d * (size_t)rows);
+	float *mix = malloc(sizeof(float) * (mf * (size_t)rows + 1));
+	if (!pts || !bufs || !scr || !ro || !cached || !cptr || !h || !X || !u || !f || !mix) {
+		seterr(err, errlen, "out of memory (rematerialization of %d rows)", rows);
+		rc = SRT_ENOMEM;
+		goto out;
+	}
+	for (uint32_t p = 0; p < np; p++) {
+		void **b = bufs + (size_t)p * npg;
+		srt_rdx_pool_stats(e->cache, p, &st);
+		if ((rc = srt_rdx_req_page_table(s->req, p, b, npg, &pts[p]))) {
+			seterr(err, errlen, "sequence %llu: page table of pool %u failed",
+			       (unsigned long long)s->id, p);
+			goto out;
+		}
+		if (st.retention == SRT_RETAIN_ALL) {
+			ro[p] = t / st.ratio;
+			continue;
+		}
+		/* window / carry pages of the trapezoid before the pages being rebuilt */
+		for (uint32_t v = (uint32_t)(s0 / P); v < npg; v++) {
+			if (b[v])
+				continue;
+			if (zero_alloc(NULL, p, (size_t)st.page_bytes, &b[v])) {
+				seterr(err, errlen, "out of memory (rematerialization scratch)");
+				rc = SRT_ENOMEM;
+				goto out;
+			}
+			scr[(size_t)p * npg + v] = 1;
+		}
+	}
+	for (int k = 0; k < e->n_attn; k++) {
+		cached[k] = (struct srt_seq_cached){.struct_size = sizeof(cached[k]),
+						    .flags = SRT_SEQ_REMAT,
+						    .ro_entries = ro + e->attn[k].pool_off};
+		cptr[k] = &cached[k];
+	}
+	for (int32_t r = 0; r < rows; r++)
+		srt_bf16_to_f32_n(e->embed + (size_t)tok[s0 + (uint64_t)r] * d, h + (size_t)r * d, d);
+	if ((rc = e->res_vt->embed(e->res->ctx, rows, h, X))) {
+		seterr(err, errlen, "residual plugin '%s': embed failed (%d)", e->res->desc->name, rc);
+		goto out;
+	}
+	for (uint32_t l = 0; l < L; l++) {
+		int k = e->layer_attn[l];
+		uint64_t cl = srt_remat_lo(g, t, l), cn = l + 1 < L ? srt_remat_lo(g, t, l + 1) : t;
+		size_t o1 = (size_t)(cl - s0), o2 = (size_t)(cn - s0);
+		int32_t n1 = (int32_t)(t - cl), n2 = (int32_t)(t - cn);
+		struct srt_seq_view va = {.seq_id = s->id, .pos = (int64_t)cl, .n_tokens = n1,
+					  .first_row = 0, .token_ids = tok + cl,
+					  .pools = &pts[e->attn[k].pool_off],
+					  .n_pools = e->attn[k].pool_n};
+		struct srt_seq_view vm = {.seq_id = s->id, .pos = (int64_t)cn, .n_tokens = n2,
+					  .first_row = 0, .token_ids = tok + cn};
+		struct srt_batch ba = {.struct_size = sizeof(ba), .n_seqs = 1, .seqs = &va,
+				       .n_rows = n1, .mem = SRT_MEM_HOST, .cached = &cptr[k]};
+		struct srt_batch bm = {.struct_size = sizeof(bm), .n_seqs = 1, .seqs = &vm,
+				       .n_rows = n2, .mem = SRT_MEM_HOST};
+		const char *stage = "pre(attn)";
+		if ((rc = e->res_vt->pre(e->res->ctx, (int32_t)l, SRT_SUBLAYER_ATTN, n1, X + o1 * sd,
+					 u + o1 * d, mix + o1 * mf)))
+			goto plugin_fail;
+		why[0] = 0;
+		if ((rc = e->attn_vt[k]->forward(e->attn[k].inst->ctx, (int32_t)l, &ba, u + o1 * d,
+						 f + o1 * d, why, sizeof(why)))) {
+			seterr(err, errlen, "rematerialization at %llu, layer %u: attention plugin "
+			       "'%s': %s (%d)", (unsigned long long)t, l, e->attn[k].inst->desc->name,
+			       why[0] ? why : "forward failed", rc);
+			goto out;
+		}
+		if (l + 1 == L) /* the last layer's output is not needed: its window is built */
+			break;
+		stage = "post(attn)";
+		if ((rc = e->res_vt->post(e->res->ctx, (int32_t)l, SRT_SUBLAYER_ATTN, n2, f + o2 * d,
+					  mix + o2 * mf, X + o2 * sd)))
+			goto plugin_fail;
+		stage = "pre(ffn)";
+		if ((rc = e->res_vt->pre(e->res->ctx, (int32_t)l, SRT_SUBLAYER_FFN, n2, X + o2 * sd,
+					 u + o2 * d, mix + o2 * mf)))
+			goto plugin_fail;
+		why[0] = 0;
+		if ((rc = e->moe_vt->forward(e->moe->ctx, (int32_t)l, &bm, u + o2 * d, f + o2 * d, why,
+					     sizeof(why)))) {
+			seterr(err, errlen, "rematerialization at %llu, layer %u: moe plugin '%s': %s "
+			       "(%d)", (unsigned long long)t, l, e->moe->desc->name,
+			       why[0] ? why : "forward failed", rc);
+			goto out;
+		}
+		stage = "post(ffn)";
+		if ((rc = e->res_vt->post(e->res->ctx, (int32_t)l, SRT_SUBLAYER_FFN, n2, f + o2 * d,
+					  mix + o2 * mf, X + o2 * sd)))
+			goto plugin_fail;
+		continue;
+plugin_fail:
+		seterr(err, errlen, "rematerialization at %llu, layer %u: residual plugin '%s': %s "
+		       "failed (%d)", (unsigned long long)t, l, e->res->desc->name, stage, rc);
+		goto out;
+	}
+out:
+	if (bufs && scr)
+		for (size_t i = 0; i < (size_t)np * npg; i++)
+			if (scr[i])
+				free(bufs[i]);
+	free(pts), free(bufs), free(scr), free(ro), free(cached), free(cptr);
+	free(h), free(X), free(u), free(f), free(mix);
 	return rc;
 }
 

@@ -62,6 +62,9 @@ struct srt_engine_opts {
 	/* L1 page allocator (borrowed; must hand out zeroed, 64-byte aligned pages); NULL = the
 	 * engine's own. `check-plugin` passes one that fences every page with guard pages. */
 	const struct srt_rdx_allocator *page_alloc;
+	/* 1: never rematerialize windows (a prefix hit then needs its TAIL pages cached); 0: the
+	 * executor decides per hit (see srt_engine_seq_start) */
+	int no_remat;
 };
 
 struct srt_engine;
@@ -114,6 +117,13 @@ uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e);
  * prompt's first n - 1 tokens in the cache and resume after the hit (*hit, may be NULL, gets
  * its length, a multiple of the page size); 0: compute from position 0. Returns 0 and *out,
  * or SRT_EINVAL (empty prompt, token id out of range), SRT_ENOMEM.
+ *
+ * Window rematerialization (L1 cache, every attention plugin of ABI >= 1.1, not no_remat):
+ * when the compressed (ALL) pools hold a longer prefix t than the ordinary hit h, the
+ * executor resumes at t if rebuilding t's window KV and carry state (core/radix/remat.h: the
+ * trapezoid of layer l over [lo(l), t), compressed entries read from the cache, never
+ * written) costs fewer token-layers than computing [h, t); else it resumes at h. The rebuilt
+ * pages are bitwise those of a computation from 0 and join the cache.
  */
 int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
 			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen);
@@ -144,6 +154,9 @@ int srt_engine_decode(struct srt_engine *e, struct srt_seq *const *seqs, uint32_
 uint64_t srt_seq_len(const struct srt_seq *s);     /* tokens computed so far */
 uint64_t srt_seq_pending(const struct srt_seq *s); /* prompt tokens not yet computed */
 uint64_t srt_seq_hit(const struct srt_seq *s);     /* prefix hit at start */
+/* The position whose window was rematerialized at start (0: none) and its cost in
+ * token-layers. */
+uint64_t srt_seq_remat(const struct srt_seq *s, uint64_t *token_layers);
 /* The hit by tier: out[0] L1 tokens, out[1] restored from L2, out[2] from L3. */
 void srt_seq_hit_tiers(const struct srt_seq *s, uint64_t out[3]);
 

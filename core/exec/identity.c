@@ -142,9 +142,9 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-void srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
-			  const struct srt_plugin_desc *desc, const struct srt_runtime_config *rc,
-			  const char *section, const struct srt_pool_decl *pools, uint32_t n_pools)
+int srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
+			 const struct srt_plugin_desc *desc, const struct srt_runtime_config *rc,
+			 const char *section, const struct srt_pool_decl *pools, uint32_t n_pools)
 {
 	field_str(b, "plugin/role", role);
 	put_u64(b, (uint64_t)(int64_t)ratio);
@@ -161,7 +161,9 @@ void srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
 	size_t nk = 0;
 	if (rc && section) {
 		keys = calloc(rc->n_entries ? rc->n_entries : 1, sizeof(*keys));
-		for (size_t i = 0; keys && i < rc->n_entries; i++) {
+		if (!keys)
+			return SRT_ENOMEM;
+		for (size_t i = 0; i < rc->n_entries; i++) {
 			const struct srt_rc_entry *e = &rc->entries[i];
 			if (strcmp(e->section, section))
 				continue;
@@ -171,8 +173,6 @@ void srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
 			if (k == nk)
 				keys[nk++] = e->key;
 		}
-		if (!keys) /* out of memory: make the identity unique to this process, never shared */
-			field_str(b, "plugin/options-unavailable", "oom");
 	}
 	if (nk > 1)
 		qsort(keys, nk, sizeof(*keys), cmp_str);
@@ -200,6 +200,7 @@ void srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
 	}
 	if (n_pools)
 		note(b, " pools %u", n_pools);
+	return 0;
 }
 
 void srt_ident_end(struct srt_ident *b)

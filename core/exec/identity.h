@@ -57,10 +57,11 @@ void srt_ident_add_u64(struct srt_ident *b, const char *label, uint64_t v, const
 /*
  * One plugin of the forward path: desc (the registry's zero-extended copy), the options of its
  * config section (rc may be NULL: no options), and its pools (attention; NULL / 0 otherwise).
+ * 0, or SRT_ENOMEM (the identity is then incomplete: do not use it).
  */
-void srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
-			  const struct srt_plugin_desc *desc, const struct srt_runtime_config *rc,
-			  const char *section, const struct srt_pool_decl *pools, uint32_t n_pools);
+int srt_ident_add_plugin(struct srt_ident *b, const char *role, int32_t ratio,
+			 const struct srt_plugin_desc *desc, const struct srt_runtime_config *rc,
+			 const char *section, const struct srt_pool_decl *pools, uint32_t n_pools);
 
 /* Finish: digest and hex; the builder is done. */
 void srt_ident_end(struct srt_ident *b);

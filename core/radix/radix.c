@@ -54,6 +54,11 @@ struct srt_rdx_req {
 	struct srt_rdx_loc *priv;  /* [priv_cap][n_pools], page v at (v - tree_pages) */
 	uint64_t priv_pages, priv_cap;
 	uint64_t *rel;             /* [n_pools] release watermark (virtual page) */
+	/* rematerialization: TAIL-pool pages being rebuilt for pages [remat/P - K, remat/P),
+	 * [K][n_pools] (ABSENT for ALL pools and pages outside a pool's window) */
+	uint64_t remat;
+	struct srt_rdx_loc *rloc;
+	uint64_t strict; /* the ordinary hit at start (rule with TAIL pages) */
 };
 
 struct srt_rdx_cache {
@@ -64,6 +69,7 @@ struct srt_rdx_cache {
 	struct srt_rdx_allocator alloc;
 	struct srt_rdx_hooks hooks;
 	int has_hooks;
+	int remat; /* srt_rdx_config.remat */
 	struct srt_rdx_node *root;
 	struct srt_rdx_node **buckets;
 	uint64_t n_buckets, nodes, tree_pages, meta_bytes;
@@ -421,6 +427,8 @@ static void node_delete(struct srt_rdx_cache *c, struct srt_rdx_node *n)
 /* A leaf no hit can end in: some TAIL pool holds none of its pages. */
 static int leaf_is_dead(const struct srt_rdx_cache *c, const struct srt_rdx_node *n)
 {
+	if (c->remat) /* its ALL pages still give a rematerialized hit */
+		return 0;
 	for (uint32_t p = 0; p < c->n_pools; p++) {
 		if (c->pools[p].retention != SRT_RETAIN_TAIL)
 			continue;
@@ -464,7 +472,7 @@ static int evict_one(struct srt_rdx_cache *c, uint32_t p)
 			delete_with_dead_parents(c, n);
 			return 1;
 		}
-		if (deletable)
+		if (deletable && !c->remat)
 			delete_with_dead_parents(c, n);
 		else
 			node_drop_pool(c, n, p, SRT_RDX_DROP_TOMBSTONE);
@@ -574,6 +582,7 @@ int srt_rdx_cache_create(const struct srt_rdx_config *cfg, const struct srt_pool
 	c->P = P;
 	c->n_pools = n_pools;
 	c->mem = cfg ? cfg->mem : SRT_MEM_HOST;
+	c->remat = cfg ? cfg->remat : 0;
 	c->alloc = cfg && cfg->alloc ? *cfg->alloc : srt_rdx_malloc_allocator;
 	if (cfg && cfg->hooks) {
 		c->hooks = *cfg->hooks;
@@ -731,6 +740,9 @@ struct walk {
 	uint64_t hit, matched;
 	struct srt_rdx_node *hit_node; /* node containing the hit end (root when 0) */
 	uint32_t hit_off;              /* pages of hit_node inside the hit */
+	uint64_t all;                  /* ALL pools in L1 over [0, all) (any TAIL pages) */
+	struct srt_rdx_node *all_node;
+	uint32_t all_off;
 };
 
 static void walk_tree(const struct srt_rdx_cache *c, const struct srt_rdx_node *start,
@@ -740,12 +752,12 @@ static void walk_tree(const struct srt_rdx_cache *c, const struct srt_rdx_node *
 	uint32_t np = c->n_pools, P = c->P;
 	for (uint32_t p = 0; p < np; p++)
 		run[p] = 0;
-	w->hit = w->matched = start_page;
-	w->hit_node = (struct srt_rdx_node *)(uintptr_t)start;
-	w->hit_off = start->n_pages;
+	w->hit = w->matched = w->all = start_page;
+	w->hit_node = w->all_node = (struct srt_rdx_node *)(uintptr_t)start;
+	w->hit_off = w->all_off = start->n_pages;
 	const struct srt_rdx_node *n = start;
 	uint64_t page = start_page;
-	int all_ok = 1;
+	int all_ok = 1, all_l1 = 1;
 	while (page < nq && all_ok) {
 		struct srt_rdx_node *ch = child_find(c, n, tokens + page * P);
 		if (!ch)
@@ -757,15 +769,21 @@ static void walk_tree(const struct srt_rdx_cache *c, const struct srt_rdx_node *
 			const struct srt_rdx_loc *l = node_loc(c, ch, j);
 			for (uint32_t p = 0; p < np; p++) {
 				int present = l[p].tier != SRT_RDX_ABSENT;
-				if (c->pools[p].retention == SRT_RETAIN_ALL)
+				if (c->pools[p].retention == SRT_RETAIN_ALL) {
 					all_ok &= present;
-				else
+					all_l1 &= l[p].tier == SRT_RDX_L1;
+				} else
 					run[p] = present ? run[p] + 1 : 0;
 			}
 			page++;
 			w->matched = page;
 			if (!all_ok)
 				break;
+			if (all_l1) {
+				w->all = page;
+				w->all_node = ch;
+				w->all_off = j + 1;
+			}
 			int ok = 1;
 			for (uint32_t p = 0; p < np && ok; p++) {
 				const struct rdx_pool *pl = &c->pools[p];
@@ -786,6 +804,12 @@ static void walk_tree(const struct srt_rdx_cache *c, const struct srt_rdx_node *
 	}
 	w->hit *= P;
 	w->matched *= P;
+	w->all *= P;
+	if (w->all < w->hit) { /* the hit's ALL pages are somewhere, not all in L1 */
+		w->all = w->hit;
+		w->all_node = w->hit_node;
+		w->all_off = w->hit_off;
+	}
 }
 
 static void touch_path(struct srt_rdx_cache *c, struct srt_rdx_node *n)
@@ -794,28 +818,42 @@ static void touch_path(struct srt_rdx_cache *c, struct srt_rdx_node *n)
 		touch(c, n);
 }
 
+/*
+ * Match under the match rule; with pol, position the result at all_tokens instead when the
+ * rematerialization there costs less than computing from the hit (*remat = 1).
+ */
 static int match_internal(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
-			  struct srt_rdx_match *m)
+			  const struct srt_rdx_remat_policy *pol, struct srt_rdx_match *m,
+			  int *remat, uint64_t *strict)
 {
 	struct walk w;
 	walk_tree(c, c->root, 0, tokens, n / c->P, &w);
-	struct srt_rdx_node *node = w.hit_node;
-	if (w.hit && w.hit_off < node->n_pages) {
-		node = node_split(c, node, w.hit_off);
+	int use_all = pol && pol->cost && w.all > w.hit &&
+		      pol->cost(pol->ctx, w.all) < (w.all - w.hit) * pol->token_cost;
+	uint64_t end = use_all ? w.all : w.hit;
+	struct srt_rdx_node *node = use_all ? w.all_node : w.hit_node;
+	uint32_t off = use_all ? w.all_off : w.hit_off;
+	if (end && off < node->n_pages) {
+		node = node_split(c, node, off);
 		if (!node)
 			return SRT_ENOMEM;
 	}
-	m->hit_tokens = w.hit;
+	m->hit_tokens = end;
 	m->matched_tokens = w.matched;
-	m->node = w.hit ? node : c->root;
+	m->all_tokens = w.all;
+	m->node = end ? node : c->root;
 	touch_path(c, m->node);
+	if (remat)
+		*remat = use_all;
+	if (strict)
+		*strict = w.hit;
 	return 0;
 }
 
 int srt_rdx_match(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
 		  struct srt_rdx_match *m)
 {
-	return match_internal(c, tokens, n, m);
+	return match_internal(c, tokens, n, NULL, m, NULL, NULL);
 }
 
 static uint64_t tail_lo(const struct srt_rdx_cache *c, const struct srt_rdx_node *node)
@@ -950,10 +988,67 @@ static int req_needs_tail_lock(const struct srt_rdx_req *r)
 	       r->tree_pages * r->c->P + r->c->max_tail_tokens > r->len;
 }
 
-int srt_rdx_req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
-		      struct srt_rdx_req **out, uint64_t *hit_tokens, char *err, size_t errlen)
+/* The pages of TAIL pool p rebuilt for a remat at page tp: [tp - tail_pages, tp). */
+static int remat_covers(const struct srt_rdx_cache *c, uint32_t p, uint64_t tp, uint64_t v)
+{
+	const struct rdx_pool *pl = &c->pools[p];
+	return pl->retention == SRT_RETAIN_TAIL && v < tp && v + pl->tail_pages >= tp;
+}
+
+static uint64_t remat_first(const struct srt_rdx_cache *c, uint64_t tp)
+{
+	return tp > c->max_tail_pages ? tp - c->max_tail_pages : 0;
+}
+
+static void remat_free(struct srt_rdx_req *r)
+{
+	struct srt_rdx_cache *c = r->c;
+	if (!r->remat)
+		return;
+	uint64_t tp = r->remat / c->P, v0 = remat_first(c, tp);
+	for (uint64_t v = v0; v < tp; v++)
+		for (uint32_t p = 0; p < c->n_pools; p++) {
+			struct srt_rdx_loc *l = &r->rloc[(v - v0) * c->n_pools + p];
+			if (l->tier == SRT_RDX_L1)
+				pool_free_page(c, p, l);
+		}
+	free(r->rloc);
+	r->rloc = NULL;
+	r->remat = 0;
+}
+
+/* Allocate the pending TAIL pages of a remat at t. 0 or SRT_ENOMEM (nothing kept). */
+static int remat_alloc(struct srt_rdx_req *r, uint64_t t, char *err, size_t errlen)
+{
+	struct srt_rdx_cache *c = r->c;
+	uint64_t tp = t / c->P, v0 = remat_first(c, tp);
+	r->rloc = calloc((size_t)(tp - v0) * c->n_pools + 1, sizeof(*r->rloc));
+	if (!r->rloc) {
+		seterr(err, errlen, "out of memory starting a rematerialization");
+		return SRT_ENOMEM;
+	}
+	r->remat = t;
+	for (uint64_t v = v0; v < tp; v++)
+		for (uint32_t p = 0; p < c->n_pools; p++) {
+			if (!remat_covers(c, p, tp, v))
+				continue;
+			int rc = pool_alloc_page(c, p, &r->rloc[(v - v0) * c->n_pools + p], err,
+						 errlen);
+			if (rc) {
+				remat_free(r);
+				return rc;
+			}
+		}
+	return 0;
+}
+
+static int req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
+		     const struct srt_rdx_remat_policy *pol, struct srt_rdx_req **out,
+		     uint64_t *hit_tokens, uint64_t *remat_tokens, char *err, size_t errlen)
 {
 	*out = NULL;
+	if (remat_tokens)
+		*remat_tokens = 0;
 	struct srt_rdx_req *r = calloc(1, sizeof(*r));
 	if (!r)
 		goto nomem;
@@ -962,7 +1057,8 @@ int srt_rdx_req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n
 	if (!r->rel)
 		goto nomem_r;
 	struct srt_rdx_match m;
-	if (match_internal(c, tokens, n, &m))
+	int remat = 0;
+	if (match_internal(c, tokens, n, pol, &m, &remat, &r->strict))
 		goto nomem_r;
 	if (tokens_reserve(r, m.hit_tokens))
 		goto nomem_r;
@@ -983,8 +1079,15 @@ int srt_rdx_req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n
 		c->reqs->prev = r;
 	c->reqs = r;
 	c->live_reqs++;
+	if (remat && remat_alloc(r, m.hit_tokens, NULL, 0)) {
+		/* no room for the pages to rebuild: the ordinary hit */
+		srt_rdx_req_free(r);
+		return req_start(c, tokens, n, NULL, out, hit_tokens, remat_tokens, err, errlen);
+	}
 	if (hit_tokens)
 		*hit_tokens = m.hit_tokens;
+	if (remat_tokens)
+		*remat_tokens = r->remat;
 	*out = r;
 	return 0;
 nomem_r:
@@ -994,6 +1097,80 @@ nomem_r:
 nomem:
 	seterr(err, errlen, "out of memory starting a request");
 	return SRT_ENOMEM;
+}
+
+int srt_rdx_req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
+		      struct srt_rdx_req **out, uint64_t *hit_tokens, char *err, size_t errlen)
+{
+	return req_start(c, tokens, n, NULL, out, hit_tokens, NULL, err, errlen);
+}
+
+int srt_rdx_req_start_remat(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
+			    const struct srt_rdx_remat_policy *pol, struct srt_rdx_req **out,
+			    uint64_t *hit_tokens, uint64_t *remat_tokens, char *err,
+			    size_t errlen)
+{
+	return req_start(c, tokens, n, pol, out, hit_tokens, remat_tokens, err, errlen);
+}
+
+uint64_t srt_rdx_req_remat_pending(const struct srt_rdx_req *r)
+{
+	return r->remat;
+}
+
+void srt_rdx_req_drop_tail(struct srt_rdx_req *r)
+{
+	struct srt_rdx_cache *c = r->c;
+	uint64_t tp = r->tree_pages, v0 = remat_first(c, tp);
+	for (struct srt_rdx_node *n = r->node; n != c->root && node_end(n) > v0; n = n->parent)
+		for (uint32_t p = 0; p < c->n_pools; p++) {
+			int k = 0;
+			for (uint32_t j = 0; j < n->n_pages; j++) {
+				struct srt_rdx_loc *l = &node_loc(c, n, j)[p];
+				if (remat_covers(c, p, tp, n->start_page + j) && l->tier == SRT_RDX_L1) {
+					pool_free_page(c, p, l);
+					k = 1;
+				}
+			}
+			if (k)
+				recount(c, n, p, NULL);
+		}
+}
+
+uint64_t srt_rdx_req_strict_hit(const struct srt_rdx_req *r)
+{
+	return r->strict;
+}
+
+void srt_rdx_req_remat_done(struct srt_rdx_req *r, int ok)
+{
+	struct srt_rdx_cache *c = r->c;
+	if (!r->remat)
+		return;
+	if (ok) {
+		uint64_t tp = r->remat / c->P, v0 = remat_first(c, tp);
+		for (struct srt_rdx_node *n = r->node; n != c->root && node_end(n) > v0;
+		     n = n->parent)
+			for (uint32_t j = 0; j < n->n_pages; j++) {
+				uint64_t v = n->start_page + j;
+				if (v < v0 || v >= tp)
+					continue;
+				int moved = 0;
+				for (uint32_t p = 0; p < c->n_pools; p++) {
+					struct srt_rdx_loc *src = &r->rloc[(v - v0) * c->n_pools + p];
+					struct srt_rdx_loc *dst = &node_loc(c, n, j)[p];
+					if (src->tier != SRT_RDX_L1 || dst->tier != SRT_RDX_ABSENT)
+						continue;
+					*dst = *src;
+					*src = (struct srt_rdx_loc){0};
+					moved = 1;
+				}
+				if (moved)
+					for (uint32_t p = 0; p < c->n_pools; p++)
+						recount(c, n, p, NULL);
+			}
+	}
+	remat_free(r);
 }
 
 static void priv_free_from(struct srt_rdx_req *r, uint64_t keep)
@@ -1225,6 +1402,7 @@ int srt_rdx_req_finish(struct srt_rdx_req *r, uint64_t *cached_tokens, char *err
 	int rc = srt_rdx_req_commit(r, cached_tokens, err, errlen);
 	if (rc)
 		return rc;
+	remat_free(r);
 	priv_free_from(r, 0);
 	req_unlock_all(r);
 	req_unlink(r);
@@ -1237,6 +1415,7 @@ int srt_rdx_req_abort(struct srt_rdx_req *r, char *err, size_t errlen)
 	int rc = req_check_running(r, "abort", err, errlen);
 	if (rc)
 		return rc;
+	remat_free(r);
 	priv_free_from(r, 0);
 	req_unlock_all(r);
 	req_unlink(r);
@@ -1286,6 +1465,14 @@ int srt_rdx_req_page_table(const struct srt_rdx_req *r, uint32_t pool, void **bu
 	for (uint64_t v = r->tree_pages; v < n; v++) {
 		const struct srt_rdx_loc *l = &priv_loc(r, v)[pool];
 		buf[v] = l->tier == SRT_RDX_L1 ? l->addr : NULL;
+	}
+	if (r->remat) {
+		uint64_t tp = r->remat / c->P, v0 = remat_first(c, tp);
+		for (uint64_t v = v0; v < tp && v < n; v++) {
+			const struct srt_rdx_loc *l = &r->rloc[(v - v0) * c->n_pools + pool];
+			if (l->tier == SRT_RDX_L1)
+				buf[v] = l->addr;
+		}
 	}
 	out->n_pages = (uint32_t)n;
 	out->mem = c->mem;
@@ -1393,6 +1580,11 @@ int srt_rdx_cache_check(const struct srt_rdx_cache *c, char *err, size_t errlen)
 		for (uint64_t i = 0; i < r->priv_pages; i++)
 			for (uint32_t p = 0; p < np; p++)
 				pages[p] += r->priv[i * np + p].tier == SRT_RDX_L1;
+		if (r->remat) {
+			uint64_t tp = r->remat / c->P, v0 = remat_first(c, tp);
+			for (uint64_t i = 0; i < (tp - v0) * np; i++)
+				pages[i % np] += r->rloc[i].tier == SRT_RDX_L1;
+		}
 	}
 	CHK(live == c->live_reqs, "live request count mismatch");
 	for (uint32_t p = 0; p < np; p++) {

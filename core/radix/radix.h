@@ -106,6 +106,10 @@ struct srt_rdx_config {
 	const struct srt_rdx_allocator *alloc; /* NULL = srt_rdx_malloc_allocator; borrowed */
 	const struct srt_rdx_hooks *hooks;     /* NULL = none; borrowed */
 	uint32_t mem;                          /* enum srt_mem of the pages, for page tables */
+	/* 1: the caller rematerializes windows (srt_rdx_req_start_remat): TAIL pools over budget
+	 * only tombstone, never delete a leaf, and a leaf without TAIL pages is kept (its ALL
+	 * pages still give rematerialized hits) */
+	int remat;
 };
 
 struct srt_rdx_cache;
@@ -172,6 +176,10 @@ struct srt_rdx_match {
 	uint64_t hit_tokens;        /* longest usable prefix, a multiple of P */
 	uint64_t matched_tokens;    /* pages whose ids are in the tree (>= hit_tokens) */
 	struct srt_rdx_node *node;  /* node ending exactly at hit_tokens (the root when 0) */
+	/* longest t at which every ALL pool holds [0, t) in L1, whatever the TAIL pools hold
+	 * (>= hit_tokens, <= matched_tokens): a resume there needs its TAIL pages rebuilt by
+	 * window rematerialization (remat.h) */
+	uint64_t all_tokens;
 };
 
 /*
@@ -211,6 +219,52 @@ int srt_rdx_evict(struct srt_rdx_cache *c, uint32_t pool, uint64_t target_bytes,
  */
 int srt_rdx_req_start(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
 		      struct srt_rdx_req **out, uint64_t *hit_tokens, char *err, size_t errlen);
+
+/*
+ * Rematerialization policy for srt_rdx_req_start_remat: cost(ctx, t) is the token-layers of
+ * rebuilding the TAIL pages before page boundary t (srt_remat_cost), token_cost the
+ * token-layers of computing one token (the model's layer count).
+ */
+struct srt_rdx_remat_policy {
+	uint64_t (*cost)(void *ctx, uint64_t t);
+	void *ctx;
+	uint64_t token_cost;
+};
+
+/*
+ * srt_rdx_req_start with the match rule "every ALL pool holds [0, t)" as well: when the
+ * longest such t (srt_rdx_match.all_tokens) lies past the ordinary hit h and
+ * cost(t) < (t - h) * token_cost, the request is positioned at t instead (*hit_tokens = t,
+ * *remat_tokens = t; else *remat_tokens = 0). Its path is locked as for a hit, and it holds
+ * freshly allocated pages of every TAIL pool for the pages of that pool's window before t
+ * ("pending" pages; page tables show them in place of the tree's absent ones). The caller
+ * must rebuild them (the executor's rematerialization) and then call
+ * srt_rdx_req_remat_done before anything else on the request. If the pending pages cannot be
+ * allocated, the request falls back to the ordinary hit. pol NULL = srt_rdx_req_start.
+ */
+int srt_rdx_req_start_remat(struct srt_rdx_cache *c, const int32_t *tokens, uint64_t n,
+			    const struct srt_rdx_remat_policy *pol, struct srt_rdx_req **out,
+			    uint64_t *hit_tokens, uint64_t *remat_tokens, char *err,
+			    size_t errlen);
+
+/*
+ * End a rematerialization. ok = 1: the pending pages hold the rebuilt bytes; they move into
+ * the tree where its page is absent (so later requests hit them), the rest is freed. ok = 0:
+ * they are freed (the request should then be aborted: its TAIL pages are missing). No-op
+ * without pending pages.
+ */
+void srt_rdx_req_remat_done(struct srt_rdx_req *r, int ok);
+/* Position whose TAIL pages are pending (0 = none). */
+uint64_t srt_rdx_req_remat_pending(const struct srt_rdx_req *r);
+/*
+ * Free, without hooks, the TAIL-pool pages of the window before the request's tree end (the
+ * pages a rematerialization rebuilds) wherever they are L1 tree pages: the caller failed to
+ * rebuild pages that a tier load had placed there (never serve them). The request should then
+ * be aborted.
+ */
+void srt_rdx_req_drop_tail(struct srt_rdx_req *r);
+/* The hit the ordinary match rule gave at start (<= the request's hit). */
+uint64_t srt_rdx_req_strict_hit(const struct srt_rdx_req *r);
 
 /*
  * Append tokens[0..n) and allocate, in every pool, the pages that cover them (a partial last

@@ -37,6 +37,7 @@ struct srt_serve {
 	pthread_cond_t cv;
 	int quiescing;
 	int n_suspended;       /* connections parked until the scheduler has output */
+	int n_active;          /* connections with a generation request, until completed */
 	uint64_t codes[MAX_CODES];
 	uint64_t disconnects;  /* clients gone before their request was done */
 	uint64_t next_id;
@@ -380,6 +381,9 @@ static enum MHD_Result start_generation(struct conn *c)
 	}
 	if (rc)
 		return error_now(c, 500, "server_error", "internal_error", NULL, "%s", err);
+	pthread_mutex_lock(&s->mu);
+	s->n_active++;
+	pthread_mutex_unlock(&s->mu);
 	if (!c->ar.stream)
 		return finish_blocking(c);
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384,
@@ -540,6 +544,10 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 		}
 		/* cancels a request not done; no notify callback runs after this */
 		srt_sched_release(c->req);
+		pthread_mutex_lock(&s->mu);
+		s->n_active--;
+		pthread_cond_broadcast(&s->cv);
+		pthread_mutex_unlock(&s->mu);
 	}
 	srt_api_req_free(&c->ar);
 	pthread_mutex_destroy(&c->mu);
@@ -629,10 +637,12 @@ void srt_serve_stop(struct srt_serve *s)
 	if (!s)
 		return;
 	if (s->d) {
-		/* suspended connections must be resumed before the daemon stops: the scheduler
-		 * resumes each when its request ends (the caller drained or cancelled them) */
+		/* suspended connections must be resumed before the daemon stops (the scheduler
+		 * resumes each when its request ends: the caller drained or cancelled them), and
+		 * the answers of ended requests must be sent out first (a client that stops reading
+		 * is closed by the idle timeout) */
 		pthread_mutex_lock(&s->mu);
-		while (s->n_suspended > 0)
+		while (s->n_suspended > 0 || s->n_active > 0)
 			pthread_cond_wait(&s->cv, &s->mu);
 		pthread_mutex_unlock(&s->mu);
 		MHD_stop_daemon(s->d);

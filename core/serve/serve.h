@@ -60,8 +60,9 @@ int srt_serve_start(struct srt_engine *e, struct srt_sched *sched,
 int srt_serve_port(const struct srt_serve *s);
 /* Stop accepting connections; requests in flight go on. /health answers 503 from now on. */
 void srt_serve_quiesce(struct srt_serve *s);
-/* Wait until no connection is waiting on the scheduler (after the scheduler has drained or
- * cancelled everything), then stop the HTTP threads and free. NULL is ok. */
+/* Wait until every generation request's answer has been sent or its connection closed (call
+ * it after the scheduler has drained or cancelled everything), then stop the HTTP threads and
+ * free. NULL is ok. */
 void srt_serve_stop(struct srt_serve *s);
 
 /* The Prometheus text of st plus the server's own counters (malloc'd, NUL-terminated). */

@@ -339,6 +339,8 @@ struct srt_tmgr {
 	struct srt_tmgr_req *loaders; /* requests with L3 loads not yet waited for */
 	_Atomic uint64_t verified, skipped;
 	int warned_l2_small;
+	const struct srt_rdx_remat_policy *remat; /* srt_tmgr_set_remat; NULL = off */
+	int remat_keep_tail; /* 1: TAIL pages still stored at resume points */
 };
 
 #define LOG(m, lvl, ...)                                                                       \
@@ -956,6 +958,26 @@ nomem:
 	return SRT_ENOMEM;
 }
 
+void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol,
+			int keep_tail)
+{
+	m->remat = pol;
+	m->remat_keep_tail = keep_tail;
+}
+
+/* srt_rdx_req_start, rematerializing L1 hits when set; fills l1_tokens and the remat fields */
+static int rdx_start(struct srt_tmgr *m, struct srt_tmgr_req *r, const int32_t *tokens,
+		     uint64_t n, uint64_t *h1, struct srt_tmgr_hit *hit, char *err, size_t errlen)
+{
+	uint64_t rt = 0;
+	int rc = srt_rdx_req_start_remat(m->c, tokens, n, m->remat, &r->r, h1, &rt, err, errlen);
+	hit->l1_tokens = rc ? 0 : *h1;
+	hit->remat_tokens = rt;
+	hit->remat_cost = rt ? m->remat->cost(m->remat->ctx, rt) : 0;
+	hit->strict_tokens = rc ? 0 : srt_rdx_req_strict_hit(r->r);
+	return rc;
+}
+
 const struct srt_rdx_hooks *srt_tmgr_hooks(struct srt_tmgr *m)
 {
 	return &m->hooks;
@@ -1085,7 +1107,7 @@ static int req_record(struct srt_tmgr_req *r, uint64_t extra0, uint64_t extra1)
 				from = pts[i] - (pts[i] > pi->tail_pages ? pi->tail_pages : pts[i]);
 		for (uint64_t j = from; j < tree; j++) {
 			void *a = buf[j];
-			int win = pi->retention == SRT_RETAIN_TAIL &&
+			int win = pi->retention == SRT_RETAIN_TAIL && (!m->remat || m->remat_keep_tail) &&
 				  (in_window(j, pts, 4, pi->tail_pages) ||
 				   (m->cfg.tail_stride &&
 				    j + pi->tail_pages >= (j / m->cfg.tail_stride + 1) * m->cfg.tail_stride));
@@ -1177,7 +1199,8 @@ static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uin
  * r->lower_run to where the ALL pools' run ends: a request that computes past it stores its
  * TAIL pages there, since later requests sharing the same prefix resume there too.
  */
-static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_t h, uint64_t np)
+static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_t h, uint64_t np,
+			     int *remat)
 {
 	uint64_t A = np;
 	for (uint32_t p = 0; p < m->np && A > h; p++) {
@@ -1185,22 +1208,35 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			continue;
 		uint64_t a = h;
 		while (a < A) {
-			while (a < A && (kt_find(&m->l2, &r->keys[p][a]) ||
-					 (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a]))))
+			while (a < A && kt_find(&m->l2, &r->keys[p][a]))
 				a++;
-			if (a >= A || !l3_usable(m))
+			if (a >= A)
 				break;
 			uint32_t got = 0;
-			int rc = srt_tier_store_exists(&m->store, &r->keys[p][a], (uint32_t)(A - a),
-						       &got);
-			l3_result(m, rc, "exists");
-			if (rc || !got)
-				break;
+			if (l3_usable(m)) {
+				int rc = srt_tier_store_exists(&m->store, &r->keys[p][a],
+							       (uint32_t)(A - a), &got);
+				l3_result(m, rc, "exists");
+				if (rc)
+					got = 0;
+			}
 			a += got;
+			if (got)
+				continue;
+			/* where the store's run stops: a page still in the write queue counts */
+			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
+				a++;
+				continue;
+			}
+			break;
 		}
 		A = a;
 	}
 	r->lower_run = A > h ? A : 0;
+	*remat = 0;
+	uint64_t ts = h; /* the longest t with the TAIL pages stored below L1 */
+	if (m->remat && !m->remat_keep_tail)
+		goto remat; /* none is stored */
 	/* TAIL pools: the window before t; try the longest t first, a bounded number of times */
 	int tries = 0;
 	for (uint64_t t = A; t > h && tries < 64; t--, tries++) {
@@ -1215,10 +1251,19 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			for (uint64_t j = lo; j < t && ok; j++)
 				ok = lower_has(m, r, p, j);
 		}
-		if (ok)
-			return t;
+		if (ok) {
+			ts = t;
+			break;
+		}
 	}
-	return h;
+remat:
+	/* rematerialize at A instead when that costs less than computing [ts, A) */
+	if (m->remat && A > ts &&
+	    m->remat->cost(m->remat->ctx, A * m->P) < (A - ts) * m->P * m->remat->token_cost) {
+		*remat = 1;
+		return A;
+	}
+	return ts;
 }
 
 static void req_free_load(struct srt_tmgr_req *r)
@@ -1283,22 +1328,27 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 	uint64_t n = r->n, h1;
 	memset(hit, 0, sizeof(*hit));
 	atomic_store(&r->done, 0);
-	int rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
+	int rc = rdx_start(m, r, tokens, n, &h1, hit, err, errlen);
 	if (rc)
 		return rc;
 	uint64_t P = m->P, hp = h1 / P, np = n / P;
 	r->recorded = hp;
-	hit->l1_tokens = h1;
 	if ((rc = req_keys(r, tokens, np > hp ? np : hp)))
 		goto fail;
 	if (!r->attempts)
 		req_count_hits(r, hp);
 	if (!(m->has_l2 || m->has_l3) || np <= hp)
 		goto done;
-	uint64_t t = lower_lookup(m, r, hp, np);
+	int remat_lower = 0;
+	uint64_t t = lower_lookup(m, r, hp, np, &remat_lower);
 	if (t <= hp)
 		goto done;
-	struct srt_tmgr_req *lead = find_loader(m, r, hp);
+	if (hit->remat_tokens) { /* the L1 rematerialization point moves on to t */
+		srt_rdx_req_remat_done(r->r, 0);
+		hit->remat_tokens = hit->remat_cost = 0;
+	}
+	/* (a rematerialized hit loads no TAIL page: it does not share another's load) */
+	struct srt_tmgr_req *lead = remat_lower ? NULL : find_loader(m, r, hp);
 	if (lead) { /* the same pages are on their way for another request: share them */
 		r->follow = lead;
 		r->following = 1;
@@ -1318,9 +1368,13 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 				e->pins++;
 		}
 	char why[256];
-	rc = srt_rdx_req_extend(r->r, tokens + h1, (t - hp) * P, why, sizeof(why));
-	if (!rc)
-		rc = srt_rdx_req_release_window(r->r, NULL, why, sizeof(why));
+	/* page by page, releasing window pages behind: a long tier hit then holds the TAIL
+	 * pages of its last window in L1, not one per page of the hit */
+	for (uint64_t j = hp; j < t && !rc; j++) {
+		rc = srt_rdx_req_extend(r->r, tokens + j * P, P, why, sizeof(why));
+		if (!rc)
+			rc = srt_rdx_req_release_window(r->r, NULL, why, sizeof(why));
+	}
 	void **buf = NULL;
 	if (!rc && !(buf = malloc(t * sizeof(void *))))
 		rc = SRT_ENOMEM;
@@ -1338,8 +1392,8 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 				e->pins--;
 			if (!ok || !buf[j])
 				continue;
-			if (pi->retention == SRT_RETAIN_TAIL && j + pi->tail_pages < t)
-				continue;
+			if (pi->retention == SRT_RETAIN_TAIL && (j + pi->tail_pages < t || remat_lower))
+				continue; /* out of the window, or rebuilt by rematerialization */
 			int async_l2 = e && !m->cfg.payload_bytes && m->thr_on;
 			if (e) {
 				if (!m->cfg.payload_bytes && !async_l2) {
@@ -1382,12 +1436,15 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		srt_rdx_req_abort(r->r, NULL, 0);
 		srt_rdx_req_free(r->r);
 		r->r = NULL;
-		rc = srt_rdx_req_start(m->c, tokens, n, &r->r, &h1, err, errlen);
+		rc = rdx_start(m, r, tokens, n, &h1, hit, err, errlen);
 		if (rc)
 			goto fail;
-		hit->l1_tokens = h1;
 		r->recorded = h1 / P;
 		goto done;
+	}
+	if (remat_lower) {
+		hit->remat_tokens = t * P;
+		hit->remat_cost = m->remat->cost(m->remat->ctx, t * P);
 	}
 	for (uint64_t j = hp; j < t; j++) {
 		if (from_l3[j])
@@ -1423,6 +1480,8 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		atomic_store(&r->done, 1);
 	}
 done:
+	if (!m->remat)
+		hit->strict_tokens = hit->l1_tokens + hit->l2_tokens + hit->l3_tokens;
 	r->hit = *hit;
 	r->hit_pages = (hit->l1_tokens + hit->l2_tokens + hit->l3_tokens) / P;
 	return 0;
@@ -1559,9 +1618,8 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 		srt_rdx_req_free(r->r);
 		r->r = NULL;
 		uint64_t h1;
-		rc = srt_rdx_req_start(m->c, r->tokens, r->n, &r->r, &h1, err, errlen);
 		memset(&r->hit, 0, sizeof(r->hit));
-		r->hit.l1_tokens = rc ? 0 : h1;
+		rc = rdx_start(m, r, r->tokens, r->n, &h1, &r->hit, err, errlen);
 		r->hit_pages = r->hit.l1_tokens / m->P;
 		r->recorded = h1 / m->P;
 	} else {

@@ -132,7 +132,7 @@ struct srt_tmgr_config {
 	/* L3 writer (writer.h) */
 	int write_sync;             /* 1: every L3 write inline on the request path */
 	uint64_t write_queue_bytes; /* queued payload bytes at most (0 = 64 MiB) */
-	uint32_t write_batch;       /* puts per store call at most (0 = 256) */
+	uint32_t write_batch;       /* puts per store call at most (0 = 1024) */
 	int write_full;             /* enum srt_twr_full: SRT_TWR_WAIT (0) or SRT_TWR_DROP (1) */
 	const struct srt_host *host; /* logging; borrowed */
 };
@@ -178,7 +178,24 @@ struct srt_tmgr_hit {
 	uint64_t l1_tokens; /* prefix served by L1 */
 	uint64_t l2_tokens; /* following pages restored from L2 (no page of them from L3) */
 	uint64_t l3_tokens; /* following pages of which at least one pool's page came from L3 */
+	/* with srt_tmgr_set_remat: the hit end whose TAIL pages must be rebuilt by window
+	 * rematerialization (0 = none), its cost in token-layers, and the ordinary hit (the
+	 * match rule with TAIL pages) the request would have had */
+	uint64_t remat_tokens, remat_cost, strict_tokens;
 };
+
+/*
+ * Window rematerialization (core/radix/remat.h), pol borrowed until destroy, NULL = off. On, a
+ * start may end its hit where only the ALL pools are cached (in L1, or L1 + L2 + L3), when
+ * pol's cost is lower than computing from the ordinary hit (the match rule with TAIL pages).
+ * The caller then rebuilds the TAIL pages before hit->remat_tokens (pending pages of the radix
+ * request, or its private pages) and calls srt_rdx_req_remat_done (a no-op when none is
+ * pending). keep_tail = 1: TAIL pages are still stored in L2/L3 at resume points (a next turn
+ * resuming a few pages later computes them instead of paying a whole trapezoid); 0: never
+ * (every lower-tier hit is rematerialized). Set before any request.
+ */
+void srt_tmgr_set_remat(struct srt_tmgr *m, const struct srt_rdx_remat_policy *pol,
+			int keep_tail);
 
 /*
  * Start a request on tokens[0..n): srt_rdx_req_start, then the lower-tier lookup above.

@@ -40,7 +40,7 @@ struct srt_tier_overrides {
 	/* L3 writer (tier/writer.h); 0 = default */
 	int write_sync;             /* 1: L3 writes inline on the request path (default async) */
 	uint64_t write_queue_bytes; /* write queue bound (default 64 MiB) */
-	uint32_t write_batch;       /* puts per store call (default 256) */
+	uint32_t write_batch;       /* puts per store call (default 1024) */
 	int write_full;             /* SRT_TWR_WAIT (default) or SRT_TWR_DROP */
 	uint32_t l3_report_ms;      /* lost-put summaries (default 60000) */
 };

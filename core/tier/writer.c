@@ -3,6 +3,7 @@
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ struct srt_twr {
 	pthread_cond_t work, space, idle;
 	struct wop *head, *tail; /* queued, not yet taken by the writer */
 	struct wop *idx[IDX_BUCKETS];
+	_Atomic uint64_t n_indexed; /* puts in the index: srt_twr_has skips the lock at 0 */
 	uint64_t bytes; /* charged bytes of operations queued or in flight */
 	uint64_t ops;   /* operations queued or in flight */
 	int stop, hold;
@@ -92,6 +94,7 @@ static void idx_del(struct srt_twr *w, struct wop *o)
 		pp = &(*pp)->hnext;
 	*pp = o->hnext;
 	o->indexed = 0;
+	atomic_fetch_sub(&w->n_indexed, 1);
 }
 
 static uint64_t charge(const struct wop *o)
@@ -209,7 +212,7 @@ out:
 	return rc;
 }
 
-/* Account for a finished batch and free it; under mu. */
+/* Account for a finished batch (the caller frees the operations); under mu. */
 static void finish_batch(struct srt_twr *w, struct wop **ops, uint32_t n, int rc, int skipped)
 {
 	int puts = !ops[0]->remove;
@@ -233,7 +236,6 @@ static void finish_batch(struct srt_twr *w, struct wop **ops, uint32_t n, int rc
 		idx_del(w, o);
 		w->bytes -= charge(o);
 		w->ops--;
-		free(o);
 	}
 	pthread_cond_broadcast(&w->space);
 	if (!w->ops)
@@ -289,6 +291,10 @@ static void *writer_main(void *arg)
 		int rc = run_batch(w, batch, n, &skipped);
 		pthread_mutex_lock(&w->mu);
 		finish_batch(w, batch, n, rc, skipped);
+		pthread_mutex_unlock(&w->mu);
+		for (uint32_t i = 0; i < n; i++) /* outside the lock: the producer goes on */
+			free(batch[i]);
+		pthread_mutex_lock(&w->mu);
 	}
 	pthread_mutex_unlock(&w->mu);
 	if (batch != one)
@@ -313,11 +319,12 @@ int srt_twr_create(const struct srt_twr_config *cfg, struct srt_twr **out, char 
 	if (!w->cfg.queue_bytes)
 		w->cfg.queue_bytes = 64ull << 20;
 	if (!w->cfg.batch)
-		w->cfg.batch = 256;
+		w->cfg.batch = 1024;
 	if (w->cfg.batch > 4096)
 		w->cfg.batch = 4096;
 	if (!w->cfg.report_ms)
 		w->cfg.report_ms = 60000;
+	atomic_init(&w->n_indexed, 0);
 	pthread_mutex_init(&w->mu, NULL);
 	pthread_cond_init(&w->work, NULL);
 	pthread_cond_init(&w->space, NULL);
@@ -385,6 +392,7 @@ static void enqueue(struct srt_twr *w, struct wop *o)
 		o->hnext = w->idx[b];
 		w->idx[b] = o;
 		o->indexed = 1;
+		atomic_fetch_add(&w->n_indexed, 1);
 	}
 	w->bytes += charge(o);
 	w->ops++;
@@ -405,6 +413,7 @@ static int run_inline(struct srt_twr *w, struct wop *o)
 	pthread_mutex_lock(&w->mu);
 	finish_batch(w, &o, 1, rc, skipped);
 	pthread_mutex_unlock(&w->mu);
+	free(o);
 	return rc ? 1 : 0;
 }
 
@@ -467,6 +476,8 @@ void srt_twr_remove(struct srt_twr *w, const struct srt_key *key)
 
 int srt_twr_has(struct srt_twr *w, const struct srt_key *key)
 {
+	if (!atomic_load(&w->n_indexed))
+		return 0;
 	pthread_mutex_lock(&w->mu);
 	int has = idx_find(w, key) != NULL;
 	pthread_mutex_unlock(&w->mu);
@@ -476,6 +487,8 @@ int srt_twr_has(struct srt_twr *w, const struct srt_key *key)
 int srt_twr_read(struct srt_twr *w, const struct srt_key *key, void *buf, size_t cap,
 		 size_t *len)
 {
+	if (!atomic_load(&w->n_indexed))
+		return 0;
 	pthread_mutex_lock(&w->mu);
 	struct wop *o = idx_find(w, key);
 	int ok = o && o->len <= cap;

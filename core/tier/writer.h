@@ -48,7 +48,7 @@ struct srt_twr_config {
 	const struct srt_host *host;  /* logging; borrowed */
 	int sync;                     /* 1: no thread, every call inline */
 	uint64_t queue_bytes;         /* payload bytes queued at most (0 = 64 MiB) */
-	uint32_t batch;               /* operations per store call at most (0 = 256) */
+	uint32_t batch;               /* operations per store call at most (0 = 1024) */
 	int full;                     /* enum srt_twr_full */
 	uint32_t report_ms;           /* summary of lost puts while a run lasts (0 = 60000) */
 	/* L3 gate (the manager's outage logic): usable() == 0 skips the batch; result() gets

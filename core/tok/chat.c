@@ -280,8 +280,6 @@ int srt_tok_chat_json(const json_t *v, struct srt_tok_text *out)
 
 static int jtxt(struct cx *c, const json_t *v)
 {
-	size_t before = c->out->text.len;
-	(void)before;
 	int rc = srt_tok_chat_json(v, &c->out->text);
 	if (rc == SRT_ENOMEM)
 		return oom(c);

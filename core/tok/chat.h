@@ -12,11 +12,14 @@
  *   - one system block at the start: every system message's content (wherever it stands),
  *     joined by blank lines, then the tool schemas (when tools are given and tool_choice is not
  *     "none") and the response format (json_object / json_schema);
- *   - "<｜User｜>" + the user text; consecutive user and tool messages merge into one user turn
- *     (parts joined by blank lines), a tool result written <tool_result>...</tool_result> and
- *     the results ordered as the preceding assistant's tool_calls;
+ *   - "<｜User｜>" + the user text; consecutive user and tool messages merge into one user turn:
+ *     the tool results (<tool_result>...</tool_result>, ordered by tool_call id, as the
+ *     reference orders the calls themselves), then the user messages after them merged into
+ *     one text (empty ones skipped), parts joined by blank lines;
  *   - "<｜latest_reminder｜>" + text for role latest_reminder;
- *   - "<｜Assistant｜>" + thinking part + content + DSML tool calls + EOS for each assistant
+ *   - "<｜Assistant｜>" + thinking part + content + DSML tool calls (by id; arguments that are
+ *     a JSON object become one parameter per key, anything else one string parameter
+ *     "arguments") + EOS for each assistant
  *     message; the thinking part is "</think>" in chat mode and for earlier turns in thinking
  *     mode without tools (reasoning dropped), "<think>reasoning</think>" in thinking mode when
  *     tools are active (kept) and for a final "prefix": true assistant message (continued, no
@@ -26,6 +29,10 @@
  * The special tokens are those the scaffold writes; message text (even one that spells a
  * special token) is encoded with the model vocabulary only (SRT_TOK_NO_ADDED), as the reference
  * does.
+ *
+ * Not supported (refused with a message): image content parts, "strict": true tools (the
+ * reference rewrites their schemas), the "developer" role (the reference refuses it too).
+ * Parsing the model's reply back into content / reasoning / tool calls is not here.
  *
  * Ownership: the caller owns the request (borrowed for the call) and the output struct (free it
  * with srt_tok_chat_free). Thread safety: reentrant; no global state.

@@ -25,6 +25,8 @@ void srt_tok_text_free(struct srt_tok_text *text)
 
 int srt_tok_ids_push(struct srt_tok_ids *ids, const int32_t *src, size_t n)
 {
+	if (!n) /* ids->ids may still be NULL: no pointer arithmetic on it */
+		return 0;
 	if (ids->n + n > ids->cap) {
 		size_t cap = ids->cap ? ids->cap : 64;
 		while (cap < ids->n + n)
@@ -147,6 +149,8 @@ static int lossy(const unsigned char *s, size_t len, bool hold, size_t *held,
 		i += sub;
 		run = i;
 	}
+	if (run == i) /* nothing left (s may be NULL when len is 0) */
+		return srt_tok_text_append(out, "", 0);
 	return srt_tok_text_append(out, s + run, i - run);
 }
 

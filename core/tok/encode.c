@@ -11,7 +11,7 @@
 
 /* Words up to this many bytes merge by rescanning (quadratic but tiny); longer ones use a heap
  * (n log n), so no input makes BPE quadratic. */
-#define TK_SMALL_WORD 48
+#define TK_SMALL_WORD 96
 
 struct enc {
 	const struct srt_tok *t;
@@ -134,23 +134,41 @@ static int bpe_long(const struct srt_tok *t, int32_t *sym, size_t n, size_t *out
 
 static size_t bpe_small(const struct srt_tok *t, int32_t *sym, size_t n)
 {
-	int32_t id, best_id = 0;
+	/* rank[i]: the merge rank of the pair (sym[i], sym[i + 1]), INT32_MAX when none; a merge
+	 * only changes the ranks of its two neighbouring pairs */
+	int32_t rank[TK_SMALL_WORD], res[TK_SMALL_WORD], id = 0;
+	for (size_t i = 0; i + 1 < n; i++) {
+		int32_t r = tk_merge_find(t, sym[i], sym[i + 1], &id);
+		rank[i] = r >= 0 ? r : INT32_MAX;
+		res[i] = id;
+	}
 	while (n > 1) {
 		int32_t best = INT32_MAX;
 		size_t at = 0;
-		for (size_t i = 0; i + 1 < n; i++) {
-			int32_t r = tk_merge_find(t, sym[i], sym[i + 1], &id);
-			if (r >= 0 && r < best) {
-				best = r;
-				best_id = id;
+		for (size_t i = 0; i + 1 < n; i++)
+			if (rank[i] < best) {
+				best = rank[i];
 				at = i;
 			}
-		}
 		if (best == INT32_MAX)
 			break;
-		sym[at] = best_id;
+		sym[at] = res[at];
 		memmove(sym + at + 1, sym + at + 2, (n - at - 2) * sizeof(*sym));
+		if (at + 2 < n) {
+			memmove(rank + at + 1, rank + at + 2, (n - at - 3) * sizeof(*rank));
+			memmove(res + at + 1, res + at + 2, (n - at - 3) * sizeof(*res));
+		}
 		n--;
+		if (at + 1 < n) {
+			int32_t r = tk_merge_find(t, sym[at], sym[at + 1], &id);
+			rank[at] = r >= 0 ? r : INT32_MAX;
+			res[at] = id;
+		}
+		if (at > 0) {
+			int32_t r = tk_merge_find(t, sym[at - 1], sym[at], &id);
+			rank[at - 1] = r >= 0 ? r : INT32_MAX;
+			res[at - 1] = id;
+		}
 	}
 	return n;
 }
@@ -367,7 +385,8 @@ static int split_piece(struct enc *e, uint32_t stage, const char *p, size_t n)
 				pend_s = s, pend_e = t, have_pend = true, pend_match = im;
 				break;
 			case TK_CONTIGUOUS:
-				if (im && have_pend && pend_match) {
+				/* consecutive parts of the same kind join (HF: is_match == previous) */
+				if (have_pend && im == pend_match) {
 					pend_e = t;
 					rc = 0;
 					break;

@@ -211,10 +211,7 @@ static bool ucd_needed(void)
 /* Append the gained ranges of category cat (one or two letters) to out. */
 static int ucd_append(struct srt_tok_text *out, const char *cat, size_t len)
 {
-	static int need = -1;
-	if (need < 0)
-		need = ucd_needed();
-	if (!need)
+	if (!ucd_needed()) /* cheap; no static state, so loads may run in parallel */
 		return 0;
 	for (const struct tk_ucd_delta *d = tk_ucd_delta; d->cat; d++) {
 		if (len == 1 ? d->cat[0] != cat[0] : (len != 2 || memcmp(d->cat, cat, 2)))
@@ -446,6 +443,7 @@ static int load_pretok_one(struct srt_tok *t, json_t *p, const char *field, bool
 		if (!last)
 			return tk_errf(err, errlen, SRT_EINVAL,
 				       "%s: %s: ByteLevel must be the last pre-tokenizer", t->name, field);
+		t->byte_level = true;
 		bool prefix = jbool(p, "add_prefix_space", false);
 		bool use_regex = jbool(p, "use_regex", true);
 		if (!use_regex && !prefix)
@@ -810,6 +808,13 @@ int srt_tok_load_buffer(const char *json, size_t len, const char *name, struct s
 	    (rc = load_model(t, root, inv, err, errlen)) || (rc = load_added(t, root, err, errlen)) ||
 	    (rc = load_pretok(t, root, err, errlen)))
 		goto out_json;
+	if (!t->byte_level) {
+		rc = tk_errf(err, errlen, SRT_EINVAL,
+			     "%s: pre_tokenizer: no ByteLevel step: only byte-level BPE tokenizers are "
+			     "supported",
+			     name);
+		goto out_json;
+	}
 	t->cache = calloc(TK_CACHE_SHARDS, sizeof(*t->cache));
 	if (!t->cache) {
 		rc = tk_errf(err, errlen, SRT_ENOMEM, "out of memory");

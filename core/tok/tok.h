@@ -4,9 +4,9 @@
  * What it reads. A `tokenizer.json` in the HF format: `model` of type BPE (vocab + merges, as
  * strings "a b" or pairs ["a","b"]; ignore_merges honoured), `added_tokens` (id, content,
  * special, normalized, lstrip, rstrip, single_word), `normalizer` null or an empty Sequence,
- * `pre_tokenizer` a Split (regex or string pattern; Isolated, Removed, MergedWithPrevious,
- * MergedWithNext behaviours; invert) or a Sequence of them ending in ByteLevel, `decoder`
- * ByteLevel. Regexes come from the file and run on PCRE2 (UTF + UCP, JIT when available);
+ * `pre_tokenizer` a Sequence of Splits (regex or string pattern; Isolated, Removed,
+ * MergedWithPrevious, MergedWithNext, Contiguous behaviours; invert) ending in ByteLevel (or a
+ * ByteLevel alone: only byte-level BPE is implemented), `decoder` ByteLevel. Regexes come from the file and run on PCRE2 (UTF + UCP, JIT when available);
  * only the spellings PCRE2 reads differently from Oniguruma are translated (see tok.c).
  * Anything else is refused with a message naming the file and the JSON field.
  *

@@ -113,6 +113,7 @@ struct srt_tok {
 	struct tk_split *splits;
 	uint32_t n_splits;
 	uint32_t max_groups;
+	bool byte_level;           /* the pre-tokenizer ends in ByteLevel */
 	int32_t bos_id, eos_id;
 	struct tk_cache_shard *cache; /* [TK_CACHE_SHARDS] */
 };

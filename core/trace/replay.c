@@ -103,6 +103,7 @@ struct rctx {
 	uint64_t chunk;
 	int32_t *tok;
 	struct srt_replay_result *res;
+	const struct srt_rdx_remat_policy *remat;
 };
 
 /* A request that is running (concurrent mode): it holds its pages until `end`. */
@@ -111,6 +112,10 @@ struct running {
 	struct srt_rdx_req *r;
 	size_t idx;
 	double end;
+	/* rematerialization: the ordinary hit; where the window was rebuilt (0: none), past L1
+	 * or not, and its cost in token-layers */
+	uint64_t strict, remat, remat_cost;
+	int remat_lower;
 };
 
 /*
@@ -127,8 +132,8 @@ static int admit(struct rctx *x, size_t i, struct running *out, uint64_t *hit_ou
 	srt_trace_input_tokens(q, tok);
 	struct srt_rdx_req *r = NULL;
 	struct srt_tmgr_req *tr = NULL;
-	uint64_t hit;
-	int rc;
+	uint64_t hit, strict, rt = 0, rcost = 0;
+	int rc, lower = 0;
 	if (x->tm) {
 		struct srt_tmgr_hit th;
 		rc = srt_tmgr_req_start(x->tm, tok, q->input_length, &tr, &th, why, whylen);
@@ -140,9 +145,19 @@ static int admit(struct rctx *x, size_t i, struct running *out, uint64_t *hit_ou
 		}
 		r = srt_tmgr_req_rdx(tr);
 		hit = th.l1_tokens + th.l2_tokens + th.l3_tokens;
-	} else if ((rc = srt_rdx_req_start(x->c, tok, q->input_length, &r, &hit, why, whylen))) {
-		return rc == SRT_ENOMEM ? SRT_EIO : rc;
+		strict = th.strict_tokens;
+		rt = th.remat_tokens;
+		rcost = th.remat_cost;
+		lower = rt > th.l1_tokens;
+	} else {
+		if ((rc = srt_rdx_req_start_remat(x->c, tok, q->input_length, x->remat, &r, &hit, &rt,
+						  why, whylen)))
+			return rc == SRT_ENOMEM ? SRT_EIO : rc;
+		strict = srt_rdx_req_strict_hit(r);
+		rcost = rt ? x->remat->cost(x->remat->ctx, rt) : 0;
 	}
+	/* cache-only: the TAIL pages "rebuilt" by rematerialization join the cache */
+	srt_rdx_req_remat_done(r, 1);
 	int step = 0;
 	for (uint64_t pos = hit; pos < q->input_length && !step; pos += x->chunk) {
 		uint64_t k = q->input_length - pos < x->chunk ? q->input_length - pos : x->chunk;
@@ -168,7 +183,8 @@ static int admit(struct rctx *x, size_t i, struct running *out, uint64_t *hit_ou
 			srt_rdx_req_free(r);
 		return step;
 	}
-	*out = (struct running){.tr = tr, .r = r, .idx = i};
+	*out = (struct running){.tr = tr, .r = r, .idx = i, .strict = strict, .remat = rt,
+				.remat_cost = rcost, .remat_lower = lower};
 	*hit_out = hit;
 	return 0;
 }
@@ -187,11 +203,17 @@ static int finish(struct rctx *x, struct running *run, char *why, size_t whylen)
 	return rc;
 }
 
-static void count_start(struct rctx *x, size_t i, uint64_t hit)
+static void count_start(struct rctx *x, size_t i, uint64_t hit, const struct running *run)
 {
 	x->res->requests++;
 	x->res->input_tokens += x->t->reqs[i].input_length;
 	x->res->hit_tokens += hit;
+	x->res->strict_hit_tokens += run->strict;
+	if (run->remat) {
+		x->res->remat_requests++;
+		x->res->remat_lower_requests += (uint64_t)run->remat_lower;
+		x->res->remat_token_layers += run->remat_cost;
+	}
 }
 
 /* The error for a request that does not fit the budget even with nothing else running. */
@@ -232,7 +254,8 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 		if (t->reqs[i].input_length > maxin)
 			maxin = t->reqs[i].input_length;
 	struct rctx x = {.c = c, .t = t, .tm = o->tiers,
-			 .chunk = o->chunk_tokens ? o->chunk_tokens : 8192, .res = res};
+			 .chunk = o->chunk_tokens ? o->chunk_tokens : 8192, .res = res,
+			 .remat = o->remat};
 	x.tok = malloc((maxin + 1) * sizeof(int32_t));
 	uint32_t maxrun = o->concurrent ? (o->max_running ? o->max_running : 64) : 1;
 	struct running *run = calloc(maxrun, sizeof(*run));
@@ -274,7 +297,7 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 				break;
 			}
 			if (!rc) {
-				count_start(&x, i, hit);
+				count_start(&x, i, hit, &one);
 				rc = finish(&x, &one, why, sizeof(why));
 			}
 			done++;
@@ -314,7 +337,7 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 				if ((rc = a))
 					break;
 				wh++;
-				count_start(&x, i, hit);
+				count_start(&x, i, hit, &run[nrun]);
 				double at = ((double)t->reqs[i].timestamp_ms - first_ts) / 1000.0 *
 					    co.time_scale;
 				wait_sum += now - at;

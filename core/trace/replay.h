@@ -45,6 +45,11 @@ struct srt_replay_opts {
 	 * through it, so evicted pages move down the tiers and come back on a hit; the hit
 	 * counted is L1 + L2 + L3 (per tier in srt_tmgr_stats). */
 	struct srt_tmgr *tiers;
+	/* Window rematerialization (core/radix/remat.h; NULL = off): a request may resume where
+	 * only the ALL pools are cached when the policy's recompute costs less than computing
+	 * from the ordinary hit; the rebuilt TAIL pages join the cache. With tiers, set the same
+	 * policy on the manager (srt_tmgr_set_remat). */
+	const struct srt_rdx_remat_policy *remat;
 	/* concurrent mode (see above); 0 = the defaults in brackets */
 	int concurrent;
 	double time_scale;     /* simulated seconds per trace second [1] */
@@ -58,6 +63,10 @@ struct srt_replay_result {
 	uint64_t rejected; /* always 0: a request that cannot fit alone is an error (kept for callers) */
 	uint64_t input_tokens, hit_tokens, ceiling_tokens, output_tokens;
 	double wall_s;
+	/* rematerialization: hit tokens the ordinary rule (TAIL pages cached) gave, requests
+	 * resumed by rematerialization (in L1 / past L1) and their recompute in token-layers */
+	uint64_t strict_hit_tokens;
+	uint64_t remat_requests, remat_lower_requests, remat_token_layers;
 	/* concurrent mode */
 	uint64_t deferred;           /* requests that waited for memory held by running ones */
 	uint32_t peak_running;       /* requests running at once at most */

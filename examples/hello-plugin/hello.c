@@ -112,6 +112,10 @@ static void hello_destroy(void *instance)
 	p->host->free(p);
 }
 
+/* The options it reads from its config section: none. Declaring the (empty) table makes the
+ * core refuse any key a config sets in [residual] for it, naming the plugin (ABI 1.1). */
+static const struct srt_plugin_option hello_options[] = {{NULL, NULL, NULL, NULL}};
+
 static const struct srt_plugin_desc hello_desc = {
 	.struct_size = sizeof(struct srt_plugin_desc),
 	.abi_major = SRT_ABI_MAJOR,
@@ -125,6 +129,7 @@ static const struct srt_plugin_desc hello_desc = {
 	.create = hello_create,
 	.destroy = hello_destroy,
 	.vtable = &hello_vtable,
+	.options = hello_options,
 };
 
 SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void)

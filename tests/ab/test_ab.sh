@@ -13,7 +13,7 @@ small="--model $MODEL --conversations 1 --turns 2 --repeats 2 --max-new-tokens 4
 	--set cache.page_size=128"
 
 # shellcheck disable=SC2086
-"$BIN" ab $small --json > "$T/same.json" || fail "A = B exited $?"
+"$BIN" ab $small --layers --json > "$T/same.json" || fail "A = B exited $?"
 "$PY" - "$T/same.json" <<'PY' || fail "A = B report: $(cat "$T/same.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -31,12 +31,18 @@ for s in ("a", "b"):
 sp = r["speed"]["prefill_ratio_b_over_a"]
 assert sp["min"] <= sp["median"] <= sp["max"] and sp["min"] > 0, sp
 assert len(r["per_position"]) == 404
+pl = r["per_layer_divergence"]          # 6 layers + the head, every row of both requests
+assert [x["layer"] for x in pl] == [0, 1, 2, 3, 4, 5, "head"], pl
+assert all(x["rows"] == 744 and x["rows_differing"] == 0 and x["max_abs"] == 0 for x in pl), pl
 PY
 
-# B in the f32 profile: no rounding, no fake-quant -> measurably different logits
-# shellcheck disable=SC2086
-"$BIN" ab $small --b-set runtime.profile=f32 --json --plot "$T/div.png" > "$T/f32.json" \
-	|| fail "f32 vs reference exited $?"
+# B in the f32 profile (its own INI file): no rounding, no fake-quant -> different logits
+printf '[runtime]\nprofile = f32\n' > "$T/f32.ini"
+"$PY" -c "print(','.join(str(2 + i * 7 % 500) for i in range(64)))
+print(','.join(str(2 + i * 11 % 500) for i in range(64)))" > "$T/p64.txt"
+"$BIN" ab --model "$MODEL" --prompts "$T/p64.txt" --repeats 1 --max-new-tokens 4 -q \
+	--set cache.page_size=128 --b "$T/f32.ini" --json --plot "$T/div.png" \
+	> "$T/f32.json" || fail "f32 vs reference exited $?"
 "$PY" - "$T/f32.json" <<'PY' || fail "f32 report: $(cat "$T/f32.json")"
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -44,7 +50,8 @@ tf = r["teacher_forced"]
 assert not tf["bitwise_equal"] and tf["kl_mean"] > 0 and tf["max_abs_logit"] > 0, tf
 assert tf["first_divergent"]["position"] == 0, tf   # rounding differs from the first token on
 assert 0 < tf["top1_agreement"] < 1, tf
-assert r["b"]["sets"][-1] == "runtime.profile=f32" and r["a"]["sets"] == ["cache.page_size=128"], r
+assert r["b"]["config"].endswith("/f32.ini") and r["a"]["config"] is None, r
+assert r["a"]["sets"] == r["b"]["sets"] == ["cache.page_size=128"], r
 PY
 head -c 8 "$T/div.png" | od -An -c | grep -q 'P   N   G' || fail "--plot wrote no PNG"
 
@@ -55,6 +62,19 @@ printf '# two prompts\n5,6,7,8,9,10,11,12\nhello ab\n' > "$T/prompts.txt"
 grep -q "workload prompts of $T/prompts.txt (2 requests)" "$T/text" || fail "text: $(cat "$T/text")"
 grep -q "bitwise identical logits at every position" "$T/text" || fail "text: $(cat "$T/text")"
 grep -q "prefill tok/s  A" "$T/text" || fail "no speed line: $(cat "$T/text")"
+
+# a Mooncake trace slice as the workload (requests 1 and 2 share their first 3 blocks)
+"$BIN" ab --model "$MODEL" --trace "$SRC/tests/install/data/mini-trace.jsonl" --trace-slice 0:2 \
+	--max-prompt 600 --repeats 1 --max-new-tokens 1 -q --json --tiers > "$T/trace.json" \
+	|| fail "trace workload"
+"$PY" - "$T/trace.json" <<'PY' || fail "trace report: $(cat "$T/trace.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["workload"]["requests"] == 2 and r["teacher_forced"]["positions"] == 1200, r["workload"]
+assert r["a"]["hit_tokens"] == 512, r["a"]        # the second request resumes after 2 pages
+t = r["a"]["hit_tokens_by_tier"]                  # --tiers: L2/L3 behind L1, hits by tier
+assert t["l1"] + t["l2"] + t["l3"] == 512 and t["l1"] == 512, t
+PY
 
 # bad input
 printf '1,2,9999\n' > "$T/bad.txt"

@@ -68,7 +68,7 @@ grep -q "plugin 'csa' has no option 'kv_dtipe' (did you mean 'kv_dtype'?); its o
 grep -q "moe plugin 'fp5' (did you mean 'fp4'?)" "$TMP/err" || fail "plugin dym: $(cat "$TMP/err")"
 [ "$(grep -c "no moe plugin named 'fp5'" "$TMP/err")" -eq 1 ] || fail "printed twice: $(cat "$TMP/err")"
 # a mapping that serves no layer warns (once)
-"$BIN" config --set attention.ratio.16=hca > /dev/null 2> "$TMP/err" || fail "ratio.16 must only warn"
+"$BIN" config --model tiny --set attention.ratio.16=hca > /dev/null 2> "$TMP/err" || fail "ratio.16 must only warn"
 [ "$(grep -c "ratio.16 = hca serves no layer of model 'tiny'" "$TMP/err")" -eq 1 ] \
 	|| fail "ratio warning: $(cat "$TMP/err")"
 "$BIN" config --set cachepage_size=1 > /dev/null 2>&1
@@ -76,4 +76,7 @@ grep -q "moe plugin 'fp5' (did you mean 'fp4'?)" "$TMP/err" || fail "plugin dym:
 "$BIN" confg > /dev/null 2> "$TMP/err"
 grep -q "did you mean 'config'" "$TMP/err" || fail "command dym: $(cat "$TMP/err")"
 "$BIN" config --help | grep -q -- '--set SECTION.KEY=VALUE' || fail "--help lacks --set"
+# a --set that no runtime config reads says so
+"$BIN" config --list-presets --set cache.page_size=512 > /dev/null 2> "$TMP/err" || fail "--list-presets"
+grep -q "warning: --set had no effect" "$TMP/err" || fail "unused --set: $(cat "$TMP/err")"
 echo "ok"

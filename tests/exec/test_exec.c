@@ -25,6 +25,7 @@
 
 #include <shadowrt/plugin.h>
 
+#include "check/diverge.h"
 #include "ckpt/safetensors.h"
 #include "exec/engine.h"
 #include "exec/sampler.h"
@@ -56,16 +57,13 @@ static struct srt_engine *open_engine(const char *preset, int profile, int chunk
 	return e;
 }
 
-/* deterministic prompt: ids in [2, vocab) (no bos/eos), xorshift from seed */
+/* deterministic prompt: ids in [2, vocab) (no bos/eos), xorshift from seed; the generator
+ * check-plugin and ab use (core/check/diverge.h) */
 static int32_t *make_prompt(uint64_t n, int32_t vocab, uint64_t seed)
 {
 	int32_t *t = malloc(sizeof(int32_t) * n);
 	ck_assert_ptr_nonnull(t);
-	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (uint64_t i = 0; i < n; i++) {
-		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-		t[i] = 2 + (int32_t)(s % (uint64_t)(vocab - 2));
-	}
+	srt_div_prompt(t, n, vocab, seed);
 	return t;
 }
 
@@ -409,8 +407,13 @@ END_TEST
 
 START_TEST(resume_after_window_pages_were_dropped_stops_earlier_and_is_still_exact)
 {
-	char err[512];
-	struct srt_engine *e = open_engine("tiny", SRT_PROFILE_REFERENCE, 256);
+	char err[512], dir[4096];
+	/* the ordinary match rule: rematerialization off (tests/exec/test_remat.c covers it on) */
+	model_dir("tiny", dir, sizeof(dir));
+	struct srt_engine_opts o = {.model = dir, .threads = 2, .profile = SRT_PROFILE_REFERENCE,
+				    .chunk = 256, .quiet = 1, .no_remat = 1};
+	struct srt_engine *e = NULL;
+	ck_assert_msg(!srt_engine_open(&o, &e, err, sizeof(err)), "%s", err);
 	struct srt_engine *fresh = open_engine("tiny", SRT_PROFILE_REFERENCE, 256);
 	int32_t V = srt_engine_model(e)->vocab_size;
 	int32_t *a = make_prompt(800, V, 5);

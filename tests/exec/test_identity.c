@@ -31,6 +31,7 @@
 #include "ckpt/fingerprint.h"
 #include "ckpt/safetensors.h"
 #include "exec/engine.h"
+#include "exec/identity.h"
 #include "plugin/host.h"
 
 static const char *env_or(const char *name, const char *dflt)
@@ -310,6 +311,45 @@ START_TEST(the_same_plugin_resumes_but_another_version_option_or_layout_id_resum
 }
 END_TEST
 
+/* L1: every engine owns its radix cache; two engines of different identities in one process
+ * never see each other's pages, while an engine resumes from its own. */
+START_TEST(l1_pages_of_one_identity_are_never_matched_by_an_engine_of_another)
+{
+	char base[4096], m[4200], ia[4300], ib[4300], err[2048];
+	setup_base(base, sizeof(base));
+	model_path(base, "tiny", m, sizeof(m));
+	snprintf(ia, sizeof(ia), "%s/a.ini", base);
+	snprintf(ib, sizeof(ib), "%s/b.ini", base);
+	write_ini(ia, base, STD_ATTN "[residual]\nplugin = mhc\n");
+	write_ini(ib, base, STD_ATTN "[residual]\nplugin = plain\n");
+	struct srt_engine_opts oa = {.config_path = ia, .model = m, .threads = 2, .quiet = 1,
+				     .profile = SRT_PROFILE_REFERENCE};
+	struct srt_engine_opts ob = oa;
+	ob.config_path = ib;
+	struct srt_engine *a = NULL, *b = NULL;
+	ck_assert_msg(!srt_engine_open(&oa, &a, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_open(&ob, &b, err, sizeof(err)), "%s", err);
+	ck_assert(memcmp(srt_engine_identity(a), srt_engine_identity(b), 32));
+	int32_t *t = prompt(530, 3);
+	struct srt_seq *s;
+	uint64_t hit = 1;
+	ck_assert(!srt_engine_seq_start(a, t, 530, 1, &s, NULL, err, sizeof(err)));
+	ck_assert_msg(!srt_engine_prefill(a, s, NULL, 0, err, sizeof(err)), "%s", err);
+	ck_assert_msg(!srt_engine_seq_finish(s, NULL, err, sizeof(err)), "%s", err);
+	srt_engine_seq_free(s);
+	ck_assert(!srt_engine_seq_start(b, t, 530, 1, &s, &hit, err, sizeof(err)));
+	ck_assert_uint_eq(hit, 0);
+	srt_engine_seq_free(s);
+	ck_assert(!srt_engine_seq_start(a, t, 530, 1, &s, &hit, err, sizeof(err)));
+	ck_assert_uint_eq(hit, 512);
+	srt_engine_seq_free(s);
+	free(t);
+	srt_engine_close(a);
+	srt_engine_close(b);
+	cleanup(base);
+}
+END_TEST
+
 /* --- the weights fingerprint sidecar -------------------------------------------------------- */
 
 static char logbuf[8192];
@@ -461,6 +501,41 @@ START_TEST(a_read_only_checkpoint_directory_remembers_the_fingerprint_in_the_cac
 }
 END_TEST
 
+/* --- the identity builder ------------------------------------------------------------------- */
+
+static void ident_of_config(const char *path, const char *text, char hex[65])
+{
+	char err[512];
+	write_text(path, text);
+	struct srt_ident b;
+	srt_ident_begin(&b);
+	ck_assert_msg(!srt_ident_add_model_config(&b, path, err, sizeof(err)), "%s", err);
+	srt_ident_end(&b);
+	memcpy(hex, b.hex, 65);
+}
+
+START_TEST(config_key_order_and_spacing_keep_the_identity_and_any_value_changes_it)
+{
+	char base[4096], path[4200], a[65], b[65], c[65], d[65], y[65], y2[65];
+	snprintf(base, sizeof(base), "%s/tests/identity-XXXXXX", env_or("SRT_BUILD_DIR", "."));
+	ck_assert_ptr_nonnull(mkdtemp(base));
+	snprintf(path, sizeof(path), "%s/config.json", base);
+	ident_of_config(path, "{\"rope_theta\": 10000.0, \"x\": {\"k\": [1, 2]}}", a);
+	ident_of_config(path, "{\n  \"x\": {\"k\": [1,2]},\n  \"rope_theta\": 1e4\n}\n", b);
+	ident_of_config(path, "{\"rope_theta\": 10000.0, \"x\": {\"k\": [1, 3]}}", c);
+	ident_of_config(path, "{\"rope_theta\": 10000.0, \"x\": {\"k\": [1, 2]}, \"new\": 0}", d);
+	ck_assert_str_eq(a, b);
+	ck_assert_str_ne(a, c);
+	ck_assert_str_ne(a, d);
+	/* not strict JSON (YAML): raw bytes, so any change counts */
+	ident_of_config(path, "rope_theta: 10000.0\n", y);
+	ident_of_config(path, "rope_theta: 10001.0\n", y2);
+	ck_assert_str_ne(y, y2);
+	ck_assert_str_ne(y, a);
+	cleanup(base);
+}
+END_TEST
+
 static Suite *identity_suite(void)
 {
 	Suite *s = suite_create("identity");
@@ -471,11 +546,13 @@ static Suite *identity_suite(void)
 	tcase_add_test(l3, sixteen_thousand_changed_embed_bytes_outside_the_old_sample_windows_resume_nothing);
 	tcase_add_test(l3, a_second_attention_plugin_with_swas_pools_does_not_read_swas_pages);
 	tcase_add_test(l3, the_same_plugin_resumes_but_another_version_option_or_layout_id_resumes_nothing);
+	tcase_add_test(l3, l1_pages_of_one_identity_are_never_matched_by_an_engine_of_another);
 	suite_add_tcase(s, l3);
 	TCase *fp = tcase_create("fingerprint");
 	tcase_add_test(fp, the_sidecar_is_reused_without_rehashing_and_invalidated_by_size_or_mtime);
 	tcase_add_test(fp, a_corrupt_or_foreign_sidecar_is_ignored_said_and_rewritten);
 	tcase_add_test(fp, a_read_only_checkpoint_directory_remembers_the_fingerprint_in_the_cache_dir);
+	tcase_add_test(fp, config_key_order_and_spacing_keep_the_identity_and_any_value_changes_it);
 	suite_add_tcase(s, fp);
 	return s;
 }

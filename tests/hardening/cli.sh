@@ -5,6 +5,7 @@
 #     checks it through LeakSanitizer at exit);
 #   a killed preset generation left <cache>/<preset>.tmp.<pid> (220 MB for flash) for ever;
 #   `config --model DIR` hung in open() when DIR/config.json is a FIFO;
+#   `replay /dev/zero` grew without bound;
 # and no error message repeats a word ("the the").
 set -eu
 BIN=$1
@@ -56,6 +57,12 @@ mkfifo "$T/fifo/config.json"
 rc=0; "$BIN" config --model "$T/fifo" >"$T/o" 2>&1 || rc=$?
 [ "$rc" -eq 1 ] || fail "config on a FIFO: exit $rc"
 grep -q "config.json: not a regular file (a FIFO)" "$T/o" || fail "config on a FIFO: $(cat "$T/o")"
+
+# replay /dev/zero: refused after one bounded line (it grew to 1 GB, then read ENOMEM as the
+# end of the trace and exited 0)
+rc=0; "$BIN" replay /dev/zero >"$T/o" 2>&1 || rc=$?
+[ "$rc" -eq 1 ] || fail "replay /dev/zero: exit $rc: $(cat "$T/o")"
+grep -q "/dev/zero:1: line longer than 1048576 bytes" "$T/o" || fail "replay /dev/zero: $(cat "$T/o")"
 
 # Error messages: no word twice in a row across a range of failures.
 printf 'hidden_size: 1\n' >"$T/bad.yaml"

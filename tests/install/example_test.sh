@@ -7,7 +7,8 @@
 #     the SDK computes what the built-ins compute;
 #   - replay takes it from the runtime config (--set) and caches its own pools;
 #   - ab compares two settings of its `window` option: logits are identical up to position
-#     31 and first differ at 32, where a 32-token window starts to leave out token 0.
+#     31 and first differ at 32, where a 32-token window starts to leave out token 0; per layer
+#     (--layers) the residual stream is equal up to the first c16 layer and differs after it.
 # usage: example_test.sh <build dir> <source dir> <CMAKE_INSTALL_LIBDIR> <cmake>
 set -eu
 build=$1 src=$2 libdir=$3 cmake=${4:-cmake}
@@ -59,7 +60,7 @@ grep -q 'hit / ceiling   1.0000' "$tmp/replay.txt" || fail "replay hit rate: $(c
 # 4. ab: window 128 vs 32
 printf '%s\n' "$(seq -s, 2 101)" >"$tmp/prompts.txt"
 "$bin" ab --model "$tmp/model" --config "$tmp/c16/c16.ini" --set "attention.ratio.16=$so" \
-	--a-set attention.c16.window=128 --b-set attention.c16.window=32 \
+	--a-set attention.c16.window=128 --b-set attention.c16.window=32 --layers \
 	--prompts "$tmp/prompts.txt" --repeats 1 --max-new-tokens 2 -q --json >"$tmp/ab.json" ||
 	fail "ab: $(cat "$tmp/ab.json")"
 "$PY" - "$tmp/ab.json" <<'PY' || fail "ab report: $(cat "$tmp/ab.json")"
@@ -69,5 +70,10 @@ tf = r["teacher_forced"]
 assert tf["positions"] == 100 and not tf["bitwise_equal"], tf
 assert tf["first_divergent"]["position"] == 32, tf
 assert all(p["kl_mean"] == 0 for p in r["per_position"][:32]), r["per_position"][:33]
+# per layer: c16 serves layers 2 and 4, so the inputs of layers 0-2 are equal and layer 3's
+# differ from row 32 on (68 of 100 rows)
+pl = r["per_layer_divergence"]
+assert [x["rows_differing"] for x in pl[:3]] == [0, 0, 0], pl
+assert pl[3]["rows_differing"] == 68 and pl[-1]["layer"] == "head" and pl[-1]["max_abs"] > 0, pl
 PY
 echo "example test passed"

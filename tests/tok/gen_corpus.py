@@ -131,7 +131,7 @@ def numbers(rng):
         return f"{rng.randint(1900, 2100)}-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}T" \
                f"{rng.randint(0, 23):02d}:{rng.randint(0, 59):02d}:{rng.randint(0, 59):02d}Z"
     if k == 4:
-        return "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 200)))
+        return "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 80)))
     if k == 5:
         return rand_chars(rng, [(0x30, 0x39), (0x660, 0x669), (0xFF10, 0xFF19), (0x2460, 0x2473),
                                 (0x00B2, 0x00B3), (0x0966, 0x096F)], rng.randint(1, 30))
@@ -140,7 +140,7 @@ def numbers(rng):
 
 def whitespace(rng):
     parts = []
-    for _ in range(rng.randint(1, 12)):
+    for _ in range(rng.randint(1, 8)):
         parts.append(rng.choice(SPACES) * rng.randint(1, 6))
         if rng.random() < 0.6:
             parts.append(rng.choice(WORDS + ["x", "1", "!", "中文", "é"]))
@@ -149,7 +149,7 @@ def whitespace(rng):
 
 def emoji(rng):
     s = []
-    for _ in range(rng.randint(1, 10)):
+    for _ in range(rng.randint(1, 6)):
         r = rng.random()
         if r < 0.4:
             s.append(rand_chars(rng, EMOJI, 1))
@@ -168,7 +168,7 @@ def emoji(rng):
 
 def combining(rng):
     s = []
-    for _ in range(rng.randint(1, 20)):
+    for _ in range(rng.randint(1, 12)):
         base = rng.choice(["a", "e", "o", "n", "Z", "\u0915", "\u05d0", "\u0627", " ", "1", "!"])
         s.append(base + rand_chars(rng, COMBINING, rng.randint(0, 4)))
     return "".join(s)
@@ -176,10 +176,10 @@ def combining(rng):
 
 def cjk(rng):
     s = []
-    for _ in range(rng.randint(1, 12)):
+    for _ in range(rng.randint(1, 8)):
         r = rng.random()
         if r < 0.6:
-            s.append(rand_chars(rng, CJK[:3], rng.randint(1, 20)))
+            s.append(rand_chars(rng, CJK[:3], rng.randint(1, 16)))
         elif r < 0.8:
             s.append(rand_chars(rng, CJK, rng.randint(1, 8)))
         else:
@@ -188,7 +188,7 @@ def cjk(rng):
 
 
 def scripts(rng):
-    return " ".join(rand_chars(rng, SCRIPTS, rng.randint(1, 12)) for _ in range(rng.randint(1, 8)))
+    return " ".join(rand_chars(rng, SCRIPTS, rng.randint(1, 10)) for _ in range(rng.randint(1, 5)))
 
 
 def specials(rng, added):
@@ -222,10 +222,10 @@ def random_bytes(rng):
 
 
 def mixed(rng, added):
-    gens = [lambda: prose(rng, rng.randint(3, 30)), lambda: cjk(rng), lambda: numbers(rng),
+    gens = [lambda: prose(rng, rng.randint(3, 16)), lambda: cjk(rng), lambda: numbers(rng),
             lambda: whitespace(rng), lambda: emoji(rng), lambda: combining(rng),
             lambda: scripts(rng), lambda: specials(rng, added), lambda: code(rng)[0]]
-    return (rng.choice(["", " ", "\t", "\u3000"])).join(rng.choice(gens)() for _ in range(rng.randint(2, 5)))
+    return (rng.choice(["", " ", "\t", "\u3000"])).join(rng.choice(gens)() for _ in range(rng.randint(2, 3)))
 
 
 def long_lines(rng):
@@ -268,7 +268,7 @@ def main():
             lines.append(mixed(rng, added).encode())
         else:
             k = rng.choice(kinds)
-            lines.append((k(rng, rng.randint(3, 40)) if k is prose else k(rng)).encode())
+            lines.append((k(rng, rng.randint(3, 24)) if k is prose else k(rng)).encode())
     with open(a.out, "wb") as f:
         f.write(b"\n".join(l.replace(b"\n", b"") for l in lines))
     print(f"gen_corpus: {len(lines)} lines, {sum(len(l) + 1 for l in lines)} bytes -> {a.out}")

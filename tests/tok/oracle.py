@@ -7,7 +7,11 @@
      with the added tokens taken out of tokenizer.json;
   3. round trip: `shadowrt detokenize --lines --json` of those ids == the line, for every line
      that is valid UTF-8, and == HF's decode of the same ids for every line;
-  4. decoding random id sequences (specials, split multi-byte characters) == HF's decode.
+  4. decoding random id sequences (specials, split multi-byte characters) == HF's decode;
+  5. every Split behaviour (Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous;
+     six combinations with invert) put on the file's first and third splits: ids == HF's on
+     800 lines;
+  6. lstrip / rstrip / single_word added tokens: ids == HF's.
 
 usage: oracle.py SHADOWRT TOKENIZER_JSON CORPUS
 Exit 0 when everything matches, 1 with the first mismatches printed otherwise.
@@ -57,9 +61,10 @@ def main():
 
     # 2. model vocabulary only, on the lines with an added-token spelling (or a part of one)
     spec = json.load(open(tok_path, encoding="utf-8"))
+    spec_orig = json.loads(json.dumps(spec))
     spec["added_tokens"] = []
     hf_plain = Tokenizer.from_str(json.dumps(spec))
-    sel = [i for i, t in enumerate(texts) if "<" in t or "\uff5c" in t or "|" in t][:20000]
+    sel = [i for i, t in enumerate(texts) if "<" in t or "\uff5c" in t or "|" in t][:8000]
     data = b"\n".join(lines[i] for i in sel)
     with tempfile.NamedTemporaryFile(suffix=".txt") as tf:
         tf.write(data)
@@ -81,7 +86,10 @@ def main():
     dec = [json.loads(l) for l in out.decode().split("\n") if l]
     if len(dec) != len(want):
         sys.exit(f"oracle: detokenize gave {len(dec)} lines for {len(want)}")
-    hf_dec = hf.decode_batch(want, skip_special_tokens=False)
+    # HF's decode on every line that is not valid UTF-8 and on every 5th other line (the round
+    # trip to the original text already covers the valid lines)
+    dsel = [i for i in range(len(dec)) if i % 5 == 0 or "\ufffd" in texts[i]]
+    hf_dec = dict(zip(dsel, hf.decode_batch([want[i] for i in dsel], skip_special_tokens=False)))
     n_valid = 0
     for i, d in enumerate(dec):
         try:
@@ -91,9 +99,9 @@ def main():
                 fail("round trip", i, f"{texts[i][:80]!r} came back as {d[:80]!r}")
         except UnicodeDecodeError:
             pass
-        if d != hf_dec[i]:
+        if i in hf_dec and d != hf_dec[i]:
             fail("decode", i, f"shadowrt {d[:80]!r} vs HF {hf_dec[i][:80]!r}")
-    print(f"oracle: decode(encode(x)) == x on {n_valid} valid UTF-8 lines; decode == HF on {len(dec)}")
+    print(f"oracle: decode(encode(x)) == x on {n_valid} valid UTF-8 lines; decode == HF on {len(hf_dec)}")
 
     # 4. random id sequences: split characters, specials, unassigned-free ids
     rng = random.Random(7)
@@ -115,6 +123,63 @@ def main():
                 fail("random decode" + (" skip-special" if skip else ""), i,
                      f"ids {seqs[i]}: shadowrt {d!r} vs HF {r!r}")
     print(f"oracle: {len(seqs)} random id sequences decoded, with and without --skip-special")
+
+    # 5. the other Split behaviours, as HF implements them
+    sub = list(range(0, len(lines), max(1, len(lines) // 800)))[:800]
+    sub_data = b"\n".join(lines[i] for i in sub)
+    pts = spec_orig["pre_tokenizer"]["pretokenizers"]
+    with tempfile.NamedTemporaryFile(suffix=".txt") as tt:
+        tt.write(sub_data)
+        tt.flush()
+        for beh, inv in [("Isolated", True), ("Removed", False), ("MergedWithPrevious", True),
+                         ("MergedWithNext", False), ("Contiguous", False), ("Contiguous", True)]:
+            if True:
+                for k in (0, 2):
+                    pts[k]["behavior"], pts[k]["invert"] = beh, inv
+                with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as tj:
+                    json.dump(spec_orig, tj, ensure_ascii=False)
+                    tj.flush()
+                    out = run([shadowrt, "tokenize", "--tokenizer", tj.name, "--lines", "--json",
+                               "--file", tt.name], b"")
+                    ref = [e.ids for e in Tokenizer.from_file(tj.name).encode_batch(
+                        [texts[i] for i in sub], add_special_tokens=False)]
+                got = [json.loads(l) for l in out.decode().split("\n") if l]
+                for j, (c, w) in enumerate(zip(got, ref)):
+                    if c != w:
+                        fail(f"split {beh} invert={inv}", sub[j],
+                             f"{texts[sub[j]][:80]!r}: shadowrt {c[:10]} vs HF {w[:10]}")
+    print(f"oracle: 6 split behaviour / invert variants: {len(sub)} lines each compared")
+
+    # 6. added-token flags as HF applies them: lstrip on <think>, rstrip on </think>, both on
+    # <｜Assistant｜>, single_word on <｜User｜>, on the lines with '<' and a few made for it
+    for k in (0, 2):
+        pts[k]["behavior"], pts[k]["invert"] = "Isolated", False
+    for t in spec_orig["added_tokens"]:
+        c = t["content"]
+        t["lstrip"] = c in ("<think>", "<\uff5cAssistant\uff5c>")
+        t["rstrip"] = c in ("</think>", "<\uff5cAssistant\uff5c>")
+        t["single_word"] = c == "<\uff5cUser\uff5c>"
+    made = ["a <think> b", "a  <think>b", " </think>  x", "x</think>\t\ty", "w<\uff5cUser\uff5c>w",
+            "w <\uff5cUser\uff5c> w", "<\uff5cUser\uff5c>", "\u00e9<\uff5cUser\uff5c>", "1<\uff5cUser\uff5c>",
+            "\u3000<think>\u3000</think>\u3000", "<think><think>  </think></think>",
+            " \t<\uff5cAssistant\uff5c>\u2003 x"]
+    fl = [texts[i] for i in range(len(texts)) if "<" in texts[i]][:3000] + made
+    with tempfile.NamedTemporaryFile("w", suffix=".json", encoding="utf-8") as tj, \
+            tempfile.NamedTemporaryFile(suffix=".txt") as tt:
+        json.dump(spec_orig, tj, ensure_ascii=False)
+        tj.flush()
+        tt.write("\n".join(fl).encode())
+        tt.flush()
+        out = run([shadowrt, "tokenize", "--tokenizer", tj.name, "--lines", "--json", "--file",
+                   tt.name], b"")
+        ref = [e.ids for e in Tokenizer.from_file(tj.name).encode_batch(fl, add_special_tokens=False)]
+    got = [json.loads(l) for l in out.decode().split("\n") if l]
+    if len(got) != len(ref):
+        fail("added-token flags", 0, f"{len(got)} lines of ids for {len(ref)}")
+    for j, (c, w) in enumerate(zip(got, ref)):
+        if c != w:
+            fail("added-token flags", j, f"{fl[j][:80]!r}: shadowrt {c[:12]} vs HF {w[:12]}")
+    print(f"oracle: lstrip / rstrip / single_word: {len(fl)} lines compared")
 
     if failures:
         print(f"oracle: {len(failures)} MISMATCHES; the first ones:")

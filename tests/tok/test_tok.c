@@ -128,6 +128,8 @@ START_TEST(malformed_tokenizer_json_names_file_and_field)
 	p = strstr(buf, "\"Isolated\"");
 	memcpy(p, "\"Isolatex\"", 10);
 	expect_refused(buf, "pre_tokenizer.pretokenizers[0].behavior: unknown value 'Isolatex'");
+	expect_refused("{\"model\":{\"vocab\":{\"a\":0},\"merges\":[]},\"pre_tokenizer\":null}",
+		       "pre_tokenizer: no ByteLevel step");
 }
 END_TEST
 
@@ -277,10 +279,10 @@ END_TEST
 
 START_TEST(huge_words_and_runs_encode_in_bounded_work)
 {
-	/* 2 MB without a split point: the heap path (n log n); a quadratic one would not end in
+	/* 1 MB without a split point: the heap path (n log n); a quadratic one would not end in
 	 * any reasonable time. Checked by the round trip, not by a clock. */
 	struct srt_tok *t = real_tok();
-	size_t n = 2 << 20;
+	size_t n = 1 << 20;
 	char *s = malloc(n + 1);
 	unsigned seed = 9;
 	for (size_t i = 0; i < n; i++)
@@ -302,6 +304,39 @@ START_TEST(huge_words_and_runs_encode_in_bounded_work)
 	srt_tok_ids_free(&ids);
 	srt_tok_text_free(&back);
 	free(s);
+	srt_tok_free(t);
+}
+END_TEST
+
+START_TEST(any_bytes_encode_and_decode_to_their_lossy_form)
+{
+	/* random bytes (mostly ill-formed UTF-8) and truncated multi-byte characters: encoding
+	 * never fails, every id is in the vocabulary, decoding gives the U+FFFD-replaced input */
+	struct srt_tok *t = real_tok();
+	unsigned seed = 77;
+	char err[256];
+	for (int round = 0; round < 3000; round++) {
+		unsigned char buf[160];
+		size_t n = (size_t)rand_r(&seed) % sizeof(buf);
+		for (size_t i = 0; i < n; i++) {
+			unsigned r = (unsigned)rand_r(&seed);
+			static const unsigned char pool[] = {'a', ' ', '1', '<', 0xE4, 0xB8, 0xAD, 0xF0,
+							     0x9F, 0x98, 0x80, 0x80, 0xC3, 0xA9, 0xFF, '\n'};
+			buf[i] = r % 3 ? pool[(r >> 2) % sizeof(pool)] : (unsigned char)(r >> 8);
+		}
+		struct srt_tok_ids ids = {0};
+		struct srt_tok_text back = {0}, want = {0};
+		ck_assert_int_eq(srt_tok_encode(t, (const char *)buf, n, 0, &ids, err, sizeof(err)), 0);
+		for (size_t i = 0; i < ids.n; i++)
+			ck_assert(ids.ids[i] >= 0 && (uint32_t)ids.ids[i] < srt_tok_vocab_size(t));
+		ck_assert_int_eq(srt_tok_decode(t, ids.ids, ids.n, 0, &back, err, sizeof(err)), 0);
+		ck_assert_int_eq(srt_tok_utf8_lossy((const char *)buf, n, &want), 0);
+		ck_assert_msg(back.len == want.len && !memcmp(back.data, want.data, want.len),
+			      "round %d: decode(encode(x)) is not x with U+FFFD replacements", round);
+		srt_tok_ids_free(&ids);
+		srt_tok_text_free(&back);
+		srt_tok_text_free(&want);
+	}
 	srt_tok_free(t);
 }
 END_TEST
@@ -334,7 +369,6 @@ int main(void)
 {
 	Suite *s = suite_create("tok");
 	TCase *tc = tcase_create("tok");
-	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, merges_apply_by_rank_and_added_tokens_stay_whole);
 	tcase_add_test(tc, malformed_tokenizer_json_names_file_and_field);
 	tcase_add_test(tc, missing_files_are_enoent);
@@ -343,6 +377,7 @@ int main(void)
 	tcase_add_test(tc, one_tokenizer_encodes_from_several_threads);
 	tcase_add_test(tc, huge_words_and_runs_encode_in_bounded_work);
 	tcase_add_test(tc, lookups_of_the_real_tokenizer);
+	tcase_add_test(tc, any_bytes_encode_and_decode_to_their_lossy_form);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

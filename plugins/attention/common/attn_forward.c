@@ -47,6 +47,18 @@
 #include "ops/quant.h"
 #include "ops/rope.h"
 
+/*
+ * What the caller says a sequence's cache already holds (ABI 1.1, abi/shadowrt/pool.h
+ * srt_seq_cached): entries below ro[p] of pool p are read, never written; lo >= 0 for a
+ * rematerialization call that started at position lo (window and carry state before lo are
+ * not available: the carry starts empty at lo, rows whose window reaches before lo skip their
+ * attention).
+ */
+struct vinfo {
+	const uint64_t *ro; /* [n_pools] or NULL */
+	int64_t lo;         /* -1: not a rematerialization */
+};
+
 struct fwd {
 	struct srt_attn *a;
 	const struct srt_attn_lw *lw;
@@ -74,6 +86,7 @@ struct fwd {
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
+	struct vinfo *vi; /* [n_seqs] of f->b */
 	int err;
 };
 
@@ -200,6 +213,27 @@ static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, in
 		return NULL;
 	return (uint8_t *)pt->pages[page] + ((uint64_t)slot * epp + (uint64_t)idx % epp) *
 						    d->entry_bytes;
+}
+
+/* Is entry idx of pool p read-only for the sequence (it exists in the cache)? */
+static int ro_entry(const struct vinfo *v, int p, int64_t idx)
+{
+	return v->ro && p >= 0 && (uint64_t)idx < v->ro[p];
+}
+
+/* The srt_seq_cached facts of sequence i of batch b (none for an ABI 1.0 caller). */
+static void read_cached(const struct srt_batch *b, uint32_t i, struct vinfo *out)
+{
+	const struct srt_seq_cached *c = NULL;
+	out->ro = NULL;
+	out->lo = -1;
+	if (b->struct_size >= offsetof(struct srt_batch, cached) + sizeof(void *) && b->cached)
+		c = b->cached[i];
+	if (!c || c->struct_size < offsetof(struct srt_seq_cached, ro_entries) + sizeof(void *))
+		return;
+	out->ro = c->ro_entries;
+	if ((c->flags & SRT_SEQ_REMAT) && b->seqs[i].pos > 0)
+		out->lo = b->seqs[i].pos;
 }
 
 /* Check pool p has entries [lo, hi) for sequence si; error message otherwise. */
@@ -565,7 +599,8 @@ static void online_add(float *mx, float *sum, float *acc, const float *kv, const
  * Run one compressor over the sequence's tokens of this call. `index` selects the indexer's
  * compressor (Hadamard + FP4, indexer pool) over the main one (FP8, C4/C128 pool).
  */
-static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, float *ring)
+static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct vinfo *vi,
+		     int index, float *ring)
 {
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
@@ -577,9 +612,12 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 	float *rk = ring, *rs = ring + R * cw, v[1024];
 	const float *proj = index ? f->ip : f->cp;
 	int64_t pos = s->pos, end = pos + s->n_tokens;
+	int pool = index ? a->pool_ix : a->pool_comp;
 
-	if (pos == 0 || (c->ratio != 4 && pos % c->ratio == 0)) {
-		/* sequence start: kv = 0, score = -inf (ring); the empty state (online) */
+	if (pos == 0 || (c->ratio != 4 && pos % c->ratio == 0) || vi->lo == pos) {
+		/* sequence start: kv = 0, score = -inf (ring); the empty state (online). A
+		 * rematerialization starts here too: every entry it pools before its rows fill
+		 * the ring is read-only, so the unknown state before pos is never used */
 		for (size_t i = 0; i < ring_bytes / sizeof(float); i++)
 			ring[i] = c->ratio == 4 ? (i < R * cw ? 0.0f : -INFINITY)
 						: (i < w ? -INFINITY : 0.0f);
@@ -601,7 +639,7 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 				}
 			online_add(ring, ring + w, ring + 2 * w, pr, pr + cw, w);
 		}
-		if (t % c->ratio == c->ratio - 1) {
+		if (t % c->ratio == c->ratio - 1 && !ro_entry(vi, pool, t / c->ratio)) {
 			int64_t j = t / c->ratio;
 			if (c->ratio == 4)
 				pool_block(c, rk, rs, t, v, a->ref);
@@ -623,7 +661,7 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, int index, flo
 				srt_attn_kv_encode(a, v, entry(a, s, a->pool_comp, f->slot, j));
 			}
 		}
-		if (t % a->P == a->P - 1 || t == end - 1)
+		if ((t % a->P == a->P - 1 || t == end - 1) && !ro_entry(vi, a->pool_state, t / a->P))
 			memcpy(entry(a, s, a->pool_state, f->slot, t / a->P) + off, ring, ring_bytes);
 	}
 }
@@ -670,6 +708,9 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 	for (int64_t u = b; u < e; u++) {
 		int64_t ur = u / nblk, j0 = (u % nblk) * ATTN_IXB, r = f->cg0 + ur, t = f->rpos[r];
 		if (t < 0)
+			continue;
+		int64_t lo = f->vi[f->rseq[r]].lo; /* a discarded row of a rematerialization */
+		if (lo >= 0 && t - m->sliding_window + 1 < lo)
 			continue;
 		int64_t nvis = (t + 1) / 4, j1 = j0 + ATTN_IXB < nvis ? j0 + ATTN_IXB : nvis;
 		if (j0 >= j1)
@@ -784,6 +825,11 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 		if (t < 0)
 			continue;
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
+		int64_t lo = f->vi[f->rseq[r]].lo;
+		if (lo >= 0 && t - W + 1 < lo) {
+			f->cnk[u] = -1; /* rematerialization: window incomplete, output discarded */
+			continue;
+		}
 		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++)
 			srt_attn_kv_decode(a, entry(a, s, a->pool_win, f->slot, p),
 					   keys + (size_t)nk++ * hd);
@@ -829,6 +875,10 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		const float *q = f->q + r * H * hd + h * hd;
 		float *oh = f->o + r * H * hd + h * hd;
+		if (nk < 0) { /* a discarded row of a rematerialization */
+			memset(oh, 0, hd * sizeof(float));
+			continue;
+		}
 		double mx = -INFINITY, den = 0;
 		if (a->ref) {
 			/* the reference accumulates q.k and p.v in float32 (tilelang sparse_attn):
@@ -1048,8 +1098,10 @@ static int check_batch(struct fwd *f, int32_t layer, char *why, size_t why_len)
 			f->rpos[r] = s->pos + k;
 			f->rseq[r] = (int32_t)i;
 		}
-		if ((rc = need(a, s, a->pool_win, f->slot, s->pos - W + 1 < 0 ? 0 : s->pos - W + 1,
-			       end, layer, "the sliding window", why, why_len)))
+		read_cached(b, i, &f->vi[i]);
+		int64_t wlo = f->vi[i].lo >= 0 ? s->pos : s->pos - W + 1;
+		if ((rc = need(a, s, a->pool_win, f->slot, wlo < 0 ? 0 : wlo, end, layer,
+			       "the sliding window", why, why_len)))
 			return rc;
 		if (!a->ratio)
 			continue;
@@ -1059,7 +1111,7 @@ static int check_batch(struct fwd *f, int32_t layer, char *why, size_t why_len)
 		if (a->ratio == 4 && (rc = need(a, s, a->pool_ix, f->slot, 0, end / 4, layer,
 						"the indexer keys", why, why_len)))
 			return rc;
-		if ((s->pos > 0 && (a->ratio == 4 || s->pos % a->ratio)) &&
+		if ((s->pos > 0 && f->vi[i].lo < 0 && (a->ratio == 4 || s->pos % a->ratio)) &&
 		    (rc = need(a, s, a->pool_state, f->slot, (s->pos - 1) / a->P, (s->pos - 1) / a->P + 1,
 			       layer, "the compressor carry state before the first token", why,
 			       why_len)))
@@ -1105,13 +1157,15 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_PROJ, t0);
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
+		const struct vinfo *vi = &f->vi[i];
 		for (int32_t k = 0; k < s->n_tokens; k++)
-			srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd,
-					   entry(a, s, a->pool_win, f->slot, s->pos + k));
+			if (!ro_entry(vi, a->pool_win, s->pos + k))
+				srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd,
+						   entry(a, s, a->pool_win, f->slot, s->pos + k));
 		if (a->ratio)
-			run_comp(f, s, 0, ringbuf);
+			run_comp(f, s, vi, 0, ringbuf);
 		if (a->ratio == 4)
-			run_comp(f, s, 1, ringbuf);
+			run_comp(f, s, vi, 1, ringbuf);
 	}
 	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
 	{
@@ -1209,15 +1263,16 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[11] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[12] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),
-			ATTN_CROWS * (size_t)f.c4max * sizeof(double)};
-	size_t off[11], total = 0;
-	for (int i = 0; i < 11; i++) {
+			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
+			2 * (batch->n_seqs + 1) * sizeof(struct vinfo)};
+	size_t off[12], total = 0;
+	for (int i = 0; i < 12; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1242,6 +1297,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	views = (struct srt_seq_view *)(void *)(a->scratch + off[8]);
 	f.dbuf = (float *)(a->scratch + off[9]);
 	f.isc = (double *)(void *)(a->scratch + off[10]);
+	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
+	struct vinfo *vis = vi0 + batch->n_seqs + 1;
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;
@@ -1260,6 +1317,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	/* every page of the whole call first: a failed call writes nothing */
 	f.b = batch;
 	f.N = (int64_t)N;
+	f.vi = vi0;
 	if ((rc = check_batch(&f, layer, why, why_len)))
 		goto out;
 	/*
@@ -1277,6 +1335,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			if (lo >= hi)
 				continue;
 			views[nv] = *s;
+			vis[nv] = vi0[i];
 			views[nv].pos = s->pos + (lo - s->first_row);
 			views[nv].n_tokens = (int32_t)(hi - lo);
 			views[nv].first_row = (int32_t)(lo - (int64_t)r0);
@@ -1289,6 +1348,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		sub.seqs = views;
 		sub.n_rows = (int32_t)(r1 - r0);
 		f.b = &sub;
+		f.vi = vis;
 		f.x = x + r0 * d;
 		f.out = out + r0 * d;
 		f.N = (int64_t)(r1 - r0);

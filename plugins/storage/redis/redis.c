@@ -18,8 +18,9 @@
  * a run says how many were refused, as the file store does for a full disk.
  *
  * Connection loss (refused, reset, timed out) makes the call return SRT_EIO and log the reason;
- * the connection is dropped and the next call connects again. Thread safety: one connection per
- * instance, every method under the instance mutex.
+ * the connection is dropped and the next call connects again. Thread safety: two connections per
+ * instance, one for reads (exists, get) and one for writes (put, remove), each under its mutex,
+ * so lookups do not wait behind a batch of writes.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -46,9 +47,13 @@ struct rd_store {
 	char prefix[MAX_PREFIX + 1];
 	size_t prefix_len;
 	char *password;
-	redisContext *c; /* NULL while disconnected */
-	pthread_mutex_t mu;
-	uint64_t refused; /* SETs refused in a row (under mu) */
+	/* two connections: reads (exists, get) never wait behind a pipeline of writes (put,
+	 * remove), which the tier manager's writer thread sends while lookups go on */
+	struct rd_conn {
+		redisContext *c; /* NULL while disconnected */
+		pthread_mutex_t mu;
+	} rd, wr;
+	uint64_t refused; /* SETs refused in a row (under wr.mu) */
 };
 
 #define REFUSED_LOG_EVERY 1000
@@ -65,27 +70,27 @@ static struct timeval tv_of(int ms)
 }
 
 /* Drop the connection after a transport error; always SRT_EIO. */
-static int lost(struct rd_store *s, const char *what)
+static int lost(struct rd_store *s, struct rd_conn *k, const char *what)
 {
 	s->host->log(SRT_LOG_ERROR, NAME, "redis %s:%d: %s: %s; will reconnect on the next call",
-		     s->host_name, s->port, what, s->c && s->c->err ? s->c->errstr : "no reply");
-	if (s->c)
-		redisFree(s->c);
-	s->c = NULL;
+		     s->host_name, s->port, what, k->c && k->c->err ? k->c->errstr : "no reply");
+	if (k->c)
+		redisFree(k->c);
+	k->c = NULL;
 	return SRT_EIO;
 }
 
 /* Run one command on the fresh connection during setup; 0 or SRT_EIO with why. */
-static int setup_cmd(struct rd_store *s, char *why, size_t why_len, const char *what,
+static int setup_cmd(struct rd_store *s, struct rd_conn *k, char *why, size_t why_len, const char *what,
 		     const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	redisReply *r = redisvCommand(s->c, fmt, ap);
+	redisReply *r = redisvCommand(k->c, fmt, ap);
 	va_end(ap);
 	if (!r || r->type == REDIS_REPLY_ERROR) {
 		snprintf(why, why_len, "redis %s:%d: %s: %s", s->host_name, s->port, what,
-			 r ? r->str : s->c->errstr);
+			 r ? r->str : k->c->errstr);
 		if (r)
 			freeReplyObject(r);
 		return SRT_EIO;
@@ -95,36 +100,36 @@ static int setup_cmd(struct rd_store *s, char *why, size_t why_len, const char *
 }
 
 /* Connect if disconnected; 0 or SRT_EIO with the reason in why (and logged by the caller). */
-static int ensure(struct rd_store *s, char *why, size_t why_len)
+static int ensure(struct rd_store *s, struct rd_conn *k, char *why, size_t why_len)
 {
-	if (s->c)
+	if (k->c)
 		return 0;
-	s->c = redisConnectWithTimeout(s->host_name, s->port, tv_of(s->timeout_ms));
-	if (!s->c || s->c->err) {
+	k->c = redisConnectWithTimeout(s->host_name, s->port, tv_of(s->timeout_ms));
+	if (!k->c || k->c->err) {
 		snprintf(why, why_len, "redis %s:%d: cannot connect: %s", s->host_name, s->port,
-			 s->c ? s->c->errstr : "out of memory");
+			 k->c ? k->c->errstr : "out of memory");
 		goto fail;
 	}
-	if (redisSetTimeout(s->c, tv_of(s->timeout_ms)) != REDIS_OK) {
+	if (redisSetTimeout(k->c, tv_of(s->timeout_ms)) != REDIS_OK) {
 		snprintf(why, why_len, "redis %s:%d: cannot set the reply timeout", s->host_name, s->port);
 		goto fail;
 	}
-	if (s->password && setup_cmd(s, why, why_len, "AUTH", "AUTH %s", s->password))
+	if (s->password && setup_cmd(s, k, why, why_len, "AUTH", "AUTH %s", s->password))
 		goto fail;
-	if (s->db && setup_cmd(s, why, why_len, "SELECT", "SELECT %d", s->db))
+	if (s->db && setup_cmd(s, k, why, why_len, "SELECT", "SELECT %d", s->db))
 		goto fail;
 	return 0;
 fail:
-	if (s->c)
-		redisFree(s->c);
-	s->c = NULL;
+	if (k->c)
+		redisFree(k->c);
+	k->c = NULL;
 	return SRT_EIO;
 }
 
-static int connect_or_log(struct rd_store *s)
+static int connect_or_log(struct rd_store *s, struct rd_conn *k)
 {
 	char why[512];
-	int rc = ensure(s, why, sizeof(why));
+	int rc = ensure(s, k, why, sizeof(why));
 	if (rc)
 		s->host->log(SRT_LOG_ERROR, NAME, "%s", why);
 	return rc;
@@ -148,10 +153,13 @@ static void rd_destroy(void *inst)
 	struct rd_store *s = inst;
 	if (!s)
 		return;
-	if (s->c)
-		redisFree(s->c);
+	struct rd_conn *ks[2] = {&s->rd, &s->wr};
+	for (int i = 0; i < 2; i++) {
+		if (ks[i]->c)
+			redisFree(ks[i]->c);
+		pthread_mutex_destroy(&ks[i]->mu);
+	}
 	free(s->password);
-	pthread_mutex_destroy(&s->mu);
 	free(s);
 }
 
@@ -180,7 +188,8 @@ static int rd_create(const struct srt_host *host, const struct srt_plugin_args *
 	s->host = host;
 	s->port = 6379;
 	s->timeout_ms = 1000;
-	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->rd.mu, NULL);
+	pthread_mutex_init(&s->wr.mu, NULL);
 	v = opt(args, "host");
 	if (v && strlen(v) >= sizeof(s->host_name)) {
 		snprintf(why, why_len, "option host is too long");
@@ -217,7 +226,7 @@ static int rd_create(const struct srt_host *host, const struct srt_plugin_args *
 		snprintf(why, why_len, "option require_server = '%s': expected yes or no", v);
 		goto fail;
 	}
-	if ((rc = ensure(s, why, why_len))) {
+	if ((rc = ensure(s, &s->rd, why, why_len))) {
 		/* A shared store that is down when we start is an outage like any later one:
 		 * calls fail with SRT_EIO until it is reachable (the tier manager retries). */
 		if (rc != SRT_EIO || require)
@@ -232,7 +241,7 @@ fail:
 	return rc;
 }
 
-static int rd_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_t *n_present)
+static int rd_exists_once(void *inst, const struct srt_key *keys, uint32_t n, uint32_t *n_present)
 {
 	struct rd_store *s = inst;
 	char name[NAME_MAX_LEN];
@@ -240,19 +249,20 @@ static int rd_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_
 	int rc, done = 0;
 
 	*n_present = 0;
-	pthread_mutex_lock(&s->mu);
-	if ((rc = connect_or_log(s)))
+	struct rd_conn *k = &s->rd;
+	pthread_mutex_lock(&k->mu);
+	if ((rc = connect_or_log(s, k)))
 		goto out;
 	for (uint32_t base = 0; base < n && !done; base += CHUNK) {
 		uint32_t m = n - base < CHUNK ? n - base : CHUNK;
 		for (uint32_t i = 0; i < m; i++) {
 			key_name(s, &keys[base + i], name);
-			redisAppendCommand(s->c, "EXISTS %b", name, s->prefix_len + 2 * SRT_KEY_BYTES);
+			redisAppendCommand(k->c, "EXISTS %b", name, s->prefix_len + 2 * SRT_KEY_BYTES);
 		}
 		for (uint32_t i = 0; i < m; i++) {
 			redisReply *r = NULL;
-			if (redisGetReply(s->c, (void **)&r) != REDIS_OK || !r) {
-				rc = lost(s, "EXISTS");
+			if (redisGetReply(k->c, (void **)&r) != REDIS_OK || !r) {
+				rc = lost(s, k, "EXISTS");
 				run = 0;
 				goto out;
 			}
@@ -265,11 +275,11 @@ static int rd_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_
 	}
 	*n_present = run;
 out:
-	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&k->mu);
 	return rc;
 }
 
-static int rd_get(void *inst, const struct srt_key *keys, uint32_t n, void *const *bufs,
+static int rd_get_once(void *inst, const struct srt_key *keys, uint32_t n, void *const *bufs,
 		  const size_t *caps, size_t *lens)
 {
 	struct rd_store *s = inst;
@@ -280,8 +290,9 @@ static int rd_get(void *inst, const struct srt_key *keys, uint32_t n, void *cons
 
 	for (uint32_t i = 0; i < n; i++)
 		lens[i] = 0;
-	pthread_mutex_lock(&s->mu);
-	if ((rc = connect_or_log(s)))
+	struct rd_conn *k = &s->rd;
+	pthread_mutex_lock(&k->mu);
+	if ((rc = connect_or_log(s, k)))
 		goto out;
 	argv[0] = "MGET";
 	argl[0] = 4;
@@ -292,9 +303,9 @@ static int rd_get(void *inst, const struct srt_key *keys, uint32_t n, void *cons
 			argv[i + 1] = names[i];
 			argl[i + 1] = s->prefix_len + 2 * SRT_KEY_BYTES;
 		}
-		redisReply *r = redisCommandArgv(s->c, (int)m + 1, argv, argl);
+		redisReply *r = redisCommandArgv(k->c, (int)m + 1, argv, argl);
 		if (!r) {
-			rc = lost(s, "MGET");
+			rc = lost(s, k, "MGET");
 			break;
 		}
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != m) {
@@ -318,31 +329,32 @@ static int rd_get(void *inst, const struct srt_key *keys, uint32_t n, void *cons
 		for (uint32_t i = 0; i < n; i++)
 			lens[i] = 0;
 out:
-	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&k->mu);
 	return rc;
 }
 
-static int rd_put(void *inst, const struct srt_key *keys, uint32_t n, const void *const *bufs,
+static int rd_put_once(void *inst, const struct srt_key *keys, uint32_t n, const void *const *bufs,
 		  const size_t *lens)
 {
 	struct rd_store *s = inst;
 	char name[NAME_MAX_LEN];
 	int rc;
 
-	pthread_mutex_lock(&s->mu);
-	if ((rc = connect_or_log(s)))
+	struct rd_conn *k = &s->wr;
+	pthread_mutex_lock(&k->mu);
+	if ((rc = connect_or_log(s, k)))
 		goto out;
 	for (uint32_t base = 0; base < n && !rc; base += CHUNK) {
 		uint32_t m = n - base < CHUNK ? n - base : CHUNK;
 		for (uint32_t i = 0; i < m; i++) {
 			key_name(s, &keys[base + i], name);
-			redisAppendCommand(s->c, "SET %b %b", name, s->prefix_len + 2 * SRT_KEY_BYTES,
+			redisAppendCommand(k->c, "SET %b %b", name, s->prefix_len + 2 * SRT_KEY_BYTES,
 					   bufs[base + i], lens[base + i]);
 		}
 		for (uint32_t i = 0; i < m; i++) {
 			redisReply *r = NULL;
-			if (redisGetReply(s->c, (void **)&r) != REDIS_OK || !r) {
-				rc = lost(s, "SET");
+			if (redisGetReply(k->c, (void **)&r) != REDIS_OK || !r) {
+				rc = lost(s, k, "SET");
 				goto out;
 			}
 			if (r->type == REDIS_REPLY_ERROR) {
@@ -367,11 +379,11 @@ static int rd_put(void *inst, const struct srt_key *keys, uint32_t n, const void
 		s->refused = 0;
 	}
 out:
-	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&k->mu);
 	return rc;
 }
 
-static int rd_remove(void *inst, const struct srt_key *keys, uint32_t n)
+static int rd_remove_once(void *inst, const struct srt_key *keys, uint32_t n)
 {
 	struct rd_store *s = inst;
 	char names[CHUNK][NAME_MAX_LEN];
@@ -379,8 +391,9 @@ static int rd_remove(void *inst, const struct srt_key *keys, uint32_t n)
 	size_t argl[CHUNK + 1];
 	int rc;
 
-	pthread_mutex_lock(&s->mu);
-	if ((rc = connect_or_log(s)))
+	struct rd_conn *k = &s->wr;
+	pthread_mutex_lock(&k->mu);
+	if ((rc = connect_or_log(s, k)))
 		goto out;
 	argv[0] = "DEL";
 	argl[0] = 3;
@@ -391,9 +404,9 @@ static int rd_remove(void *inst, const struct srt_key *keys, uint32_t n)
 			argv[i + 1] = names[i];
 			argl[i + 1] = s->prefix_len + 2 * SRT_KEY_BYTES;
 		}
-		redisReply *r = redisCommandArgv(s->c, (int)m + 1, argv, argl);
+		redisReply *r = redisCommandArgv(k->c, (int)m + 1, argv, argl);
 		if (!r) {
-			rc = lost(s, "DEL");
+			rc = lost(s, k, "DEL");
 			break;
 		}
 		if (r->type == REDIS_REPLY_ERROR) {
@@ -404,7 +417,61 @@ static int rd_remove(void *inst, const struct srt_key *keys, uint32_t n)
 		freeReplyObject(r);
 	}
 out:
-	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&k->mu);
+	return rc;
+}
+
+static int conn_up(struct rd_conn *k)
+{
+	pthread_mutex_lock(&k->mu);
+	int up = k->c != NULL;
+	pthread_mutex_unlock(&k->mu);
+	return up;
+}
+
+/*
+ * A connection that was up may have gone stale (the server restarted): a call that loses a
+ * connection it started with runs once more on a new one (every command here is idempotent).
+ */
+static int rd_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_t *n_present)
+{
+	struct rd_store *s = inst;
+	int had = conn_up(&s->rd);
+	int rc = rd_exists_once(inst, keys, n, n_present);
+	if (rc == SRT_EIO && had && !conn_up(&s->rd))
+		rc = rd_exists_once(inst, keys, n, n_present);
+	return rc;
+}
+
+static int rd_get(void *inst, const struct srt_key *keys, uint32_t n, void *const *bufs,
+		  const size_t *caps, size_t *lens)
+{
+	struct rd_store *s = inst;
+	int had = conn_up(&s->rd);
+	int rc = rd_get_once(inst, keys, n, bufs, caps, lens);
+	if (rc == SRT_EIO && had && !conn_up(&s->rd))
+		rc = rd_get_once(inst, keys, n, bufs, caps, lens);
+	return rc;
+}
+
+static int rd_put(void *inst, const struct srt_key *keys, uint32_t n, const void *const *bufs,
+		  const size_t *lens)
+{
+	struct rd_store *s = inst;
+	int had = conn_up(&s->wr);
+	int rc = rd_put_once(inst, keys, n, bufs, lens);
+	if (rc == SRT_EIO && had && !conn_up(&s->wr))
+		rc = rd_put_once(inst, keys, n, bufs, lens);
+	return rc;
+}
+
+static int rd_remove(void *inst, const struct srt_key *keys, uint32_t n)
+{
+	struct rd_store *s = inst;
+	int had = conn_up(&s->wr);
+	int rc = rd_remove_once(inst, keys, n);
+	if (rc == SRT_EIO && had && !conn_up(&s->wr))
+		rc = rd_remove_once(inst, keys, n);
 	return rc;
 }
 

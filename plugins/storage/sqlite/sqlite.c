@@ -14,7 +14,10 @@
  *
  * Errors: SQLITE_FULL -> SRT_ENOSPC; every other failure (read-only file, I/O error, lock
  * timeout) -> SRT_EIO; each is logged with the database path and SQLite's message.
- * Thread safety: one connection per instance, every method under the instance mutex.
+ * Thread safety: two connections per instance: one for writes (put, remove, and the recency bump
+ * of a get) and one for reads (exists, and a get's SELECTs), each under its own mutex, so lookups
+ * (WAL readers) never wait behind a batch being written. A get skips the recency bump when a
+ * write holds the write connection (recency is best effort under concurrent writes).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -64,19 +67,27 @@ struct sq_store {
 	char *path;
 	sqlite3 *db;
 	sqlite3_stmt *st[N_ST];
+	sqlite3 *rdb;               /* reads */
+	sqlite3_stmt *rexists, *rget;
+	pthread_mutex_t rmu;
 	uint64_t max_bytes;
 	int64_t clock; /* last atime handed out */
 	pthread_mutex_t mu;
 };
 
-static int fail(struct sq_store *s, const char *what, int rc)
+static int fail_on(struct sq_store *s, sqlite3 *db, const char *what, int rc)
 {
-	int e = sqlite3_system_errno(s->db);
+	int e = sqlite3_system_errno(db);
 	s->host->log(SRT_LOG_ERROR, NAME, "%s: %s: %s (sqlite code %d%s%s)", s->path, what,
-		     sqlite3_errmsg(s->db), rc, e ? ", " : "", e ? strerror(e) : "");
+		     sqlite3_errmsg(db), rc, e ? ", " : "", e ? strerror(e) : "");
 	if ((rc & 0xff) == SQLITE_FULL || e == ENOSPC || e == EDQUOT || e == EFBIG)
 		return SRT_ENOSPC;
 	return SRT_EIO;
+}
+
+static int fail(struct sq_store *s, const char *what, int rc)
+{
+	return fail_on(s, s->db, what, rc);
 }
 
 /* Run a statement that returns no rows; reset it. SQLITE_DONE -> 0. */
@@ -107,8 +118,12 @@ static void sq_destroy(void *inst)
 		return;
 	for (int i = 0; i < N_ST; i++)
 		sqlite3_finalize(s->st[i]);
+	sqlite3_finalize(s->rexists);
+	sqlite3_finalize(s->rget);
+	sqlite3_close(s->rdb);
 	sqlite3_close(s->db);
 	pthread_mutex_destroy(&s->mu);
+	pthread_mutex_destroy(&s->rmu);
 	free(s->path);
 	free(s);
 }
@@ -145,6 +160,7 @@ static int sq_create(const struct srt_host *host, const struct srt_plugin_args *
 	s->host = host;
 	s->max_bytes = UINT64_MAX;
 	pthread_mutex_init(&s->mu, NULL);
+	pthread_mutex_init(&s->rmu, NULL);
 	if ((v = opt(args, "max_bytes")) && (parse_u64(v, &s->max_bytes) || !s->max_bytes)) {
 		snprintf(why, why_len, "option max_bytes = '%s': expected a positive byte count", v);
 		rc = SRT_EINVAL;
@@ -182,6 +198,18 @@ static int sq_create(const struct srt_host *host, const struct srt_plugin_args *
 			rc = SRT_EIO;
 			goto fail;
 		}
+	/* the read connection (after the schema exists) */
+	rc = sqlite3_open_v2(path, &s->rdb, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+	if (rc != SQLITE_OK || sqlite3_prepare_v2(s->rdb, sql_text[ST_EXISTS], -1, &s->rexists,
+						  NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(s->rdb, sql_text[ST_GET], -1, &s->rget, NULL) != SQLITE_OK) {
+		snprintf(why, why_len, "%s: cannot open a read connection: %s", path,
+			 s->rdb ? sqlite3_errmsg(s->rdb) : sqlite3_errstr(rc));
+		rc = SRT_EIO;
+		goto fail;
+	}
+	sqlite3_extended_result_codes(s->rdb, 1);
+	sqlite3_busy_timeout(s->rdb, (int)busy_ms);
 	if (sqlite3_step(s->st[ST_MAXATIME]) == SQLITE_ROW)
 		s->clock = sqlite3_column_int64(s->st[ST_MAXATIME], 0);
 	sqlite3_reset(s->st[ST_MAXATIME]);
@@ -195,11 +223,11 @@ fail:
 static int sq_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_t *n_present)
 {
 	struct sq_store *s = inst;
-	sqlite3_stmt *st = s->st[ST_EXISTS];
+	sqlite3_stmt *st = s->rexists;
 	int rc = 0;
 	uint32_t i = 0;
 
-	pthread_mutex_lock(&s->mu);
+	pthread_mutex_lock(&s->rmu);
 	for (; i < n; i++) {
 		sqlite3_bind_blob(st, 1, keys[i].b, SRT_KEY_BYTES, SQLITE_STATIC);
 		int r = sqlite3_step(st);
@@ -207,12 +235,12 @@ static int sq_exists(void *inst, const struct srt_key *keys, uint32_t n, uint32_
 		if (r == SQLITE_DONE)
 			break;
 		if (r != SQLITE_ROW) {
-			rc = fail(s, "exists", r);
+			rc = fail_on(s, s->rdb, "exists", r);
 			i = 0;
 			break;
 		}
 	}
-	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_unlock(&s->rmu);
 	*n_present = i;
 	return rc;
 }
@@ -221,15 +249,12 @@ static int sq_get(void *inst, const struct srt_key *keys, uint32_t n, void *cons
 		  const size_t *caps, size_t *lens)
 {
 	struct sq_store *s = inst;
-	sqlite3_stmt *st = s->st[ST_GET], *touch = s->st[ST_TOUCH];
-	int rc;
+	sqlite3_stmt *st = s->rget, *touch = s->st[ST_TOUCH];
+	int rc = 0;
 
 	for (uint32_t i = 0; i < n; i++)
 		lens[i] = 0;
-	pthread_mutex_lock(&s->mu);
-	/* One write transaction: the reads and the atime bumps of the hits. */
-	if ((rc = step_done(s, s->st[ST_BEGIN], "get: begin")))
-		goto out;
+	pthread_mutex_lock(&s->rmu);
 	for (uint32_t i = 0; i < n; i++) {
 		sqlite3_bind_blob(st, 1, keys[i].b, SRT_KEY_BYTES, SQLITE_STATIC);
 		int r = sqlite3_step(st);
@@ -242,27 +267,33 @@ static int sq_get(void *inst, const struct srt_key *keys, uint32_t n, void *cons
 		}
 		sqlite3_reset(st);
 		if (r != SQLITE_ROW && r != SQLITE_DONE) {
-			rc = fail(s, "get", r);
+			rc = fail_on(s, s->rdb, "get", r);
 			break;
 		}
-		if (r == SQLITE_ROW) {
-			sqlite3_bind_blob(touch, 1, keys[i].b, SRT_KEY_BYTES, SQLITE_STATIC);
-			sqlite3_bind_int64(touch, 2, ++s->clock);
-			if ((rc = step_done(s, touch, "get: update atime")))
-				break;
-		}
 	}
+	pthread_mutex_unlock(&s->rmu);
 	if (rc) {
-		rollback(s);
 		for (uint32_t i = 0; i < n; i++)
 			lens[i] = 0;
-	} else if ((rc = step_done(s, s->st[ST_COMMIT], "get: commit"))) {
-		rollback(s);
-		rc = 0; /* the reads happened; only the recency update was lost */
+		return rc;
 	}
-out:
+	/* recency of the hits, in one write transaction, unless a write holds the connection */
+	if (pthread_mutex_trylock(&s->mu))
+		return 0;
+	if (!step_done(s, s->st[ST_BEGIN], "get: begin")) {
+		int trc = 0;
+		for (uint32_t i = 0; i < n && !trc; i++) {
+			if (!lens[i])
+				continue;
+			sqlite3_bind_blob(touch, 1, keys[i].b, SRT_KEY_BYTES, SQLITE_STATIC);
+			sqlite3_bind_int64(touch, 2, ++s->clock);
+			trc = step_done(s, touch, "get: update atime");
+		}
+		if (trc || step_done(s, s->st[ST_COMMIT], "get: commit"))
+			rollback(s); /* the reads happened; only the recency update was lost */
+	}
 	pthread_mutex_unlock(&s->mu);
-	return rc;
+	return 0;
 }
 
 /* Delete least recently used rows until the data fits max_bytes. In a transaction. */

@@ -253,22 +253,6 @@ out:
 	return rc;
 }
 
-static int mkdir_p(const char *path)
-{
-	char p[4096];
-	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
-		return -1;
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = 0;
-		if (mkdir(p, 0755) && errno != EEXIST)
-			return -1;
-		*s = '/';
-	}
-	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 /* <cache dir>/<SHA-256 of dir>.json into out; 0, or -1 when no cache dir is known. */
 static int fallback_path(const struct srt_ck_wfp_opts *o, const char *dir, char *cdir,
 			 size_t clen, char *out, size_t len)
@@ -527,7 +511,7 @@ int srt_ck_weights_fingerprint(const struct srt_ckpt *ck, const struct srt_ck_wf
 		if (!w) {
 			snprintf(out->sidecar, sizeof(out->sidecar), "%s", side);
 		} else if (have_fb) {
-			if (mkdir_p(cdir) == 0 && sidecar_write(fb, dir, fs, n) == 0) {
+			if (srt_ck_mkdir_p(cdir) == 0 && sidecar_write(fb, dir, fs, n) == 0) {
 				snprintf(out->sidecar, sizeof(out->sidecar), "%s", fb);
 				out->fallback = 1;
 				say(o, SRT_LOG_INFO, "checkpoint directory %s is not writable (%s): "

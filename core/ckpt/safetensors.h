@@ -166,6 +166,10 @@ int srt_ck_write(const char *dir, const struct srt_ck_wtensor *tensors, size_t n
  */
 int srt_ck_remove_stale_tmp(const char *dir, const char *stem);
 
+/* mkdir -p: create path and its missing parents (mode 0755). 0, or -1 with errno set
+ * (ENOTDIR when path exists and is not a directory). */
+int srt_ck_mkdir_p(const char *path);
+
 /* Bytes a tensor occupies: 0 and *out, or SRT_EINVAL on a negative dim or overflow. */
 int srt_ck_tensor_bytes(uint32_t dtype, uint32_t ndim, const int64_t *shape, uint64_t *out);
 

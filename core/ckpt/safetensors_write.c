@@ -492,3 +492,28 @@ int srt_ck_remove_stale_tmp(const char *dir, const char *stem)
 			dir, removed, removed == 1 ? "" : "s");
 	return removed;
 }
+
+int srt_ck_mkdir_p(const char *path)
+{
+	char p[4096];
+	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	for (char *s = p + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = 0;
+		if (mkdir(p, 0755) && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	if (mkdir(p, 0755) && errno != EEXIST)
+		return -1;
+	struct stat st;
+	if (stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) { /* EEXIST for a plain file */
+		errno = ENOTDIR;
+		return -1;
+	}
+	return 0;
+}

@@ -87,31 +87,6 @@ static void human(char *buf, size_t len, uint64_t b)
 		snprintf(buf, len, "%.1f KiB", (double)b / 1024.0);
 }
 
-static int mkdir_p(const char *path)
-{
-	char *p = strdup(path);
-	if (!p)
-		return -1;
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		if (mkdir(p, 0755) && errno != EEXIST) {
-			free(p);
-			return -1;
-		}
-		*s = '/';
-	}
-	int rc = mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-	struct stat st;
-	if (!rc && stat(p, &st) == 0 && !S_ISDIR(st.st_mode)) { /* EEXIST for a plain file */
-		errno = ENOTDIR;
-		rc = -1;
-	}
-	free(p);
-	return rc;
-}
-
 struct progress {
 	int last_pct;
 	int tty;
@@ -281,7 +256,7 @@ int srt_cmd_gen_model(int argc, char **argv)
 			"it anyway (it needs that much free space in %s)\n", preset, h, dir);
 		return 1;
 	}
-	if (mkdir_p(dir)) {
+	if (srt_ck_mkdir_p(dir)) {
 		fprintf(stderr, "shadowrt gen-model: cannot create %s: %s\n", dir, strerror(errno));
 		return 1;
 	}

@@ -18,27 +18,13 @@
 
 #include "commands.h"
 #include "config/runtime_config.h"
+#include "ckpt/safetensors.h"
 #include "exec/engine.h"
 #include "exec/sampler.h"
 #include "radix/radix.h"
 #include "sched/sched.h"
 #include "tier/manager.h"
 #include "tok_cli.h"
-
-/* mkdir -p; 0 or -1 with errno */
-static int mkdir_p(const char *dir)
-{
-	char p[4096];
-	snprintf(p, sizeof(p), "%s", dir);
-	for (char *c = p + 1; *c; c++)
-		if (*c == '/') {
-			*c = 0;
-			if (mkdir(p, 0755) && errno != EEXIST)
-				return -1;
-			*c = '/';
-		}
-	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-}
 
 /* --logits-dir: DIR/turnT-convC.<ext> */
 static FILE *logits_file(const char *dir, int t, int c, const char *ext, const char *mode)
@@ -273,7 +259,7 @@ int srt_cmd_run(int argc, char **argv)
 	FILE *tab = json ? stderr : stdout; /* the human table */
 	json_t *jreqs = json ? json_array() : NULL;
 	size_t *plen = calloc((size_t)turns * (size_t)nconv, sizeof(size_t)); /* prompt sizes */
-	if (!plen || (logits_dir && mkdir_p(logits_dir))) {
+	if (!plen || (logits_dir && srt_ck_mkdir_p(logits_dir))) {
 		fprintf(stderr, "shadowrt run: --logits-dir %s: %s\n", logits_dir ? logits_dir : "",
 			plen ? strerror(errno) : "out of memory");
 		free(plen);
@@ -288,20 +274,9 @@ int srt_cmd_run(int argc, char **argv)
 	struct conv *cv = calloc((size_t)nconv, sizeof(*cv));
 	if (!cv)
 		goto oom;
-	if (srt_engine_open(&o, &e, err, sizeof(err))) {
-		if (!o.tiers || !strstr(err, "[tier.")) {
-			fprintf(stderr, "shadowrt run: %s\n", err);
-			goto out;
-		}
-		/* a broken L2/L3 setting must not stop the main job: say so, run on L1 */
-		fprintf(stderr, "shadowrt run: warning: tiers unavailable, running with L1 only "
-			"(--no-tiers): %s\n", err);
-		o.tiers = 0;
-		if (srt_engine_open(&o, &e, err, sizeof(err))) {
-			fprintf(stderr, "shadowrt run: %s\n", err);
-			goto out;
-		}
-	}
+	/* a broken L2/L3 setting must not stop the main job: say so, run on L1 */
+	if (srt_cli_engine_open(&o, &e, "shadowrt run", "running"))
+		goto out;
 	const struct srt_model_config *m = srt_engine_model(e);
 	const struct srt_runtime_config *rc = srt_engine_runtime(e);
 	struct srt_sched_config qc = {.max_running = nconv};

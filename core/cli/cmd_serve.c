@@ -208,19 +208,8 @@ int srt_cmd_serve(int argc, char **argv)
 	struct srt_tok *tok = NULL;
 	struct srt_sched *sched = NULL;
 	struct srt_serve *srv = NULL;
-	if (srt_engine_open(&o, &e, err, sizeof(err))) {
-		if (!o.tiers || !strstr(err, "[tier.")) {
-			fprintf(stderr, "shadowrt serve: %s\n", err);
-			goto out;
-		}
-		fprintf(stderr, "shadowrt serve: warning: tiers unavailable, serving with L1 only "
-			"(--no-tiers): %s\n", err);
-		o.tiers = 0;
-		if (srt_engine_open(&o, &e, err, sizeof(err))) {
-			fprintf(stderr, "shadowrt serve: %s\n", err);
-			goto out;
-		}
-	}
+	if (srt_cli_engine_open(&o, &e, "shadowrt serve", "serving"))
+		goto out;
 	const struct srt_model_config *m = srt_engine_model(e);
 	int rc = srt_tok_load_dir(srt_engine_model_path(e), &tok, err, sizeof(err));
 	if (rc && rc != SRT_ENOENT) {

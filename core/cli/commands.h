@@ -35,6 +35,14 @@ int srt_cli_take_sets(int *argc, char **argv, const char *cmd);
 /* The --set paragraph main() appends to every command's --help. */
 extern const char srt_cli_set_help[];
 
+struct srt_engine_opts;
+struct srt_engine;
+/* srt_engine_open for a long-running command: when the L2/L3 tiers of the config cannot be
+ * opened, warn ("<cmd>: warning: tiers unavailable, <verb> with L1 only") and open with L1
+ * only; any other failure is printed. 0, or -1 after printing (o->tiers may be cleared). */
+int srt_cli_engine_open(struct srt_engine_opts *o, struct srt_engine **e, const char *cmd,
+			const char *verb);
+
 /* The commands (one cmd_<name>.c each). */
 int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);

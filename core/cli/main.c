@@ -8,6 +8,7 @@
 #include <shadowrt/plugin.h>
 
 #include "commands.h"
+#include "exec/engine.h"
 #include "config/runtime_config.h"
 
 #ifndef SRT_VERSION
@@ -67,6 +68,23 @@ int srt_cli_parse_int(const char *s, int lo, int hi, int *out)
 		return -1;
 	*out = (int)v;
 	return 0;
+}
+
+int srt_cli_engine_open(struct srt_engine_opts *o, struct srt_engine **e, const char *cmd,
+			const char *verb)
+{
+	char err[2048];
+	if (!srt_engine_open(o, e, err, sizeof(err)))
+		return 0;
+	if (o->tiers && strstr(err, "[tier.")) {
+		fprintf(stderr, "%s: warning: tiers unavailable, %s with L1 only (--no-tiers): %s\n",
+			cmd, verb, err);
+		o->tiers = 0;
+		if (!srt_engine_open(o, e, err, sizeof(err)))
+			return 0;
+	}
+	fprintf(stderr, "%s: %s\n", cmd, err);
+	return -1;
 }
 
 static void usage(FILE *out)

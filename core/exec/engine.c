@@ -115,22 +115,6 @@ const char *srt_engine_cache_dir(char *buf, size_t len)
 	return "./shadowrt-models";
 }
 
-static int mkdir_p(const char *path)
-{
-	char p[4096];
-	if (snprintf(p, sizeof(p), "%s", path) >= (int)sizeof(p))
-		return -1;
-	for (char *s = p + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = 0;
-		if (mkdir(p, 0755) && errno != EEXIST)
-			return -1;
-		*s = '/';
-	}
-	return mkdir(p, 0755) && errno != EEXIST ? -1 : 0;
-}
-
 static int is_file(const char *dir, const char *name)
 {
 	char p[4200];
@@ -187,7 +171,7 @@ int srt_engine_model_dir(const char *model, const char *cache_dir, int quiet, ch
 	}
 	if (is_file(out, "config.json"))
 		return 0;
-	if (mkdir_p(cache_dir)) {
+	if (srt_ck_mkdir_p(cache_dir)) {
 		seterr(err, errlen, "cannot create model cache directory '%s': %s", cache_dir,
 		       strerror(errno));
 		return SRT_EIO;

@@ -184,6 +184,8 @@ static bool run_isa(const struct srt_weight *w, const float *x, const float *xs,
 	switch (srt_gemm_isa_current()) {
 #if defined(SRT_OPS_X86)
 	case SRT_GEMM_ISA_AVX512:
+		if (m >= 2 && srt_gemmt_avx512(w, x, xs, m, ldx, y, ldy, n0, n1))
+			return true;
 		return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
 	case SRT_GEMM_ISA_AVX2:
 		return srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n0, n1);

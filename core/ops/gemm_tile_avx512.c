@@ -1,0 +1,372 @@
+/*
+ * core/ops/gemm_tile_avx512.c — the M > 1 (prefill) GEMM kernel for x86-64 AVX-512F/BW
+ * (+ AVX2, F16C; compiled like gemm_avx512.c, never -mfma; called by gemm.c only after cpuid
+ * said yes, for M >= 2).
+ *
+ * Same bits as the portable code (gemm.h's order) and as gemm_avx512.c, whose "pair" layout
+ * it keeps: one 16-float register holds the 8 lanes (k mod 8) of two output features, so a
+ * tile of NP = 4 pairs is 8 output features. What changes is the blocking:
+ *  - weights: a tile's 128-wide K block is decoded once into an L1 buffer (4 KiB) — the same
+ *    floats as gemm_avx512.c's tile() — and used by every row of a chunk of up to RC rows;
+ *  - activations: RB = 4 rows at a time against the 4 pairs, 16 independent accumulators in
+ *    registers (each weight vector loaded once per 4 rows, each activation vector broadcast
+ *    from memory once per 4 pairs), instead of one row's 4 dependent add chains;
+ *  - REFERENCE mode with FP8/FP4 weights: the products xq·wq are exact when the 128
+ *    activations of the block have at most 8 significant bits in [2^-100, 2^101) (E4M3
+ *    values always do; checked per row and block, once per row chunk): then one fused
+ *    multiply-add acc + x·w rounds the same real number once, as the separate multiplication
+ *    (exact) and addition do, so the bits are unchanged and the adds leave the FP add ports
+ *    to the lane reductions. Blocks that fail the check use multiply then add.
+ * Each lane still adds its products in k order starting from 0, a tile's 8 results per block
+ * (or per 32 sub-block for FP4 REFERENCE) are combined by the same 8-lane reduction, and the
+ * epilogues do the same operations in the same order as tile(), so every y is bit-identical.
+ * Output features past the last full tile go to srt_gemmk_avx512 (same bits).
+ */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/fp.h"
+#include "ops/gemm_isa.h"
+
+#define KB 128      /* K block */
+#define NP 4        /* row pairs per tile (8 output features) */
+#define NV (KB / 8) /* pair vectors per block */
+#define RB 4        /* activation rows per register block */
+#define RC 128      /* activation rows per chunk (one weight decode per chunk and block) */
+#define NBMAX 128   /* K blocks whose exactness flags are kept (K <= 16384); larger K: no FMA */
+
+static inline __m512 pair_f32(const float *a, const float *b)
+{
+	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a))),
+						   _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
+}
+
+static inline __m512 pair_bf16(const uint16_t *a, const uint16_t *b)
+{
+	__m256i v = _mm256_inserti128_si256(
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+		_mm_loadu_si128((const __m128i *)(const void *)b), 1);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
+}
+
+/* E4M3 codes placed as IEEE halves and converted: the code value times 2^-8, exact (see
+ * gemm_avx512.c's header). */
+static inline __m512 pair_fp8_half(const uint8_t *a, const uint8_t *b)
+{
+	__m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
+				       _mm_loadl_epi64((const __m128i *)(const void *)b));
+	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(v), 7),
+				     _mm256_set1_epi16((short)0xBF80));
+	return _mm512_cvtph_ps(h);
+}
+
+/* 8 E2M1 values of row a (lanes 0-7) and of row b (lanes 8-15): each lane's nibble shifted
+ * down, looked up (sign included) by vpermps, which reads the low 4 index bits only. */
+static inline __m512 pair_fp4(const uint8_t *a, const uint8_t *b)
+{
+	int32_t ua, ub;
+	memcpy(&ua, a, 4);
+	memcpy(&ub, b, 4);
+	const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32(ua), (__mmask16)0xFF00, ub);
+	const __m512i idx = _mm512_srlv_epi32(
+		v, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
+	const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+					  -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+	return _mm512_permutexvar_ps(idx, tab);
+}
+
+static inline __m512 pair_set(float sa, float sb)
+{
+	return _mm512_mask_blend_ps((__mmask16)0xFF00, _mm512_set1_ps(sa), _mm512_set1_ps(sb));
+}
+
+/* The 8 results of 4 pair accumulators, each ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)) as gemm.c's
+ * dot_blk combines its lanes (the same network as gemm_avx512.c's reduce8). */
+static inline __m256 reduce8(const __m512 *acc)
+{
+	__m512 h[NP];
+	for (int p = 0; p < NP; p++)
+		h[p] = _mm512_add_ps(acc[p], _mm512_shuffle_f32x4(acc[p], acc[p], _MM_SHUFFLE(2, 3, 0, 1)));
+	const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+					_mm512_shuffle_ps(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)),
+					_mm512_shuffle_ps(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+				       _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+	const __m128 even = _mm512_castps512_ps128(r), odd = _mm512_extractf32x4_ps(r, 2);
+	return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_unpacklo_ps(even, odd)),
+				    _mm_unpackhi_ps(even, odd), 1);
+}
+
+/* True when each of the 128 floats at x is 0 or has at most 8 significant bits (low 16
+ * mantissa bits clear) with a magnitude in [2^-100, 2^101): its product with any E4M3 code
+ * value (4 bits, [2^-9, 448]) or E2M1 value (2 bits, [0.5, 6]) is then an exact normal float. */
+static inline bool x_exact_products(const float *x)
+{
+	__m512i bad = _mm512_setzero_si512();
+	for (int i = 0; i < KB; i += 16) {
+		const __m512i u = _mm512_loadu_si512((const void *)(x + i));
+		const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+		const __m512i e = _mm512_srli_epi32(a, 23);
+		const __mmask16 nz = _mm512_test_epi32_mask(a, a);
+		const __mmask16 out = _mm512_cmplt_epi32_mask(e, _mm512_set1_epi32(27)) |
+				      _mm512_cmpgt_epi32_mask(e, _mm512_set1_epi32(227));
+		bad = _mm512_or_si512(bad, _mm512_and_si512(u, _mm512_set1_epi32(0x0000FFFF)));
+		bad = _mm512_mask_mov_epi32(bad, (__mmask16)(out & nz), _mm512_set1_epi32(1));
+	}
+	return _mm512_test_epi32_mask(bad, bad) == 0;
+}
+
+/* Decode block [k0, k0 + 8·nv) of the tile's pairs (rows n+2p, n+2p+1) into wbuf[p][v][16]:
+ * gemm.c's decode_row floats (EXACT: scaled; REFERENCE: FP8 code values, FP4 code values). */
+static inline __attribute__((always_inline)) void
+decode_tile(const struct srt_weight *w, int type, bool ref, size_t n, size_t k0, size_t nv,
+	    float *restrict wbuf)
+{
+	const size_t K = w->cols;
+	for (int p = 0; p < NP; p++) {
+		const size_t ra = n + 2 * (size_t)p, rb = ra + 1;
+		float *dst = wbuf + (size_t)p * NV * 16;
+		switch (type) {
+		case SRT_WT_F32: {
+			const float *a = (const float *)w->data + ra * K + k0;
+			const float *b = (const float *)w->data + rb * K + k0;
+			for (size_t v = 0; v < nv; v++)
+				_mm512_store_ps(dst + v * 16, pair_f32(a + v * 8, b + v * 8));
+			break;
+		}
+		case SRT_WT_BF16: {
+			const uint16_t *a = (const uint16_t *)w->data + ra * K + k0;
+			const uint16_t *b = (const uint16_t *)w->data + rb * K + k0;
+			for (size_t v = 0; v < nv; v++)
+				_mm512_store_ps(dst + v * 16, pair_bf16(a + v * 8, b + v * 8));
+			break;
+		}
+		case SRT_WT_FP8: {
+			const uint8_t *a = (const uint8_t *)w->data + ra * K + k0;
+			const uint8_t *b = (const uint8_t *)w->data + rb * K + k0;
+			const size_t nb = (K + KB - 1) / KB;
+			const uint8_t ea = w->scales[(ra / KB) * nb + k0 / KB];
+			const uint8_t eb = w->scales[(rb / KB) * nb + k0 / KB];
+			/* (v·2^-8)·(2^8·s): the real v·s rounded once when 2^8·s is finite;
+			 * else (v·2^-8·2^8)·s; REFERENCE: v·2^-8·2^8 = v */
+			__m512 f = _mm512_set1_ps(256.0f), f2 = _mm512_set1_ps(1.0f);
+			bool two = false;
+			if (!ref && ea <= 246 && eb <= 246) {
+				f = pair_set(256.0f * srt_e8m0_to_f32(ea), 256.0f * srt_e8m0_to_f32(eb));
+			} else if (!ref) {
+				f2 = pair_set(srt_e8m0_to_f32(ea), srt_e8m0_to_f32(eb));
+				two = true;
+			}
+			for (size_t v = 0; v < nv; v++) {
+				__m512 x = _mm512_mul_ps(pair_fp8_half(a + v * 8, b + v * 8), f);
+				if (two)
+					x = _mm512_mul_ps(x, f2);
+				_mm512_store_ps(dst + v * 16, x);
+			}
+			break;
+		}
+		default: {
+			const uint8_t *a = (const uint8_t *)w->data + (ra * K + k0) / 2;
+			const uint8_t *b = (const uint8_t *)w->data + (rb * K + k0) / 2;
+			const uint8_t *sa = w->scales + ra * (K / 32) + k0 / 32;
+			const uint8_t *sb = w->scales + rb * (K / 32) + k0 / 32;
+			for (size_t v = 0; v < nv; v++) {
+				__m512 x = pair_fp4(a + v * 4, b + v * 4);
+				if (!ref)
+					x = _mm512_mul_ps(x, pair_set(srt_e8m0_to_f32(sa[v / 4]),
+								      srt_e8m0_to_f32(sb[v / 4])));
+				_mm512_store_ps(dst + v * 16, x);
+			}
+			break;
+		}
+		}
+	}
+}
+
+/* d[r] = the tile's 8 dots of rows x + r·ldx over pair vectors [v0, v0 + nv) of wbuf, for
+ * r < R. xmul: each row's activations times xmul[r] first (REFERENCE with f32/bf16 weights:
+ * xq·xs, as gemm.c); fused: every product exact (fused multiply-add, same bits). R, nv,
+ * fused and whether xmul is set are compile-time constants at every call. */
+static inline __attribute__((always_inline)) void
+rows_dots(const float *wbuf, const float *x, size_t ldx, int R, size_t v0, size_t nv,
+	  bool fused, const float *xmul, __m256 *d)
+{
+	__m512 acc[RB][NP];
+	for (int r = 0; r < R; r++)
+		for (int p = 0; p < NP; p++)
+			acc[r][p] = _mm512_setzero_ps();
+	for (size_t v = v0; v < v0 + nv; v++) {
+		__m512 xb[RB];
+		for (int r = 0; r < R; r++) {
+			xb[r] = _mm512_castpd_ps(_mm512_broadcast_f64x4(
+				_mm256_castps_pd(_mm256_loadu_ps(x + (size_t)r * ldx + v * 8))));
+			if (xmul)
+				xb[r] = _mm512_mul_ps(xb[r], _mm512_set1_ps(xmul[r]));
+		}
+		for (int p = 0; p < NP; p++) {
+			const __m512 wv = _mm512_load_ps(wbuf + ((size_t)p * NV + v) * 16);
+			for (int r = 0; r < R; r++)
+				acc[r][p] = fused ? _mm512_fmadd_ps(xb[r], wv, acc[r][p])
+						  : _mm512_add_ps(acc[r][p], _mm512_mul_ps(xb[r], wv));
+		}
+	}
+	for (int r = 0; r < R; r++)
+		d[r] = reduce8(acc[r]);
+}
+
+/* Rows [i, i + R) of one tile and block b: dots and epilogue, as tile() in gemm_avx512.c:
+ * EXACT (and REFERENCE with f32/bf16 weights): y += d; REFERENCE FP8: y += d·(sa·sb);
+ * REFERENCE FP4, per 32 sub-block s: y += (d·sa)·sb_s. */
+static inline __attribute__((always_inline)) void
+rows_blk(const float *wbuf, int type, bool ref, const float *x, const float *xs, size_t ldx,
+	 float *y, size_t ldy, size_t nb, size_t b, size_t nv, const __m256 *sb, int R, bool fused)
+{
+	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
+	__m256 d[RB];
+	if (!ref || !quant) {
+		if (ref) {
+			float xm[RB];
+			for (int r = 0; r < R; r++)
+				xm[r] = xs[(size_t)r * nb + b];
+			rows_dots(wbuf, x, ldx, R, 0, nv, false, xm, d);
+		} else {
+			rows_dots(wbuf, x, ldx, R, 0, nv, false, NULL, d);
+		}
+		for (int r = 0; r < R; r++) {
+			float *yr = y + (size_t)r * ldy;
+			_mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr), d[r]));
+		}
+	} else if (type == SRT_WT_FP8) {
+		rows_dots(wbuf, x, ldx, R, 0, NV, fused, NULL, d);
+		for (int r = 0; r < R; r++) {
+			float *yr = y + (size_t)r * ldy;
+			const __m256 f = _mm256_mul_ps(_mm256_set1_ps(xs[(size_t)r * nb + b]), sb[0]);
+			_mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr), _mm256_mul_ps(d[r], f)));
+		}
+	} else {
+		for (size_t s = 0; s < KB / 32; s++) {
+			rows_dots(wbuf, x, ldx, R, s * 4, 4, fused, NULL, d);
+			for (int r = 0; r < R; r++) {
+				float *yr = y + (size_t)r * ldy;
+				const __m256 da = _mm256_mul_ps(d[r], _mm256_set1_ps(xs[(size_t)r * nb + b]));
+				_mm256_storeu_ps(yr, _mm256_add_ps(_mm256_loadu_ps(yr), _mm256_mul_ps(da, sb[s])));
+			}
+		}
+	}
+}
+
+/* Rows [i0, i0 + mc) (mc <= RC), full tiles [n0, n1). type and ref compile-time. */
+static inline __attribute__((always_inline)) void
+chunk(const struct srt_weight *w, int type, bool ref, const float *x, const float *xs,
+      size_t mc, size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	_Alignas(64) float wbuf[NP * NV * 16];
+	const size_t K = w->cols, nb = (K + KB - 1) / KB;
+	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
+	/* REFERENCE FP8/FP4: block b of row i has exact products (fused multiply-adds) */
+	uint8_t ex[RC][NBMAX];
+	const bool can_fuse = ref && quant && nb <= NBMAX;
+	if (can_fuse)
+		for (size_t i = 0; i < mc; i++)
+			for (size_t b = 0; b < nb; b++)
+				ex[i][b] = x_exact_products(x + i * ldx + b * KB);
+	for (size_t n = n0; n < n1; n += 2 * NP) {
+		for (size_t i = 0; i < mc; i++)
+			_mm256_storeu_ps(y + i * ldy + n, _mm256_setzero_ps());
+		for (size_t b = 0; b < nb; b++) {
+			const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
+			decode_tile(w, type, ref, n, k0, nv, wbuf);
+			__m256 sb[KB / 32];
+			if (ref && quant) {
+				float s[KB / 32][2 * NP];
+				for (int t = 0; t < 2 * NP; t++) {
+					if (type == SRT_WT_FP8) {
+						s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+					} else {
+						const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
+						for (int q = 0; q < KB / 32; q++)
+							s[q][t] = srt_e8m0_to_f32(sc[q]);
+					}
+				}
+				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
+					sb[q] = _mm256_loadu_ps(s[q]);
+			}
+			size_t i = 0;
+			for (; i + RB <= mc; i += RB) {
+				const float *xr = x + i * ldx + k0;
+				float *yr = y + i * ldy + n;
+				const float *xsr = ref ? xs + i * nb : NULL;
+				if (can_fuse && ex[i][b] && ex[i + 1][b] && ex[i + 2][b] && ex[i + 3][b])
+					rows_blk(wbuf, type, ref, xr, xsr, ldx, yr, ldy, nb, b, nv, sb, RB, true);
+				else
+					rows_blk(wbuf, type, ref, xr, xsr, ldx, yr, ldy, nb, b, nv, sb, RB, false);
+			}
+			for (; i < mc; i++) {
+				const float *xr = x + i * ldx + k0;
+				float *yr = y + i * ldy + n;
+				const float *xsr = ref ? xs + i * nb : NULL;
+				if (can_fuse && ex[i][b])
+					rows_blk(wbuf, type, ref, xr, xsr, ldx, yr, ldy, nb, b, nv, sb, 1, true);
+				else
+					rows_blk(wbuf, type, ref, xr, xsr, ldx, yr, ldy, nb, b, nv, sb, 1, false);
+			}
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void
+run(const struct srt_weight *w, int type, bool ref, const float *x, const float *xs, size_t m,
+    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	const size_t nb = (w->cols + KB - 1) / KB;
+	for (size_t i0 = 0; i0 < m; i0 += RC) {
+		const size_t mc = m - i0 < RC ? m - i0 : RC;
+		chunk(w, type, ref, x + i0 * ldx, xs ? xs + i0 * nb : NULL, mc, ldx, y + i0 * ldy,
+		      ldy, n0, n1);
+	}
+}
+
+bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	if (m < 2 || n1 - n0 < 2 * NP)
+		return false;
+	if ((w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) && w->cols % 8 != 0)
+		return false; /* lane tails: the portable code */
+	const size_t nf = n0 + (n1 - n0) / (2 * NP) * (2 * NP);
+	const bool ref = xs != NULL;
+	switch (w->type) {
+	case SRT_WT_F32:
+		if (ref)
+			run(w, SRT_WT_F32, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_F32, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	case SRT_WT_BF16:
+		if (ref)
+			run(w, SRT_WT_BF16, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_BF16, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	case SRT_WT_FP8:
+		if (ref)
+			run(w, SRT_WT_FP8, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_FP8, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	case SRT_WT_FP4:
+		if (ref)
+			run(w, SRT_WT_FP4, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_FP4, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	default:
+		return false;
+	}
+	if (nf < n1 && !srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, nf, n1))
+		return false; /* unreachable: the shapes handled above are handled there too */
+	return true;
+}

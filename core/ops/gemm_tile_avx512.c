@@ -329,6 +329,195 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 	}
 }
 
+/* ==== REFERENCE FP8 / FP4 with the output features in the lanes =============================
+ *
+ * For prefill-sized M the pair layout's per-row lane reductions (shuffles, for each 8 outputs
+ * and each 128 block, or each 32 sub-block with FP4) cost as much as the products. Here a
+ * tile is 16 output features, one per lane, and each of the 8 partial sums of gemm.h's order
+ * (lane k mod 8) is its own register: acc[j] += x[k]·w[k][16 features] for k = 8v + j, v in
+ * order, from 0; the combination ((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7)) is then 7 vertical adds
+ * for 16 outputs, and the epilogues are gemm.c's (y += d·(sa·sb); FP4: y += (d·sa)·sb_s).
+ * The weights are decoded straight into that transposed layout (wt[k][16]): one 16-lane dword
+ * gather per 8 k (FP4) or 4 k (FP8) takes each feature's codes, a shift per k puts the code in
+ * each lane's low bits (FP4: vpermps table; FP8: the half-precision placement of
+ * gemm_avx512.c, times 2^8: the code value). RT = 3 rows share each weight vector.
+ */
+#define TF 16 /* output features per transposed tile */
+#define RT 3  /* rows per register block (24 accumulators) */
+#define TMIN 8 /* fewer rows: the pair kernel (the decode would not pay off) */
+
+/* wt[k][16] for the block at k0 of features [n, n + 16): FP4 / FP8 code values. */
+static inline __attribute__((always_inline)) void
+decode_t(const struct srt_weight *w, int type, size_t n, size_t k0, float *restrict wt)
+{
+	const size_t K = w->cols;
+	if (type == SRT_WT_FP4) {
+		const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+							_mm512_set1_epi32((int)(K / 2)));
+		const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
+						  -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
+		const uint8_t *base = (const uint8_t *)w->data + n * (K / 2) + k0 / 2;
+		for (size_t v = 0; v < NV; v++) {
+			const __m512i g = _mm512_i32gather_epi32(vidx, (const void *)(base + v * 4), 1);
+			for (int j = 0; j < 8; j++)
+				_mm512_store_ps(wt + (v * 8 + (size_t)j) * TF,
+						_mm512_permutexvar_ps(_mm512_srli_epi32(g, (unsigned)(4 * j)), tab));
+		}
+	} else {
+		const __m512i vidx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+							_mm512_set1_epi32((int)K));
+		const uint8_t *base = (const uint8_t *)w->data + n * K + k0;
+		const __m512 f256 = _mm512_set1_ps(256.0f);
+		for (size_t q = 0; q < KB / 4; q++) {
+			const __m512i g = _mm512_i32gather_epi32(vidx, (const void *)(base + q * 4), 1);
+			for (int j = 0; j < 4; j++) {
+				/* byte j of each lane, sign-extended to 16 bits, as pair_fp8_half */
+				const __m256i c = _mm512_cvtepi32_epi16(_mm512_srai_epi32(
+					_mm512_slli_epi32(g, (unsigned)(24 - 8 * j)), 24));
+				const __m256i h = _mm256_and_si256(_mm256_slli_epi16(c, 7),
+								   _mm256_set1_epi16((short)0xBF80));
+				_mm512_store_ps(wt + (q * 4 + (size_t)j) * TF,
+						_mm512_mul_ps(_mm512_cvtph_ps(h), f256));
+			}
+		}
+	}
+}
+
+/* ((a0+a4)+(a1+a5))+((a2+a6)+(a3+a7)) */
+static inline __m512 comb_t(const __m512 *a)
+{
+	return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a[0], a[4]), _mm512_add_ps(a[1], a[5])),
+			     _mm512_add_ps(_mm512_add_ps(a[2], a[6]), _mm512_add_ps(a[3], a[7])));
+}
+
+/* acc + w·(*x broadcast) by one fused multiply-add, and w·(*x broadcast), each with the
+ * activation as an embedded-broadcast memory operand (GCC otherwise broadcasts into a
+ * register and reloads the weight vector for every row). */
+static inline __m512 fma_bx(__m512 acc, __m512 w, const float *x)
+{
+	__asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x));
+	return acc;
+}
+
+static inline __m512 mul_bx(__m512 w, const float *x)
+{
+	__m512 r;
+	__asm__("vmulps %2%{1to16%}, %1, %0" : "=v"(r) : "v"(w), "m"(*x));
+	return r;
+}
+
+/* d[r] for rows x + r·ldx (r < R) over k in [kk0, kk0 + len) of the block. */
+static inline __attribute__((always_inline)) void
+rows_t(const float *wt, const float *x, size_t ldx, int R, size_t kk0, size_t len, bool fused,
+       __m512 *d)
+{
+	__m512 acc[RT][8];
+	for (int r = 0; r < R; r++)
+		for (int j = 0; j < 8; j++)
+			acc[r][j] = _mm512_setzero_ps();
+	for (size_t k = kk0; k < kk0 + len; k += 8)
+		for (int j = 0; j < 8; j++) {
+			const __m512 wv = _mm512_load_ps(wt + (k + (size_t)j) * TF);
+			for (int r = 0; r < R; r++) {
+				const float *xp = x + (size_t)r * ldx + k + (size_t)j;
+				acc[r][j] = fused ? fma_bx(acc[r][j], wv, xp)
+						  : _mm512_add_ps(acc[r][j], mul_bx(wv, xp));
+			}
+		}
+	for (int r = 0; r < R; r++)
+		d[r] = comb_t(acc[r]);
+}
+
+static inline __attribute__((always_inline)) void
+rows_t_blk(const float *wt, int type, const float *x, const float *xs, size_t ldx, float *y,
+	   size_t ldy, size_t nb, size_t b, const __m512 *sb, int R, bool fused)
+{
+	__m512 d[RT];
+	if (type == SRT_WT_FP8) {
+		rows_t(wt, x, ldx, R, 0, KB, fused, d);
+		for (int r = 0; r < R; r++) {
+			float *yr = y + (size_t)r * ldy;
+			const __m512 f = _mm512_mul_ps(_mm512_set1_ps(xs[(size_t)r * nb + b]), sb[0]);
+			_mm512_storeu_ps(yr, _mm512_add_ps(_mm512_loadu_ps(yr), _mm512_mul_ps(d[r], f)));
+		}
+	} else {
+		for (size_t s = 0; s < KB / 32; s++) {
+			rows_t(wt, x, ldx, R, s * 32, 32, fused, d);
+			for (int r = 0; r < R; r++) {
+				float *yr = y + (size_t)r * ldy;
+				const __m512 da = _mm512_mul_ps(d[r], _mm512_set1_ps(xs[(size_t)r * nb + b]));
+				_mm512_storeu_ps(yr, _mm512_add_ps(_mm512_loadu_ps(yr), _mm512_mul_ps(da, sb[s])));
+			}
+		}
+	}
+}
+
+/* Rows [0, mc) (mc <= RC) and features [n0, n1), n1 - n0 a multiple of 16; REFERENCE. */
+static inline __attribute__((always_inline)) void
+chunk_t(const struct srt_weight *w, int type, const float *x, const float *xs, size_t mc,
+	size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	_Alignas(64) float wt[KB * TF];
+	const size_t K = w->cols, nb = K / KB;
+	uint8_t ex[RC][NBMAX];
+	const bool can_fuse = nb <= NBMAX;
+	if (can_fuse)
+		for (size_t i = 0; i < mc; i++)
+			for (size_t b = 0; b < nb; b++)
+				ex[i][b] = x_exact_products(x + i * ldx + b * KB);
+	for (size_t n = n0; n < n1; n += TF) {
+		for (size_t i = 0; i < mc; i++)
+			_mm512_storeu_ps(y + i * ldy + n, _mm512_setzero_ps());
+		for (size_t b = 0; b < nb; b++) {
+			const size_t k0 = b * KB;
+			decode_t(w, type, n, k0, wt);
+			__m512 sb[KB / 32];
+			float s[KB / 32][TF];
+			for (int t = 0; t < TF; t++) {
+				if (type == SRT_WT_FP8) {
+					s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+				} else {
+					const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
+					for (int q = 0; q < KB / 32; q++)
+						s[q][t] = srt_e8m0_to_f32(sc[q]);
+				}
+			}
+			for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
+				sb[q] = _mm512_loadu_ps(s[q]);
+			size_t i = 0;
+			for (; i + RT <= mc; i += RT) {
+				const float *xr = x + i * ldx + k0;
+				float *yr = y + i * ldy + n;
+				if (can_fuse && ex[i][b] && ex[i + 1][b] && ex[i + 2][b])
+					rows_t_blk(wt, type, xr, xs + i * nb, ldx, yr, ldy, nb, b, sb, RT, true);
+				else
+					rows_t_blk(wt, type, xr, xs + i * nb, ldx, yr, ldy, nb, b, sb, RT, false);
+			}
+			for (; i < mc; i++) {
+				const float *xr = x + i * ldx + k0;
+				float *yr = y + i * ldy + n;
+				if (can_fuse && ex[i][b])
+					rows_t_blk(wt, type, xr, xs + i * nb, ldx, yr, ldy, nb, b, sb, 1, true);
+				else
+					rows_t_blk(wt, type, xr, xs + i * nb, ldx, yr, ldy, nb, b, sb, 1, false);
+			}
+		}
+	}
+}
+
+static void run_t(const struct srt_weight *w, int type, const float *x, const float *xs, size_t m,
+		  size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	const size_t nb = w->cols / KB;
+	for (size_t i0 = 0; i0 < m; i0 += RC) {
+		const size_t mc = m - i0 < RC ? m - i0 : RC;
+		if (type == SRT_WT_FP8)
+			chunk_t(w, SRT_WT_FP8, x + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
+		else
+			chunk_t(w, SRT_WT_FP4, x + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
+	}
+}
+
 bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
@@ -336,8 +525,18 @@ bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *x
 		return false;
 	if ((w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) && w->cols % 8 != 0)
 		return false; /* lane tails: the portable code */
-	const size_t nf = n0 + (n1 - n0) / (2 * NP) * (2 * NP);
 	const bool ref = xs != NULL;
+	if (ref && m >= TMIN && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4) &&
+	    n1 - n0 >= TF && w->cols / 2 * TF < ((size_t)1 << 31)) {
+		const size_t nt = n0 + (n1 - n0) / TF * TF;
+		run_t(w, w->type, x, xs, m, ldx, y, ldy, n0, nt);
+		n0 = nt;
+		if (n0 == n1)
+			return true;
+		if (n1 - n0 < 2 * NP)
+			return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
+	}
+	const size_t nf = n0 + (n1 - n0) / (2 * NP) * (2 * NP);
 	switch (w->type) {
 	case SRT_WT_F32:
 		if (ref)

@@ -839,14 +839,17 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 }
 END_TEST
 
-/* The M > 1 (prefill) kernels: register blocks of 4 rows with 1-3 left over, row chunks of
- * 128 (M = 131 spans two), output ranges off the 8-feature tile grid, and, in REFERENCE mode,
+/* The M > 1 (prefill) kernels: register blocks of 4 (pair tiles) and 3 (16-feature tiles,
+ * REFERENCE FP8/FP4 from M = 8) rows with rows left over, row chunks of 128 (M = 131 spans
+ * two), output ranges off the tile grids, and, in REFERENCE mode,
  * quantized activations whose blocks fail the exact-product check in some rows only (those
  * row blocks multiply then add, the others use fused multiply-adds): every kernel set gives
  * the generic set's bits. */
 START_TEST(gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails)
 {
-	static const size_t Ms[] = {2, 4, 6, 9, 131};
+	/* M, column range: pair tiles, 16-feature tiles (M >= 8) with pair-tile and 1-7 tails */
+	static const size_t Ms[][3] = {{2, 0, 53}, {4, 1, 48}, {6, 2, 53}, {8, 0, 44},
+				       {9, 3, 50}, {131, 1, 53}};
 	static const enum srt_wtype types[] = {SRT_WT_F32, SRT_WT_BF16, SRT_WT_FP8, SRT_WT_FP4};
 	enum { N = 53, MMAX = 131, K = 384 };
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
@@ -869,7 +872,7 @@ START_TEST(gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_
 		make_raw_weight(&t, types[ti], N, K, false);
 		for (int mode = 0; mode < 2; mode++)
 			for (size_t mi = 0; mi < N_OF(Ms); mi++) {
-				const size_t M = Ms[mi], n0 = mi % 3, n1 = N - (mi % 2) * 5;
+				const size_t M = Ms[mi][0], n0 = Ms[mi][1], n1 = Ms[mi][2];
 				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
 					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
 					memset(y, 0x7F, sizeof(float) * MMAX * N);

@@ -325,6 +325,8 @@ static void pj_gemm(struct fwd *f, const struct srt_weight *w, const float *x, c
 		srt_gemm_exact(w, x, n, K, y, N, n0, n1);
 }
 
+#define PJ_RB 64 /* rows per batched product in pj_tiles (reference profile) */
+
 /* A double-accumulated projection with tiled weights (compressors, weights_proj): tiles
  * [t0, t1) for every row; four tiles at a time so the weights stay in cache across rows. */
 static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t t0, size_t t1)
@@ -337,25 +339,32 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
 	float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
 	double y[32];
-	float y32[32];
+	float y32[PJ_RB * 32];
 	/* reference profile: the reference's fp32 / bf16 linears accumulate in float32, here
 	 * in srt_gemm's fixed order on the stored matrix; f32 profile: double tiles */
 	const int f32acc = a->ref && wt->w.data && wt->w.rows == nf && wt->w.cols == d;
 	for (size_t c0 = t0; c0 < t1; c0 += 4) {
 		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
+		const struct srt_weight sub = {
+			.type = wt->w.type, .rows = no, .cols = d,
+			.data = f32acc ? (const uint8_t *)wt->w.data +
+						 o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)
+				       : NULL};
 		for (int64_t r = 0; r < f->N; r++) {
 			int64_t pos = f->rpos[r];
+			if (f32acc && r % PJ_RB == 0) {
+				/* rows [r, r + PJ_RB) in one batched product (srt_gemm's bits do
+				 * not depend on the number of rows); rows without a position are
+				 * computed and ignored */
+				size_t nr = (size_t)(f->N - r < PJ_RB ? f->N - r : PJ_RB);
+				srt_gemm_exact(&sub, f->xa + (size_t)r * d, nr, d, y32, no, 0, no);
+			}
 			if (pos < 0)
 				continue;
 			if (f32acc) {
-				const struct srt_weight sub = {
-					.type = wt->w.type, .rows = no, .cols = d,
-					.data = (const uint8_t *)wt->w.data +
-						o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)};
-				srt_gemm_exact(&sub, f->xa + (size_t)r * d, 1, d, y32, no, 0, no);
 				for (size_t i = 0; i < no; i++)
-					y[i] = (double)y32[i];
+					y[i] = (double)y32[(size_t)(r % PJ_RB) * no + i];
 			} else {
 				srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
 			}

@@ -438,7 +438,8 @@ rows_t_blk(const float *wt, int type, const float *x, const float *xs, size_t ld
 		for (int r = 0; r < R; r++) {
 			float *yr = y + (size_t)r * ldy;
 			const __m512 f = _mm512_mul_ps(_mm512_set1_ps(xs[(size_t)r * nb + b]), sb[0]);
-			_mm512_storeu_ps(yr, _mm512_add_ps(_mm512_loadu_ps(yr), _mm512_mul_ps(d[r], f)));
+			const __m512 y0 = b == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+			_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(d[r], f)));
 		}
 	} else {
 		for (size_t s = 0; s < KB / 32; s++) {
@@ -446,7 +447,8 @@ rows_t_blk(const float *wt, int type, const float *x, const float *xs, size_t ld
 			for (int r = 0; r < R; r++) {
 				float *yr = y + (size_t)r * ldy;
 				const __m512 da = _mm512_mul_ps(d[r], _mm512_set1_ps(xs[(size_t)r * nb + b]));
-				_mm512_storeu_ps(yr, _mm512_add_ps(_mm512_loadu_ps(yr), _mm512_mul_ps(da, sb[s])));
+				const __m512 y0 = b == 0 && s == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+				_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(da, sb[s])));
 			}
 		}
 	}
@@ -466,8 +468,7 @@ chunk_t(const struct srt_weight *w, int type, const float *x, const float *xs, s
 			for (size_t b = 0; b < nb; b++)
 				ex[i][b] = x_exact_products(x + i * ldx + b * KB);
 	for (size_t n = n0; n < n1; n += TF) {
-		for (size_t i = 0; i < mc; i++)
-			_mm512_storeu_ps(y + i * ldy + n, _mm512_setzero_ps());
+		/* y starts as 0: the first block adds its terms to +0 (not stored first) */
 		for (size_t b = 0; b < nb; b++) {
 			const size_t k0 = b * KB;
 			decode_t(w, type, n, k0, wt);

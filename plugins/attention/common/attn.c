@@ -567,24 +567,16 @@ void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 	case SRT_ATTN_ST_BF16:
 		for (size_t i = 0; i < w; i++) {
 			memcpy(&h, e + 2 * i, 2);
-			const uint32_t u = (uint32_t)h << 16;
-			memcpy(&v[i], &u, 4);
+			v[i] = srt_bf16_to_f32(h);
 		}
 		break;
 	case SRT_ATTN_ST_FP8: {
-		/* code value times its group's scale (one rounding, as before), the scale
-		 * converted once per 64; the rope part's bf16 bits placed in place */
 		const uint8_t *sc = e + nope + 2 * rd;
-		for (size_t g = 0; g < nope; g += 64) {
-			const float s = srt_e8m0_to_f32(sc[g / 64]);
-			const size_t end = nope - g < 64 ? nope : g + 64;
-			for (size_t i = g; i < end; i++)
-				v[i] = srt_fp8_e4m3_table[e[i]] * s;
-		}
+		for (size_t i = 0; i < nope; i++)
+			v[i] = srt_fp8_e4m3_to_f32(e[i]) * srt_e8m0_to_f32(sc[i / 64]);
 		for (size_t i = 0; i < rd; i++) {
 			memcpy(&h, e + nope + 2 * i, 2);
-			const uint32_t u = (uint32_t)h << 16;
-			memcpy(&v[nope + i], &u, 4);
+			v[nope + i] = srt_bf16_to_f32(h);
 		}
 		break;
 	}

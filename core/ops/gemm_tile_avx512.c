@@ -519,6 +519,55 @@ static void run_t(const struct srt_weight *w, int type, const float *x, const fl
 	}
 }
 
+/* ==== activation quantization (srt_gemm_quant_row) ===========================================
+ *
+ * One 128 block of srt_gemm_quant_row: the scale of srt_quant_act (amax, floored, times the
+ * float32 1/448, rounded up to a power of two by srt_pow2_ceil), xq = the E4M3 value of
+ * sat(x / s) without the detour through the code: |x / s| clamped to 448 (the saturating
+ * cast), below 2^-6 rounded to the subnormal grid k·2^-9 (nearest even, as nearbyintf), else
+ * to 3 mantissa bits (nearest even, the integer rounding of e4m3_encode_mag), sign kept (so
+ * -0 stays -0). false (nothing written) for a block with a NaN or an infinity: the portable
+ * code handles it.
+ */
+bool srt_gemm_quant_blk_avx512(const float *x, float *xq, float *xs)
+{
+	const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF);
+	__m512 amax = _mm512_setzero_ps();
+	__mmask16 bad = 0;
+	for (int i = 0; i < KB; i += 16) {
+		const __m512 v = _mm512_loadu_ps(x + i);
+		const __m512 a = _mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(v), absm));
+		bad |= _mm512_cmp_ps_mask(a, _mm512_set1_ps(__builtin_inff()), _CMP_NLT_UQ);
+		amax = _mm512_max_ps(amax, a);
+	}
+	if (bad)
+		return false;
+	float m = _mm512_reduce_max_ps(amax);
+	m = m > 1e-4f ? m : 1e-4f; /* SRT_QUANT_FP8_AMAX_FLOOR */
+	const float sc = srt_pow2_ceil(m * (float)(1.0 / 448.0));
+	const __m512 vs = _mm512_set1_ps(sc);
+	for (int i = 0; i < KB; i += 16) {
+		const __m512i q = _mm512_castps_si512(_mm512_div_ps(_mm512_loadu_ps(x + i), vs));
+		const __m512i sign = _mm512_andnot_si512(absm, q);
+		const __m512 a = _mm512_min_ps(_mm512_castsi512_ps(_mm512_and_si512(q, absm)),
+					       _mm512_set1_ps(448.0f));
+		__m512i u = _mm512_castps_si512(a);
+		u = _mm512_add_epi32(u, _mm512_add_epi32(_mm512_set1_epi32(0x7FFFF),
+							 _mm512_and_si512(_mm512_srli_epi32(u, 20),
+									  _mm512_set1_epi32(1))));
+		u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFF00000u));
+		const __m512 sub = _mm512_mul_ps(
+			_mm512_roundscale_ps(_mm512_mul_ps(a, _mm512_set1_ps(512.0f)),
+					     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+			_mm512_set1_ps(1.0f / 512.0f));
+		const __mmask16 small = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0x1p-6f), _CMP_LT_OQ);
+		const __m512i r = _mm512_mask_mov_epi32(u, small, _mm512_castps_si512(sub));
+		_mm512_storeu_ps(xq + i, _mm512_castsi512_ps(_mm512_or_si512(r, sign)));
+	}
+	*xs = sc;
+	return true;
+}
+
 bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {

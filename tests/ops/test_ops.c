@@ -901,6 +901,64 @@ START_TEST(gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_
 }
 END_TEST
 
+/* srt_gemm_quant_row gives the same xq and scales with every kernel set: blocks spanning many
+ * binades, values on the E4M3 subnormal grid and at its rounding ties, saturating ratios,
+ * zeros of both signs, all-zero blocks (the amax floor), subnormal inputs, and blocks with a
+ * NaN or an infinity (the portable path), in place and out of place. */
+START_TEST(gemm_quant_row_is_bitwise_identical_for_every_kernel_set)
+{
+	enum { K = 128 * 12 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float *x = malloc(sizeof(float) * K), *q0 = malloc(sizeof(float) * K);
+	float *q1 = malloc(sizeof(float) * K), s0[K / 128], s1[K / 128];
+	for (int round = 0; round < 40; round++) {
+		for (size_t i = 0; i < K; i++) {
+			const size_t b = i / 128;
+			float v = frand() * ldexpf(1.0f, (int)((b * 29 + (size_t)round * 7) % 60) - 30);
+			if (b == 1)
+				v = (float)((int)(i % 40) - 20) * 0x1p-10f * (float)(1 + round % 3);
+			if (b == 2)
+				v = i % 2 ? -0.0f : 0.0f;
+			if (b == 3 && i % 128 == 5)
+				v = 448.0f * (1.0f + 0x1p-20f) * (float)(1 + round);
+			if (b == 4)
+				v = frand() * 0x1p-135f;
+			if (b == 5 && i % 128 == (size_t)round)
+				v = round % 2 ? NAN : -INFINITY;
+			if (b == 6)
+				v = u2f(f2u(1.0f + (float)(i % 8) / 8.0f + 0x1p-4f) ^ (i % 3 ? 0u : 0x80000000u)) *
+				    ldexpf(1.0f, round % 20 - 10);
+			x[i] = v;
+		}
+		for (int inplace = 0; inplace < 2; inplace++)
+			for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+				float *q = isa == SRT_GEMM_ISA_GENERIC ? q0 : q1, *sc = isa == SRT_GEMM_ISA_GENERIC ? s0 : s1;
+				ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+				if (inplace) {
+					memcpy(q, x, sizeof(float) * K);
+					srt_gemm_quant_row(q, K, q, sc);
+				} else {
+					srt_gemm_quant_row(x, K, q, sc);
+				}
+				if (isa == SRT_GEMM_ISA_GENERIC)
+					continue;
+				for (size_t b = 0; b < K / 128; b++)
+					ck_assert_msg(same_float(s0[b], s1[b]), "%s round %d block %zu: scale %a vs %a",
+						      srt_gemm_isa_name((enum srt_gemm_isa)isa), round, b, s1[b], s0[b]);
+				for (size_t i = 0; i < K; i++)
+					ck_assert_msg(same_float(q0[i], q1[i]),
+						      "%s round %d: xq[%zu] (x %a) %a vs generic %a",
+						      srt_gemm_isa_name((enum srt_gemm_isa)isa), round, i, x[i],
+						      q1[i], q0[i]);
+			}
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(q0);
+	free(q1);
+}
+END_TEST
+
 START_TEST(gemm_isa_selection_refuses_sets_the_cpu_lacks)
 {
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
@@ -960,6 +1018,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
 	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);
+	tcase_add_test(tc, gemm_quant_row_is_bitwise_identical_for_every_kernel_set);
 	tcase_add_test(tc, gemm_isa_selection_refuses_sets_the_cpu_lacks);
 	suite_add_tcase(s, tc);
 	return s;

@@ -454,6 +454,18 @@ rows_t_blk(const float *wt, int type, const float *x, const float *xs, size_t ld
 	}
 }
 
+/* UE8M0 codes (one per lane, < 256) -> float, as srt_e8m0_to_f32: 2^(e-127), the subnormal
+ * 2^-127 for 0, NaN for 255. */
+static inline __m512 e8m0_16(__m512i e)
+{
+	__m512i u = _mm512_slli_epi32(e, 23);
+	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+				  _mm512_set1_epi32(0x00400000));
+	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
+				  _mm512_set1_epi32(0x7FC00000));
+	return _mm512_castsi512_ps(u);
+}
+
 /* Rows [0, mc) (mc <= RC) and features [n0, n1), n1 - n0 a multiple of 16; REFERENCE. */
 static inline __attribute__((always_inline)) void
 chunk_t(const struct srt_weight *w, int type, const float *x, const float *xs, size_t mc,
@@ -472,19 +484,20 @@ chunk_t(const struct srt_weight *w, int type, const float *x, const float *xs, s
 		for (size_t b = 0; b < nb; b++) {
 			const size_t k0 = b * KB;
 			decode_t(w, type, n, k0, wt);
+			/* the weight scales of the 16 features: one lane each (FP4: per 32) */
 			__m512 sb[KB / 32];
-			float s[KB / 32][TF];
+			int32_t e[KB / 32][TF];
 			for (int t = 0; t < TF; t++) {
 				if (type == SRT_WT_FP8) {
-					s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+					e[0][t] = w->scales[((n + (size_t)t) / KB) * nb + b];
 				} else {
-					const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
+					const uint8_t *sc = w->scales + (n + (size_t)t) * (K / 32) + b * (KB / 32);
 					for (int q = 0; q < KB / 32; q++)
-						s[q][t] = srt_e8m0_to_f32(sc[q]);
+						e[q][t] = sc[q];
 				}
 			}
 			for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
-				sb[q] = _mm512_loadu_ps(s[q]);
+				sb[q] = e8m0_16(_mm512_loadu_si512((const void *)e[q]));
 			size_t i = 0;
 			for (; i + RT <= mc; i += RT) {
 				const float *xr = x + i * ldx + k0;

@@ -914,8 +914,9 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				for (int64_t k = 0; k < nk; k++) {
 					float ev = expf(sf[k] - mxf);
 					den += ev;
-					sf[k] = srt_round_bf16(ev);
+					sf[k] = ev;
 				}
+				srt_round_bf16_n(sf, (size_t)nk); /* the library's vector loop */
 				denf[i] = (float)den + expf(lw->sink[h + i] - mxf);
 			}
 			if (nh == 2)
@@ -925,7 +926,8 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			for (size_t i = 0; i < nh; i++) {
 				float *oh = f->o + r * H * hd + (h + i) * hd;
 				for (size_t c = 0; c < hd; c++)
-					oh[c] = srt_round_bf16(pvf[i][c] / denf[i]);
+					oh[c] = pvf[i][c] / denf[i];
+				srt_round_bf16_n(oh, hd);
 				rope(a, oh + nope, t, 1);
 			}
 		} else {

@@ -657,13 +657,13 @@ static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t 
 	gemm(in, &g->w[2], x, xs, g->count, in->up + (int64_t)g->first * I, (size_t)I, n0,
 	     n1);
 	for (int32_t e = g->first; e < g->first + g->count; e++) {
+		if (ref) { /* w1(x), w3(x) return bf16 tensors (the library's vector loop) */
+			srt_round_bf16_n(in->gate + (int64_t)e * I + (int64_t)n0, n1 - n0);
+			srt_round_bf16_n(in->up + (int64_t)e * I + (int64_t)n0, n1 - n0);
+		}
 		for (size_t n = n0; n < n1; n++) {
 			float gt = in->gate[(int64_t)e * I + (int64_t)n];
 			float up = in->up[(int64_t)e * I + (int64_t)n], hv;
-			if (ref) { /* w1(x), w3(x) return bf16 tensors */
-				gt = srt_round_bf16(gt);
-				up = srt_round_bf16(up);
-			}
 			if (L > 0.0f) {
 				up = fminf(fmaxf(up, -L), L);
 				gt = fminf(gt, L);
@@ -707,6 +707,9 @@ static void down_task(struct moe_inst *in, const struct moe_group *g, size_t n0)
 	gemm(in, &g->w[1], in->hq + (int64_t)g->first * I,
 	     in->hs + (int64_t)g->first * (I / MOE_QB), g->count, in->o + (int64_t)g->first * d,
 	     (size_t)d, n0, n1);
+	if (in->profile == SRT_PROFILE_REFERENCE) /* each expert returns bf16 (used by combine) */
+		for (int32_t e = g->first; e < g->first + g->count; e++)
+			srt_round_bf16_n(in->o + (int64_t)e * d + (int64_t)n0, n1 - n0);
 }
 
 static void down(void *ctx, int64_t begin, int64_t end, int tid)
@@ -729,8 +732,7 @@ static void combine(void *ctx, int64_t begin, int64_t end, int tid)
 		for (int64_t c = 0; c < d; c++) {
 			float y = 0.0f;
 			for (int64_t j = 0; j < k1; j++) {
-				float v = in->o[(int64_t)ents[j] * d + c];
-				y += ref ? srt_round_bf16(v) : v; /* each expert returns bf16 */
+				y += in->o[(int64_t)ents[j] * d + c]; /* bf16 in reference (down_task) */
 			}
 			out[c] = ref ? srt_round_bf16(y) : y;
 		}

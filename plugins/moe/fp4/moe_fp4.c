@@ -106,8 +106,6 @@ struct moe_inst {
 	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
 	int64_t ncol;             /* columns per task: MOE_NCOL or MOE_NCOL_BIG */
 	int64_t task0;            /* first work unit of the up_gate / down call (profiling splits) */
-	int64_t spread_n;         /* decode: tasks of the call dealt round-robin to the threads
-				   * (spread()), 0 = in order */
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -617,29 +615,7 @@ static void gemm(const struct moe_inst *in, const struct srt_weight *w, const fl
 }
 
 /*
- * Decode (one row; decode's 11cf12a): the pool hands thread k a contiguous range of tasks,
- * and the groups' tasks are not equal (the shared expert's FP8 blocks are twice the bytes of
- * a routed FP4 one and come last), so position p of a call of n tasks runs task spread(p):
- * the tasks in the order (task mod T, task), which gives each thread every T-th task, an
- * even mix. Every task writes its own outputs: the order changes no result.
- */
-static int64_t spread(const struct moe_inst *in, int64_t p)
-{
-	const int64_t n = in->spread_n, T = in->host->nthreads;
-	if (!n || T < 2)
-		return p;
-	int64_t acc = 0;
-	for (int64_t c = 0; c < T && c < n; c++) {
-		int64_t sz = (n - c + T - 1) / T; /* tasks c, c + T, ... below n */
-		if (p < acc + sz)
-			return c + (p - acc) * T;
-		acc += sz;
-	}
-	return p; /* not reached: the classes cover [0, n) */
-}
-
-/*
- * Work units of the up_gate / down steps (prefill, m > 1): task (group g, column block q) of a step with `per`
+ * Work units of the up_gate / down steps: task (group g, column block q) of a step with `per`
  * blocks per group is worth the group's row count, so its first unit is per·first_g +
  * q·count_g (groups hold consecutive entries) and a step has per·(entries) units. The host
  * splits units into equal contiguous ranges; a range runs the tasks whose first unit it holds,
@@ -650,14 +626,6 @@ static int64_t spread(const struct moe_inst *in, int64_t p)
 static void run_tasks(struct moe_inst *in, int64_t per, int64_t begin, int64_t end,
 		      void (*fn)(struct moe_inst *in, const struct moe_group *g, size_t n0))
 {
-	if (in->m == 1) {
-		/* decode: one unit per task, dealt round-robin (spread) */
-		for (int64_t p = begin; p < end; p++) {
-			const int64_t j = spread(in, p) + in->task0;
-			fn(in, &in->groups[j / per], (size_t)((j % per) * in->ncol));
-		}
-		return;
-	}
 	const int64_t lo = in->task0 + begin, hi = in->task0 + end;
 	for (int32_t gi = 0; gi < in->n_groups; gi++) {
 		const struct moe_group *g = &in->groups[gi];
@@ -822,14 +790,6 @@ static int gather_tokens(struct moe_inst *in, const struct moe_layer *l,
 	return 0;
 }
 
-/* parallel_for of n up_gate / down units, dealt round-robin at decode (spread()). */
-static void par_tasks(struct moe_inst *in, int64_t n, srt_range_fn fn)
-{
-	in->spread_n = in->m == 1 ? n : 0;
-	in->host->parallel_for(in->host, n, fn, in);
-	in->spread_n = 0;
-}
-
 static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch, const float *x,
 		       float *out, char *why, size_t why_len)
 {
@@ -885,25 +845,25 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 			/* units: routed entries first, the shared group's m entries last */
 			const int64_t nr = n_ent - in->m, pu = in->n_tasks_per_group_up;
 			const int64_t pd = in->n_tasks_per_group_down;
-			par_tasks(in, nr * pu, up_gate);
+			h->parallel_for(h, nr * pu, up_gate, in);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent - in->m, quant_h, in);
-			par_tasks(in, nr * pd, down);
+			h->parallel_for(h, nr * pd, down, in);
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_EXPERTS, t0);
 			in->task0 = nr * pu;
-			par_tasks(in, pu * in->m, up_gate);
+			h->parallel_for(h, pu * in->m, up_gate, in);
 			in->task0 = 0;
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				quant_h(in, n_ent - in->m, n_ent, 0);
 			in->task0 = nr * pd;
-			par_tasks(in, pd * in->m, down);
+			h->parallel_for(h, pd * in->m, down, in);
 			in->task0 = 0;
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_SHARED, t0);
 		} else {
-			par_tasks(in, n_ent * in->n_tasks_per_group_up, up_gate);
+			h->parallel_for(h, n_ent * in->n_tasks_per_group_up, up_gate, in);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent, quant_h, in);
-			par_tasks(in, n_ent * in->n_tasks_per_group_down, down);
+			h->parallel_for(h, n_ent * in->n_tasks_per_group_down, down, in);
 		}
 		h->parallel_for(h, in->m, combine, in);
 		srt_prof_add(&moe_prof, SRT_PROF_MOE_COMBINE, t0);

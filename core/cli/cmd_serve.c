@@ -129,10 +129,9 @@ int srt_cmd_serve(int argc, char **argv)
 			return 2;
 		}
 		i++;
-		if (!strcmp(a, "--model"))
-			o.model = val;
-		else if (!strcmp(a, "--config"))
-			o.config_path = val;
+		const char *expect = NULL;
+		if ((bad = srt_cli_engine_option(a, val, &o, &expect)))
+			bad = bad < 0;
 		else if (!strcmp(a, "--host"))
 			sc.host = val;
 		else if (!strcmp(a, "--port"))
@@ -143,16 +142,7 @@ int srt_cmd_serve(int argc, char **argv)
 			sc.api_key = val;
 		else if (!strcmp(a, "--served-model-name"))
 			sc.model_name = val;
-		else if (!strcmp(a, "--threads"))
-			bad = srt_cli_parse_int(val, 0, 4096, &o.threads);
-		else if (!strcmp(a, "--profile")) {
-			if (!strcmp(val, "reference"))
-				o.profile = 0;
-			else if (!strcmp(val, "f32"))
-				o.profile = 1;
-			else
-				bad = 1;
-		} else if (!strcmp(a, "--max-running"))
+		else if (!strcmp(a, "--max-running"))
 			bad = srt_cli_parse_int(val, 1, 4096, &qc.max_running);
 		else if (!strcmp(a, "--token-budget"))
 			bad = srt_cli_parse_int(val, 1, 1 << 20, &qc.token_budget);
@@ -179,8 +169,8 @@ int srt_cmd_serve(int argc, char **argv)
 			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "shadowrt serve: %s '%s': out of range or not a valid value\n",
-				a, val);
+			fprintf(stderr, "shadowrt serve: %s '%s': %s%s\n", a, val,
+				expect ? "expected " : "", expect ? expect : "out of range or not a valid value");
 			return 2;
 		}
 	}

@@ -1212,6 +1212,17 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 				a++;
 			if (a >= A)
 				break;
+			/*
+			 * The write queue before the store, page by page: a put leaves the queue
+			 * only after the store has it, so a page not queued now is either in the
+			 * store or in neither. Asking the store first raced with the writer: the
+			 * store said absent, the writer committed and dequeued the page, and the
+			 * queue said absent too (a miss of a page that was in L3 throughout).
+			 */
+			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
+				a++;
+				continue;
+			}
 			uint32_t got = 0;
 			if (l3_usable(m)) {
 				int rc = srt_tier_store_exists(&m->store, &r->keys[p][a],
@@ -1221,14 +1232,8 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 					got = 0;
 			}
 			a += got;
-			if (got)
-				continue;
-			/* where the store's run stops: a page still in the write queue counts */
-			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
-				a++;
-				continue;
-			}
-			break;
+			if (!got)
+				break;
 		}
 		A = a;
 	}

@@ -390,6 +390,8 @@ static uint64_t l3_acct(const struct srt_tmgr *m, uint32_t pool)
 }
 
 /* Note that key is in L3 (written or found); evicts LRU objects to stay within the budget. */
+static void l3_note_new(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool);
+
 static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool)
 {
 	struct kent *e = kt_find(&m->l3, key);
@@ -397,6 +399,13 @@ static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool
 		kt_touch(&m->l3, e);
 		return;
 	}
+	l3_note_new(m, key, pool);
+}
+
+/* l3_note of a key the caller knows is not in the L3 index. */
+static void l3_note_new(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool)
+{
+	struct kent *e;
 	uint64_t b = l3_acct(m, pool);
 	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
 		struct kent *v = m->l3.tail;
@@ -448,16 +457,26 @@ static void l3_reap(struct srt_tmgr *m)
 	} while (n == 64);
 }
 
+static int l3_put_new(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
+		      const void *payload);
+
 /*
  * Queue one payload for L3 (budget first: older objects are removed ahead of it, in the same
  * queue). Returns 1 when queued (the page counts as in L3 from now on: lookups and loads see
- * the queued copy until the store has it).
+ * the queued copy until the store has it), 2 when L3 has it already, 0 when not stored.
  */
 static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload)
 {
 	l3_reap(m);
 	if (kt_find(&m->l3, key))
-		return 1;
+		return 2;
+	return l3_put_new(m, pool, key, payload);
+}
+
+/* l3_put of a key the caller found absent from the L3 index after l3_reap. */
+static int l3_put_new(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
+		      const void *payload)
+{
 	if (!l3_usable(m)) {
 		srt_twr_note_lost(m->w, 1, "L3 unavailable");
 		return 0;
@@ -478,7 +497,7 @@ static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	}
 	if (srt_twr_put(m->w, key, pool, payload, (size_t)m->pools[pool].payload))
 		return 0; /* dropped (queue full) or failed (sync mode): counted and logged there */
-	l3_note(m, key, pool);
+	l3_note_new(m, key, pool);
 	return 1;
 }
 
@@ -492,7 +511,7 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 			v = prev;
 			continue;
 		}
-		if (!v->in_l3 && m->has_l3 && l3_put(m, v->pool, &v->key, v->page)) {
+		if (!v->in_l3 && m->has_l3 && l3_put(m, v->pool, &v->key, v->page) == 1) {
 			m->st.pages_l2_to_l3++;
 			m->st.bytes_l2_to_l3 += m->pools[v->pool].page_bytes;
 		}
@@ -509,9 +528,10 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 
 /* Copy a payload into L2 under key. Returns 1 when stored (or already there). */
 static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload,
-		  int in_l3)
+		  int in_l3, int *had)
 {
 	struct kent *e = kt_find(&m->l2, key);
+	*had = e != NULL;
 	if (e) {
 		kt_touch(&m->l2, e);
 		e->in_l3 |= (uint8_t)in_l3;
@@ -574,15 +594,25 @@ static void copy_down(struct srt_tmgr *m, uint32_t pool, const struct srt_key *k
 {
 	const void *pl = l1_payload(m, pool, key, addr);
 	uint64_t pb = m->pools[pool].page_bytes;
-	int in_l3 = kt_find(&m->l3, key) != NULL;
-	if (to_l3 && !in_l3 && m->has_l3 && l3_put(m, pool, key, pl)) {
-		in_l3 = 1;
-		m->st.pages_l1_to_l3++;
-		m->st.bytes_l1_to_l3 += pb;
+	/*
+	 * One index lookup per tier and page (the L3 index is large: each lookup is a cache
+	 * miss). in_l3 is a hint for L2's write-back (l3_put checks again), so a drop (to_l3 = 0)
+	 * does not look L3 up: a page already there is found when L2 evicts it.
+	 */
+	int in_l3 = 0;
+	if (to_l3 && m->has_l3) {
+		l3_reap(m);
+		if (kt_find(&m->l3, key)) {
+			in_l3 = 1;
+		} else if (l3_put_new(m, pool, key, pl)) {
+			in_l3 = 1;
+			m->st.pages_l1_to_l3++;
+			m->st.bytes_l1_to_l3 += pb;
+		}
 	}
 	if (m->has_l2) {
-		int had = kt_find(&m->l2, key) != NULL;
-		if (l2_put(m, pool, key, pl, in_l3)) {
+		int had;
+		if (l2_put(m, pool, key, pl, in_l3, &had)) {
 			if (!had) {
 				m->st.pages_l1_to_l2++;
 				m->st.bytes_l1_to_l2 += pb;
@@ -591,7 +621,7 @@ static void copy_down(struct srt_tmgr *m, uint32_t pool, const struct srt_key *k
 		}
 	}
 	/* no L2 (or it is full of pinned pages): straight to L3 */
-	if (!in_l3 && m->has_l3 && l3_put(m, pool, key, pl)) {
+	if (!in_l3 && m->has_l3 && l3_put(m, pool, key, pl) == 1) {
 		m->st.pages_l1_to_l3++;
 		m->st.bytes_l1_to_l3 += pb;
 	}
@@ -615,9 +645,65 @@ static void on_drop(void *ctx, uint32_t pool, uint64_t vpage, const int32_t *tok
 
 /* --- prefetch thread ------------------------------------------------------------------------ */
 
-/* Fetch and check the items of r (prefetch thread or inline). Touches only r and the store. */
+#define LOAD_BATCH 256u              /* L3 objects per store get at most */
+#define LOAD_BATCH_BYTES (16u << 20) /* and payload bytes (one object may exceed) */
+
+/* Check a fetched payload of `it` (len bytes at got; want: pl bytes of scratch). */
+static void load_check(struct srt_tmgr *m, struct item *it, const void *got, size_t len,
+		       uint8_t *want)
+{
+	size_t pl = (size_t)m->pools[it->pool].payload;
+	if (len != pl)
+		return;
+	if (m->cfg.payload_bytes) {
+		srt_tmgr_synth_payload(&it->key, want, pl);
+		if (memcmp(got, want, pl)) {
+			LOG(m, SRT_LOG_ERROR, "L3 page of pool %s: payload differs from its key's",
+			    m->pools[it->pool].name);
+			return;
+		}
+		atomic_fetch_add(&m->verified, 1);
+	}
+	it->ok = 1;
+}
+
+/* Fetch items idx[0..k) of r from the store in one get (one transaction, one pipeline). */
+static void load_batch(struct srt_tmgr *m, struct srt_tmgr_req *r, const uint32_t *idx,
+		       uint32_t k, uint8_t *want)
+{
+	struct srt_key keys[LOAD_BATCH];
+	void *bufs[LOAD_BATCH];
+	size_t caps[LOAD_BATCH], lens[LOAD_BATCH];
+	uint8_t *area = NULL;
+	if (!l3_usable(m))
+		return;
+	if (m->cfg.payload_bytes) { /* synthetic: fetched into one area, then compared */
+		area = malloc((size_t)k * m->cfg.payload_bytes);
+		if (!area)
+			return;
+	}
+	for (uint32_t j = 0; j < k; j++) {
+		const struct item *it = &r->items[idx[j]];
+		keys[j] = it->key;
+		caps[j] = (size_t)m->pools[it->pool].payload;
+		bufs[j] = area ? area + (size_t)j * m->cfg.payload_bytes : it->dst;
+	}
+	int rc = srt_tier_store_get(&m->store, keys, k, bufs, caps, lens);
+	l3_result(m, rc, "get");
+	for (uint32_t j = 0; j < k && !rc; j++)
+		load_check(m, &r->items[idx[j]], bufs[j], lens[j], want);
+	free(area);
+}
+
+/*
+ * Fetch and check the items of r (prefetch thread or inline). Touches only r and the store.
+ * Each page is looked for in the write queue first and only then in the store (a put leaves
+ * the queue after the store has it); the pages not queued are fetched in batched gets.
+ */
 static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 {
+	uint32_t idx[LOAD_BATCH], k = 0;
+	uint64_t kb = 0;
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
 		it->ok = 0;
@@ -629,31 +715,22 @@ static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 			continue;
 		}
 		void *dst = m->cfg.payload_bytes ? buf : it->dst;
-		void *bufs[1] = {dst};
-		size_t caps[1] = {pl}, lens[1] = {0};
+		size_t len = 0;
 		/* a page whose put is still queued is read from the queue (read-your-writes) */
-		if (!m->w || !srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
-			if (!l3_usable(m))
-				continue;
-			int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
-			l3_result(m, rc, "get");
-			if (rc)
-				continue;
-		}
-		if (lens[0] != pl)
+		if (m->w && srt_twr_read(m->w, &it->key, dst, pl, &len)) {
+			load_check(m, it, dst, len, buf + pl);
 			continue;
-		if (m->cfg.payload_bytes) {
-			uint8_t *want = buf + pl;
-			srt_tmgr_synth_payload(&it->key, want, pl);
-			if (memcmp(dst, want, pl)) {
-				LOG(m, SRT_LOG_ERROR, "L3 page of pool %s: payload differs from its key's",
-				    m->pools[it->pool].name);
-				continue;
-			}
-			atomic_fetch_add(&m->verified, 1);
 		}
-		it->ok = 1;
+		if (k == LOAD_BATCH || (k && kb + pl > LOAD_BATCH_BYTES)) {
+			load_batch(m, r, idx, k, buf + m->cfg.payload_bytes);
+			k = 0;
+			kb = 0;
+		}
+		idx[k++] = i;
+		kb += pl;
 	}
+	if (k)
+		load_batch(m, r, idx, k, buf + m->cfg.payload_bytes);
 }
 
 static void *prefetch_main(void *arg)
@@ -1365,13 +1442,28 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		hit->l3_tokens = (upto - hp) * P;
 		goto done;
 	}
-	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
-	for (uint32_t p = 0; p < m->np; p++)
-		for (uint64_t j = hp; j < t; j++) {
+	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them;
+	 * each page is looked up once (pinned entries stay), and only the pages the hit reads:
+	 * a TAIL pool's window before t, none of it when rematerialized */
+	uint64_t span = t - hp;
+	struct kent **l2e = calloc(span * m->np, sizeof(*l2e));
+	if (!l2e) {
+		rc = SRT_ENOMEM;
+		snprintf(err, errlen, "tier manager: out of memory");
+		goto fail;
+	}
+	for (uint32_t p = 0; p < m->np && m->has_l2; p++) {
+		const struct pinfo *pi = &m->pools[p];
+		uint64_t j0 = hp;
+		if (pi->retention == SRT_RETAIN_TAIL)
+			j0 = remat_lower ? t : t > hp + pi->tail_pages ? t - pi->tail_pages : hp;
+		for (uint64_t j = j0; j < t; j++) {
 			struct kent *e = kt_find(&m->l2, &r->keys[p][j]);
 			if (e)
 				e->pins++;
+			l2e[p * span + (j - hp)] = e;
 		}
+	}
 	char why[256];
 	/* page by page, releasing window pages behind: a long tier hit then holds the TAIL
 	 * pages of its last window in L1, not one per page of the hit */
@@ -1392,13 +1484,13 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		int ok = !rc && !srt_rdx_req_page_table(r->r, p, buf, (uint32_t)t, &pt);
 		const struct pinfo *pi = &m->pools[p];
 		for (uint64_t j = hp; j < t; j++) {
-			struct kent *e = kt_find(&m->l2, &r->keys[p][j]);
+			struct kent *e = l2e[p * span + (j - hp)];
 			if (e)
 				e->pins--;
-			if (!ok || !buf[j])
-				continue;
 			if (pi->retention == SRT_RETAIN_TAIL && (j + pi->tail_pages < t || remat_lower))
 				continue; /* out of the window, or rebuilt by rematerialization */
+			if (!ok || !buf[j])
+				continue;
 			int async_l2 = e && !m->cfg.payload_bytes && m->thr_on;
 			if (e) {
 				if (!m->cfg.payload_bytes && !async_l2) {
@@ -1434,6 +1526,7 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		}
 	}
 	free(buf);
+	free(l2e);
 	if (rc) {
 		/* no room in L1 (or memory): forget the tier hit, keep the L1 hit */
 		free(from_l3);

@@ -92,7 +92,6 @@ void srt_tmgr_fingerprint(const char *ident, uint32_t page_tokens,
 /* A page known to L2 or L3, by key. L2 entries own an arena page holding the payload. */
 struct kent {
 	struct srt_key key;
-	struct kent *hnext;
 	struct kent *prev, *next; /* LRU: head = most recent */
 	void *page;               /* L2: arena page */
 	uint64_t bytes;           /* accounted bytes */
@@ -101,8 +100,19 @@ struct kent {
 	uint8_t in_l3;   /* L2: known to be in L3 as well */
 };
 
+/*
+ * Open addressing (linear probing, at most half full) with each key's hash beside its entry:
+ * a lookup reads one slot run, and touches an entry only when the full 64-bit hash matches.
+ * The L3 index holds hundreds of thousands of pages, so chained buckets cost a cache miss per
+ * entry on the chain; an absent key now costs about one.
+ */
+struct kslot {
+	uint64_t h;
+	struct kent *e; /* NULL = empty */
+};
+
 struct ktab {
-	struct kent **b;
+	struct kslot *b;
 	size_t cap, n;
 	struct kent *head, *tail;
 	uint64_t bytes, peak, budget;
@@ -112,10 +122,14 @@ static struct kent *kt_find(const struct ktab *t, const struct srt_key *k)
 {
 	if (!t->cap)
 		return NULL;
-	for (struct kent *e = t->b[key_hash(k) & (t->cap - 1)]; e; e = e->hnext)
-		if (!memcmp(e->key.b, k->b, SRT_KEY_BYTES))
-			return e;
-	return NULL;
+	uint64_t h = key_hash(k);
+	for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+		const struct kslot *sl = &t->b[i];
+		if (!sl->e)
+			return NULL;
+		if (sl->h == h && !memcmp(sl->e->key.b, k->b, SRT_KEY_BYTES))
+			return sl->e;
+	}
 }
 
 static void lru_unlink(struct ktab *t, struct kent *e)
@@ -150,27 +164,30 @@ static void kt_touch(struct ktab *t, struct kent *e)
 	lru_front(t, e);
 }
 
+static void kt_place(struct kslot *b, size_t cap, uint64_t h, struct kent *e)
+{
+	size_t i = h & (cap - 1);
+	while (b[i].e)
+		i = (i + 1) & (cap - 1);
+	b[i].h = h;
+	b[i].e = e;
+}
+
 static int kt_insert(struct ktab *t, struct kent *e)
 {
-	if ((t->n + 1) * 4 > t->cap * 3) {
+	if ((t->n + 1) * 2 > t->cap) {
 		size_t cap = t->cap ? 2 * t->cap : 1024;
-		struct kent **b = calloc(cap, sizeof(*b));
+		struct kslot *b = calloc(cap, sizeof(*b));
 		if (!b)
 			return SRT_ENOMEM;
 		for (size_t i = 0; i < t->cap; i++)
-			for (struct kent *x = t->b[i], *nx; x; x = nx) {
-				nx = x->hnext;
-				size_t j = key_hash(&x->key) & (cap - 1);
-				x->hnext = b[j];
-				b[j] = x;
-			}
+			if (t->b[i].e)
+				kt_place(b, cap, t->b[i].h, t->b[i].e);
 		free(t->b);
 		t->b = b;
 		t->cap = cap;
 	}
-	size_t j = key_hash(&e->key) & (t->cap - 1);
-	e->hnext = t->b[j];
-	t->b[j] = e;
+	kt_place(t->b, t->cap, key_hash(&e->key), e);
 	t->n++;
 	t->bytes += e->bytes;
 	if (t->bytes > t->peak)
@@ -179,12 +196,25 @@ static int kt_insert(struct ktab *t, struct kent *e)
 	return 0;
 }
 
+/* Remove e (which is in t): backward-shift deletion keeps every probe run unbroken. */
 static void kt_remove(struct ktab *t, struct kent *e)
 {
-	struct kent **pp = &t->b[key_hash(&e->key) & (t->cap - 1)];
-	while (*pp != e)
-		pp = &(*pp)->hnext;
-	*pp = e->hnext;
+	size_t mask = t->cap - 1, i = key_hash(&e->key) & mask;
+	while (t->b[i].e != e)
+		i = (i + 1) & mask;
+	for (size_t j = i;;) {
+		j = (j + 1) & mask;
+		if (!t->b[j].e)
+			break;
+		size_t home = t->b[j].h & mask;
+		/* the entry at j may move to i unless its home lies cyclically in (i, j] */
+		if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+			continue;
+		t->b[i] = t->b[j];
+		i = j;
+	}
+	t->b[i].e = NULL;
+	t->b[i].h = 0;
 	t->n--;
 	t->bytes -= e->bytes;
 	lru_unlink(t, e);
@@ -1853,10 +1883,22 @@ int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen)
 	const char *names[2] = {"L2", "L3"};
 	for (int k = 0; k < 2; k++) {
 		const struct ktab *t = ts[k];
-		uint64_t b = 0, n = 0;
+		uint64_t b = 0, n = 0, used = 0;
 		for (const struct kent *e = t->head; e; e = e->next) {
 			b += e->bytes;
 			n++;
+			if (kt_find(t, &e->key) != e) {
+				snprintf(err, errlen, "%s index: entry %" PRIu64 " of the LRU list is "
+						      "not found by its key", names[k], n);
+				return SRT_ECORRUPT;
+			}
+		}
+		for (size_t i = 0; i < t->cap; i++)
+			used += t->b[i].e != NULL;
+		if (used != n) {
+			snprintf(err, errlen, "%s index: %" PRIu64 " slots used for %" PRIu64
+					      " entries", names[k], used, n);
+			return SRT_ECORRUPT;
 		}
 		if (b != t->bytes || n != t->n) {
 			snprintf(err, errlen, "%s index: %" PRIu64 " bytes in %" PRIu64

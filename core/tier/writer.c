@@ -37,6 +37,7 @@ struct srt_twr {
 	uint64_t bytes; /* charged bytes of operations queued or in flight */
 	uint64_t ops;   /* operations queued or in flight */
 	int stop, hold;
+	int sleeping; /* the writer waits for work (an empty queue): a put must wake it */
 	int flushing; /* a flush waits: no group-commit delay */
 	struct srt_key *fkeys; /* failed puts for srt_twr_reap */
 	uint32_t *fpools;
@@ -255,8 +256,11 @@ static void *writer_main(void *arg)
 	}
 	pthread_mutex_lock(&w->mu);
 	for (;;) {
-		while ((!w->head || w->hold) && !w->stop)
+		while ((!w->head || w->hold) && !w->stop) {
+			w->sleeping = 1;
 			pthread_cond_wait(&w->work, &w->mu);
+			w->sleeping = 0;
+		}
 		if (!w->head)
 			break;
 		/* group commit: when little is queued, give the producer up to 1 ms to add more, so
@@ -411,7 +415,11 @@ static void enqueue(struct srt_twr *w, struct wop *o)
 	w->ops++;
 	if (w->bytes > w->st.queue_peak)
 		w->st.queue_peak = w->bytes;
-	pthread_cond_signal(&w->work);
+	/* wake the writer when it waits for work, or, during its group-commit pause, once a
+	 * quarter batch is queued; not on every put (a futex wake per put on the request path,
+	 * and each one cut the pause short, so batches stayed small) */
+	if (w->sleeping || w->ops == w->cfg.batch / 4)
+		pthread_cond_signal(&w->work);
 }
 
 /* Sync mode: run one operation inline with the same accounting. */

@@ -728,6 +728,12 @@ int srt_engine_seq_begin(struct srt_engine *e, const int32_t *tokens, uint64_t n
 	}
 	s->hit = s->done = h;
 	seq_link(e, s);
+	/* nothing to load (an L1 hit, perhaps rematerialized): finish the start now */
+	if (s->loading && srt_tmgr_req_ready(s->treq) &&
+	    (rc = srt_engine_seq_wait(s, &h, err, errlen))) {
+		srt_engine_seq_free(s);
+		return rc;
+	}
 	if (hit)
 		*hit = h;
 	*out = s;
@@ -750,7 +756,7 @@ int srt_engine_seq_wait(struct srt_seq *s, uint64_t *hit, char *err, size_t errl
 		return 0;
 	}
 	s->loading = 0;
-	e->waits++;
+	e->waits += !srt_tmgr_req_ready(s->treq);
 	/* the loads are verified and committed here; a failed one falls back to the longest
 	 * prefix the tiers still hold (tier/manager.h), so the hit may move */
 	if ((rc = srt_tmgr_req_wait(s->treq, &s->thit, why, sizeof(why)))) {

@@ -135,7 +135,8 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
  * admits the next requests this way before the step that computes the running ones). *hit is
  * the hit the lookup found; it is final once srt_engine_seq_wait returns (a load that fails
  * falls back to the longest prefix the tiers still verify). Without tiers, or with nothing to
- * load, this is srt_engine_seq_start. Errors as srt_engine_seq_start.
+ * load (srt_seq_loading is then 0), this is srt_engine_seq_start. Errors as
+ * srt_engine_seq_start.
  */
 int srt_engine_seq_begin(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
 			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen);
@@ -148,9 +149,9 @@ int srt_engine_seq_begin(struct srt_engine *e, const int32_t *tokens, uint64_t n
  * sequence is broken: free it.
  */
 int srt_engine_seq_wait(struct srt_seq *s, uint64_t *hit, char *err, size_t errlen);
-/* 1 while a begun sequence has not been waited for. */
+/* 1 while a begun sequence's tier loads have not been waited for. */
 int srt_seq_loading(const struct srt_seq *s);
-/* How many sequences had their tier loads waited for (tests, benchmarks). */
+/* How many sequences had L2/L3 loads waited for by srt_engine_seq_wait (tests, benchmarks). */
 uint64_t srt_engine_seq_waits(const struct srt_engine *e);
 
 /*

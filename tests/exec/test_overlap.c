@@ -171,9 +171,9 @@ START_TEST(tier_loads_overlap_compute_and_are_waited_for_only_when_needed)
 	/* x's compute is done and b's load was not waited for: the begin did not wait */
 	ck_assert_int_eq(srt_seq_loading(sb), 1);
 	ck_assert_uint_eq(promoted(e), 0);
-	ck_assert_uint_eq(srt_engine_seq_waits(e), 1); /* x's own (nothing to load) */
+	ck_assert_uint_eq(srt_engine_seq_waits(e), 0);
 	finish_begun(e, sb, rb, V, "b from L3 after overlap");
-	ck_assert_uint_eq(srt_engine_seq_waits(e), 2);
+	ck_assert_uint_eq(srt_engine_seq_waits(e), 1);
 	ck_assert_uint_gt(promoted(e), 0);
 
 	/* 2. the prefetch thread held: c's load is certainly in flight while x decodes */

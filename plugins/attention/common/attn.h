@@ -97,6 +97,9 @@ struct srt_attn {
 	struct srt_pool_decl pools[4];
 	uint32_t n_pools;
 	int pool_win, pool_comp, pool_ix, pool_state; /* index in pools, -1 if none */
+	/* window entries per page: a ring of the page's last win_ring rows (P / the window
+	 * pool's declared ratio; = P when the window does not divide P) */
+	uint32_t win_ring;
 	struct srt_attn_lw *lw;           /* [n_layers]; NULL when created without weights */
 	float *freqs;                     /* [rope/2] RoPE frequencies of this layer type */
 	/*

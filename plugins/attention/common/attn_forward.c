@@ -86,6 +86,7 @@ struct fwd {
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
+	uint8_t *wenc; /* [N][kv_bytes]: the block's window KV rows, encoded as in the pages */
 	struct vinfo *vi; /* [n_seqs] of f->b */
 	int err;
 };
@@ -201,13 +202,24 @@ static void hadamard(float *x, size_t n, int ref)
 
 /* ---- pages -------------------------------------------------------------------------------- */
 
-/* Entry `idx` of pool p for sequence s (NULL if its page is absent). */
+/* Tokens (window pool) or entries (others) of pool p that one page covers. */
+static uint64_t page_span(const struct srt_attn *a, int p)
+{
+	const struct srt_pool_decl *d = &a->pools[p];
+	return p == a->pool_win ? a->P : a->P / (d->ratio ? d->ratio : a->P);
+}
+
+/*
+ * Entry `idx` of pool p for sequence s (NULL if its page is absent). The window pool is a
+ * ring: position idx is on page idx / P in slot idx % win_ring, which holds the page's last
+ * win_ring positions once the page is complete (see run_block).
+ */
 static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, int p,
 		      uint32_t slot, int64_t idx)
 {
 	const struct srt_pool_decl *d = &a->pools[p];
 	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
-	uint64_t page = (uint64_t)idx / epp;
+	uint64_t page = (uint64_t)idx / page_span(a, p);
 	const struct srt_page_table *pt = &s->pools[p];
 	if (idx < 0 || page >= pt->n_pages || !pt->pages[page])
 		return NULL;
@@ -241,7 +253,7 @@ static int need(const struct srt_attn *a, const struct srt_seq_view *s, int p, u
 		int64_t lo, int64_t hi, int32_t layer, const char *what, char *why, size_t why_len)
 {
 	const struct srt_pool_decl *d = &a->pools[p];
-	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
+	uint64_t epp = page_span(a, p);
 	for (int64_t i = lo; i < hi;) {
 		if (!entry(a, s, p, slot, i)) {
 			uint64_t page = (uint64_t)i / epp;
@@ -830,9 +842,15 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 			f->cnk[u] = -1; /* rematerialization: window incomplete, output discarded */
 			continue;
 		}
-		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++)
-			srt_attn_kv_decode(a, entry(a, s, a->pool_win, f->slot, p),
-					   keys + (size_t)nk++ * hd);
+		/* rows of this call from its scratch (a ring slot may still hold an older row),
+		 * earlier ones from the pages */
+		const struct vinfo *vi = &f->vi[f->rseq[r]];
+		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++) {
+			const uint8_t *src = p >= s->pos && !ro_entry(vi, a->pool_win, p)
+				? f->wenc + (size_t)(s->first_row + (p - s->pos)) * a->kv_bytes
+				: entry(a, s, a->pool_win, f->slot, p);
+			srt_attn_kv_decode(a, src, keys + (size_t)nk++ * hd);
+		}
 		if (a->ratio == 128) {
 			for (int64_t j = 0; j < (t + 1) / 128; j++)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, j),
@@ -1158,10 +1176,13 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		const struct vinfo *vi = &f->vi[i];
-		for (int32_t k = 0; k < s->n_tokens; k++)
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			/* zeroed first: the encoding may leave padding bytes, and pages start zeroed */
+			uint8_t *we = f->wenc + (size_t)(s->first_row + k) * a->kv_bytes;
+			memset(we, 0, a->kv_bytes);
 			if (!ro_entry(vi, a->pool_win, s->pos + k))
-				srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd,
-						   entry(a, s, a->pool_win, f->slot, s->pos + k));
+				srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd, we);
+		}
 		if (a->ratio)
 			run_comp(f, s, vi, 0, ringbuf);
 		if (a->ratio == 4)
@@ -1184,6 +1205,20 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
+	}
+	/* the window rows into their pages' rings, each page keeping its last win_ring rows
+	 * (a row that a later row of this call overwrites is skipped) */
+	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
+		const struct srt_seq_view *s = &f->b->seqs[i];
+		int64_t R = (int64_t)a->win_ring, end = s->pos + s->n_tokens;
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			int64_t t = s->pos + k;
+			if (ro_entry(&f->vi[i], a->pool_win, t) ||
+			    (t + R < end && (t + R) / a->P == t / a->P))
+				continue;
+			memcpy(entry(a, s, a->pool_win, f->slot, t),
+			       f->wenc + (size_t)(s->first_row + k) * a->kv_bytes, a->kv_bytes);
+		}
 	}
 	if (f->N < h->nthreads)
 		h->parallel_for(h, h->nthreads, phase_d_cols, f);
@@ -1263,16 +1298,16 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[12] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[13] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),
 			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
-			2 * (batch->n_seqs + 1) * sizeof(struct vinfo)};
-	size_t off[12], total = 0;
-	for (int i = 0; i < 12; i++) {
+			2 * (batch->n_seqs + 1) * sizeof(struct vinfo), B * (size_t)a->kv_bytes};
+	size_t off[13], total = 0;
+	for (int i = 0; i < 13; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1299,6 +1334,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.isc = (double *)(void *)(a->scratch + off[10]);
 	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
+	f.wenc = a->scratch + off[12];
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;

@@ -458,7 +458,10 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 		uint32_t k = (pools[i].tail_tokens + e->P - 1) / e->P;
 		if (k > e->rg.tail_pages)
 			e->rg.tail_pages = k;
-		if (pools[i].ratio == 1 && pools[i].tail_tokens > e->rg.window)
+		/* window pools: ratio 1, or a ring of P / ratio entries per page (ratio < P); the
+		 * carry state has one entry per page */
+		if (pools[i].ratio != SRT_RATIO_PAGE && pools[i].ratio < e->P &&
+		    pools[i].tail_tokens > e->rg.window)
 			e->rg.window = pools[i].tail_tokens;
 	}
 	if (!e->rg.window || !e->rg.tail_pages)

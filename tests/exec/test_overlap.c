@@ -16,6 +16,8 @@
  *
  * If the executor waited for the loads in begin (before compute), the "still loading after
  * compute" assertions fail; if it served pages before waiting, the logits comparisons fail.
+ *
+ * Case `layout`: window pool pages are a ring of 128 rows (half a 256-token page's rows).
  */
 #include <check.h>
 #include <stdint.h>
@@ -240,12 +242,47 @@ START_TEST(tier_loads_overlap_compute_and_are_waited_for_only_when_needed)
 }
 END_TEST
 
+/*
+ * Window pages are sized to what a resume reads: with P = 256 and a 128-token window every
+ * attention plugin's window pool declares ratio 2, so a page is 128 entries per layer (a ring
+ * of the page's last 128 rows), half of one entry per token; the carry state and compressed
+ * pools are unchanged. (That the ring gives the same logits, chunked, batched, resumed and
+ * rematerialized, is what tests/attention, test_exec and test_remat check bitwise.)
+ */
+START_TEST(window_pages_hold_the_last_128_rows_only)
+{
+	struct srt_engine *e = open_engine(NULL);
+	struct srt_rdx_cache *c = srt_engine_cache(e);
+	int windows = 0;
+	for (uint32_t p = 0; p < srt_rdx_pool_count(c); p++) {
+		struct srt_rdx_pool_stats st;
+		srt_rdx_pool_stats(c, p, &st);
+		size_t nl = strlen(st.name);
+		if (nl < 7 || strcmp(st.name + nl - 7, ".window"))
+			continue;
+		windows++;
+		ck_assert_uint_eq(st.retention, SRT_RETAIN_TAIL);
+		ck_assert_uint_eq(st.tail_tokens, 128);
+		ck_assert_uint_eq(st.ratio, 2);
+		ck_assert_uint_eq(st.page_bytes, (uint64_t)st.n_layers * 128 * st.entry_bytes);
+		fprintf(stderr, "[layout] %s: %llu bytes a page (%u layers x 128 x %llu)\n", st.name,
+			(unsigned long long)st.page_bytes, st.n_layers,
+			(unsigned long long)st.entry_bytes);
+	}
+	ck_assert_int_eq(windows, 3); /* swa, csa, hca */
+	srt_engine_close(e);
+}
+END_TEST
+
 int main(void)
 {
 	Suite *su = suite_create("overlap");
 	TCase *tc = tcase_create("tiers");
 	tcase_add_test(tc, tier_loads_overlap_compute_and_are_waited_for_only_when_needed);
 	suite_add_tcase(su, tc);
+	TCase *tl = tcase_create("layout");
+	tcase_add_test(tl, window_pages_hold_the_last_128_rows_only);
+	suite_add_tcase(su, tl);
 	SRunner *sr = srunner_create(su);
 	srunner_run_all(sr, CK_NORMAL);
 	int failed = srunner_ntests_failed(sr);

@@ -463,6 +463,7 @@ void srt_attn_destroy(struct srt_attn *a)
 		h->free(a->lw);
 	}
 	h->free(a->scratch);
+	h->free(a->wscr);
 	h->free(a->freqs);
 	h->free(a->layers);
 	h->free(a);

@@ -110,6 +110,11 @@ struct srt_attn {
 	/* forward's scratch, kept between calls (grown on demand; one call at a time) */
 	uint8_t *scratch;
 	size_t scratch_bytes;
+	/* the window rows of a block of forward, encoded as in the pages ([rows][kv_bytes]; grown
+	 * on demand), and while its attention runs, that buffer: entry() then gives the rows of
+	 * the block from it instead of from the pages' rings (attn_forward.c) */
+	uint8_t *wscr, *win_cur;
+	size_t wscr_bytes;
 };
 
 /*

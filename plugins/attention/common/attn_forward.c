@@ -86,7 +86,6 @@ struct fwd {
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
 	int64_t row0; /* first batch row of the block being computed */
-	uint8_t *wenc; /* [N][kv_bytes]: the block's window KV rows, encoded as in the pages */
 	struct vinfo *vi; /* [n_seqs] of f->b */
 	int err;
 };
@@ -212,11 +211,15 @@ static uint64_t page_span(const struct srt_attn *a, int p)
 /*
  * Entry `idx` of pool p for sequence s (NULL if its page is absent). The window pool is a
  * ring: position idx is on page idx / P in slot idx % win_ring, which holds the page's last
- * win_ring positions once the page is complete (see run_block).
+ * win_ring positions once the page is complete. While a block's attention runs (a->win_cur
+ * set), the window rows of the block itself come from its scratch: their ring slots may
+ * still hold rows 128 positions earlier that the block's first rows read (see run_block).
  */
 static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, int p,
 		      uint32_t slot, int64_t idx)
 {
+	if (p == a->pool_win && a->win_cur && idx >= s->pos && idx < s->pos + s->n_tokens)
+		return a->win_cur + (size_t)(s->first_row + (idx - s->pos)) * a->kv_bytes;
 	const struct srt_pool_decl *d = &a->pools[p];
 	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
 	uint64_t page = (uint64_t)idx / page_span(a, p);
@@ -842,15 +845,9 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 			f->cnk[u] = -1; /* rematerialization: window incomplete, output discarded */
 			continue;
 		}
-		/* rows of this call from its scratch (a ring slot may still hold an older row),
-		 * earlier ones from the pages */
-		const struct vinfo *vi = &f->vi[f->rseq[r]];
-		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++) {
-			const uint8_t *src = p >= s->pos && !ro_entry(vi, a->pool_win, p)
-				? f->wenc + (size_t)(s->first_row + (p - s->pos)) * a->kv_bytes
-				: entry(a, s, a->pool_win, f->slot, p);
-			srt_attn_kv_decode(a, src, keys + (size_t)nk++ * hd);
-		}
+		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++)
+			srt_attn_kv_decode(a, entry(a, s, a->pool_win, f->slot, p),
+					   keys + (size_t)nk++ * hd);
 		if (a->ratio == 128) {
 			for (int64_t j = 0; j < (t + 1) / 128; j++)
 				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, j),
@@ -1177,11 +1174,15 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		const struct vinfo *vi = &f->vi[i];
 		for (int32_t k = 0; k < s->n_tokens; k++) {
-			/* zeroed first: the encoding may leave padding bytes, and pages start zeroed */
-			uint8_t *we = f->wenc + (size_t)(s->first_row + k) * a->kv_bytes;
+			/* the block's window rows into its scratch; zeroed first: the encoding may
+			 * leave padding bytes, and pages start zeroed. A read-only row is the page's. */
+			uint8_t *we = a->wscr + (size_t)(s->first_row + k) * a->kv_bytes;
+			if (ro_entry(vi, a->pool_win, s->pos + k)) {
+				memcpy(we, entry(a, s, a->pool_win, f->slot, s->pos + k), a->kv_bytes);
+				continue;
+			}
 			memset(we, 0, a->kv_bytes);
-			if (!ro_entry(vi, a->pool_win, s->pos + k))
-				srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd, we);
+			srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd, we);
 		}
 		if (a->ratio)
 			run_comp(f, s, vi, 0, ringbuf);
@@ -1189,6 +1190,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			run_comp(f, s, vi, 1, ringbuf);
 	}
 	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
+	a->win_cur = a->wscr; /* attention reads the block's own window rows from there */
 	{
 		size_t H = (size_t)a->m->num_attention_heads, G = (size_t)a->m->o_groups;
 		size_t tg = ((size_t)a->m->o_lora_rank + 7) / 8;
@@ -1206,8 +1208,9 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
 	}
+	a->win_cur = NULL;
 	/* the window rows into their pages' rings, each page keeping its last win_ring rows
-	 * (a row that a later row of this call overwrites is skipped) */
+	 * (a row that a later row of this block overwrites is skipped) */
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		int64_t R = (int64_t)a->win_ring, end = s->pos + s->n_tokens;
@@ -1217,7 +1220,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			    (t + R < end && (t + R) / a->P == t / a->P))
 				continue;
 			memcpy(entry(a, s, a->pool_win, f->slot, t),
-			       f->wenc + (size_t)(s->first_row + k) * a->kv_bytes, a->kv_bytes);
+			       a->wscr + (size_t)(s->first_row + k) * a->kv_bytes, a->kv_bytes);
 		}
 	}
 	if (f->N < h->nthreads)
@@ -1298,16 +1301,16 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[13] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[12] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),
 			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
-			2 * (batch->n_seqs + 1) * sizeof(struct vinfo), B * (size_t)a->kv_bytes};
-	size_t off[13], total = 0;
-	for (int i = 0; i < 13; i++) {
+			2 * (batch->n_seqs + 1) * sizeof(struct vinfo)};
+	size_t off[12], total = 0;
+	for (int i = 0; i < 12; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1334,7 +1337,6 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.isc = (double *)(void *)(a->scratch + off[10]);
 	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
-	f.wenc = a->scratch + off[12];
 	f.xa = buf;
 	f.qr = f.xa + B * d;
 	f.q = f.qr + B * ql;
@@ -1349,6 +1351,19 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.xas = f.xaq + B * d;
 	f.qrq = f.xas + B * (d / 128);
 	f.qrs = f.qrq + B * ql;
+
+	/* the block's window rows (entry(), run_block) */
+	if (B * (size_t)a->kv_bytes > a->wscr_bytes) {
+		h->free(a->wscr);
+		a->wscr = h->alloc(B * (size_t)a->kv_bytes, 64);
+		a->wscr_bytes = a->wscr ? B * (size_t)a->kv_bytes : 0;
+		if (!a->wscr) {
+			srt_attn_why(why, why_len, "%s: layer %d: out of memory for the window rows "
+				     "of %zu rows", a->name, layer, B);
+			return SRT_ENOMEM;
+		}
+	}
+	a->win_cur = NULL;
 
 	/* every page of the whole call first: a failed call writes nothing */
 	f.b = batch;

@@ -201,13 +201,28 @@ static void hadamard(float *x, size_t n, int ref)
 
 /* ---- pages -------------------------------------------------------------------------------- */
 
-/* Entry `idx` of pool p for sequence s (NULL if its page is absent). */
+/* Tokens (window pool) or entries (others) of pool p that one page covers. */
+static uint64_t page_span(const struct srt_attn *a, int p)
+{
+	const struct srt_pool_decl *d = &a->pools[p];
+	return p == a->pool_win ? a->P : a->P / (d->ratio ? d->ratio : a->P);
+}
+
+/*
+ * Entry `idx` of pool p for sequence s (NULL if its page is absent). The window pool is a
+ * ring: position idx is on page idx / P in slot idx % win_ring, which holds the page's last
+ * win_ring positions once the page is complete. While a block's attention runs (a->win_cur
+ * set), the window rows of the block itself come from its scratch: their ring slots may
+ * still hold rows 128 positions earlier that the block's first rows read (see run_block).
+ */
 static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, int p,
 		      uint32_t slot, int64_t idx)
 {
+	if (p == a->pool_win && a->win_cur && idx >= s->pos && idx < s->pos + s->n_tokens)
+		return a->win_cur + (size_t)(s->first_row + (idx - s->pos)) * a->kv_bytes;
 	const struct srt_pool_decl *d = &a->pools[p];
 	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
-	uint64_t page = (uint64_t)idx / epp;
+	uint64_t page = (uint64_t)idx / page_span(a, p);
 	const struct srt_page_table *pt = &s->pools[p];
 	if (idx < 0 || page >= pt->n_pages || !pt->pages[page])
 		return NULL;
@@ -241,7 +256,7 @@ static int need(const struct srt_attn *a, const struct srt_seq_view *s, int p, u
 		int64_t lo, int64_t hi, int32_t layer, const char *what, char *why, size_t why_len)
 {
 	const struct srt_pool_decl *d = &a->pools[p];
-	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
+	uint64_t epp = page_span(a, p);
 	for (int64_t i = lo; i < hi;) {
 		if (!entry(a, s, p, slot, i)) {
 			uint64_t page = (uint64_t)i / epp;
@@ -1193,16 +1208,24 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		const struct vinfo *vi = &f->vi[i];
-		for (int32_t k = 0; k < s->n_tokens; k++)
-			if (!ro_entry(vi, a->pool_win, s->pos + k))
-				srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd,
-						   entry(a, s, a->pool_win, f->slot, s->pos + k));
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			/* the block's window rows into its scratch; zeroed first: the encoding may
+			 * leave padding bytes, and pages start zeroed. A read-only row is the page's. */
+			uint8_t *we = a->wscr + (size_t)(s->first_row + k) * a->kv_bytes;
+			if (ro_entry(vi, a->pool_win, s->pos + k)) {
+				memcpy(we, entry(a, s, a->pool_win, f->slot, s->pos + k), a->kv_bytes);
+				continue;
+			}
+			memset(we, 0, a->kv_bytes);
+			srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd, we);
+		}
 		if (a->ratio)
 			run_comp(f, s, vi, 0, ringbuf);
 		if (a->ratio == 4)
 			run_comp(f, s, vi, 1, ringbuf);
 	}
 	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
+	a->win_cur = a->wscr; /* attention reads the block's own window rows from there */
 	{
 		size_t H = (size_t)a->m->num_attention_heads, G = (size_t)a->m->o_groups;
 		size_t tg = ((size_t)a->m->o_lora_rank + 7) / 8;
@@ -1219,6 +1242,21 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
+	}
+	a->win_cur = NULL;
+	/* the window rows into their pages' rings, each page keeping its last win_ring rows
+	 * (a row that a later row of this block overwrites is skipped) */
+	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
+		const struct srt_seq_view *s = &f->b->seqs[i];
+		int64_t R = (int64_t)a->win_ring, end = s->pos + s->n_tokens;
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			int64_t t = s->pos + k;
+			if (ro_entry(&f->vi[i], a->pool_win, t) ||
+			    (t + R < end && (t + R) / a->P == t / a->P))
+				continue;
+			memcpy(entry(a, s, a->pool_win, f->slot, t),
+			       a->wscr + (size_t)(s->first_row + k) * a->kv_bytes, a->kv_bytes);
+		}
 	}
 	if (f->N < h->nthreads)
 		h->parallel_for(h, h->nthreads, phase_d_cols, f);
@@ -1348,6 +1386,19 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.xas = f.xaq + B * d;
 	f.qrq = f.xas + B * (d / 128);
 	f.qrs = f.qrq + B * ql;
+
+	/* the block's window rows (entry(), run_block) */
+	if (B * (size_t)a->kv_bytes > a->wscr_bytes) {
+		h->free(a->wscr);
+		a->wscr = h->alloc(B * (size_t)a->kv_bytes, 64);
+		a->wscr_bytes = a->wscr ? B * (size_t)a->kv_bytes : 0;
+		if (!a->wscr) {
+			srt_attn_why(why, why_len, "%s: layer %d: out of memory for the window rows "
+				     "of %zu rows", a->name, layer, B);
+			return SRT_ENOMEM;
+		}
+	}
+	a->win_cur = NULL;
 
 	/* every page of the whole call first: a failed call writes nothing */
 	f.b = batch;

@@ -590,7 +590,7 @@ bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *x
 		return false; /* lane tails: the portable code */
 	const bool ref = xs != NULL;
 	if (ref && m >= TMIN && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4) &&
-	    n1 - n0 >= TF && w->cols / 2 * TF < ((size_t)1 << 31)) {
+	    n1 - n0 >= TF && w->cols * TF < ((size_t)1 << 31)) { /* gather offsets */
 		const size_t nt = n0 + (n1 - n0) / TF * TF;
 		run_t(w, w->type, x, xs, m, ldx, y, ldy, n0, nt);
 		n0 = nt;

@@ -817,7 +817,6 @@ static void publish(struct srt_sched *s)
 	s->n_notify = 0;
 }
 
-/* One step; returns 0 to go on, 1 when the thread should exit. */
 /* r's sequence is ready at its hit: computed = hit, the hit counted at its first start */
 static void took_hit(struct srt_sched *s, struct srt_sched_req *r, uint64_t hit)
 {
@@ -863,6 +862,7 @@ static void finish_loads(struct srt_sched *s)
 	}
 }
 
+/* One step; returns 0 to go on, 1 when the thread should exit. */
 static int step(struct srt_sched *s)
 {
 	char err[1024];

@@ -7,7 +7,8 @@
  *   A. rows    attn_norm, q path, kv path, compressor projections, indexer query and head
  *              weights: projections split by output features over all rows of the block,
  *              element-wise work per row or per (row, head) (see "phase A" below);
- *   B. write   per sequence, in token order: window KV into its page; compressor rows into the
+ *   B. write   per sequence, in token order: window KV into the block's window scratch
+ *              (a->wscr); compressor rows into the
  *              ring; a block's entry is pooled when its last token arrives and written to the
  *              C4 / C128 (and indexer) pools; the ring is saved into the state entry of a
  *              page at the page's last token and at the call's last token;
@@ -16,6 +17,10 @@
  *              per 8 outputs over all rows (see "phase C" below), so one decode row uses
  *              every thread;
  *   D. wo_b    per row range, in parallel.
+ * After C, the block's window rows go into their pages. A window page is a ring of its last
+ * W = 128 rows (slot t % 128 of page t / P; the pool declares ratio P / W): during C the rows
+ * of the block are read from its scratch (entry()), earlier rows from the rings, whose slots
+ * hold exactly the rows a window of the block can reach before the block's own.
  * Phase 0 covers the whole call; A-D run on blocks of ATTN_ROWS rows in row order (a sequence
  * cut by a block boundary continues in the next block as a chunked prefill would), which
  * bounds the scratch memory of a long prefill.

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn_dot.h"
+#include "ops/fp.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
@@ -38,8 +39,11 @@ START_TEST(qk_heads_equals_the_per_head_double_loop_bitwise)
 		for (size_t ne = 1; ne <= 9; ne++) {
 			double *qt = malloc(sizeof(double) * K * nh), *y = malloc(sizeof(double) * ne * nh);
 			float *keys = malloc(sizeof(float) * ne * K);
+			/* widened floats (the indexer's queries: the fused path), and for odd ne
+			 * doubles with more than a float's bits (products not exact: the separate
+			 * multiplication and addition must be used) */
 			for (size_t i = 0; i < K * nh; i++)
-				qt[i] = (double)wide();
+				qt[i] = (double)wide() * (ne % 2 ? 1.0 + 0x1p-40 : 1.0);
 			for (size_t i = 0; i < ne * K; i++)
 				keys[i] = wide();
 			srt_attn_qk_heads(qt, nh, keys, K, ne, y);
@@ -55,6 +59,33 @@ START_TEST(qk_heads_equals_the_per_head_double_loop_bitwise)
 			free(qt);
 			free(y);
 			free(keys);
+		}
+	}
+}
+END_TEST
+
+/* The indexer's FP4 key decode: every code byte under scales across the UE8M0 range
+ * (0 = 2^-127, 255 = NaN) gives the scalar loop's floats bit for bit, in order. */
+START_TEST(fp4_row_equals_the_scalar_decode_bitwise)
+{
+	static const size_t ds[] = {128, 64, 32, 48};
+	static const uint8_t sc[] = {0, 1, 100, 127, 128, 200, 254, 255};
+	for (size_t di = 0; di < sizeof(ds) / sizeof(ds[0]); di++) {
+		size_t d = ds[di];
+		uint8_t codes[64], scales[4];
+		float v[128], w[128];
+		for (int rep = 0; rep < 16; rep++) {
+			for (size_t i = 0; i < d / 2; i++)
+				codes[i] = (uint8_t)(rep * 16 + i * 7); /* every byte value over the reps */
+			for (size_t b = 0; b < (d + 31) / 32; b++)
+				scales[b] = sc[(rep + b) % 8];
+			srt_attn_fp4_row(codes, scales, d, v);
+			for (size_t i = 0; i < d; i++) {
+				w[i] = srt_fp4_e2m1_to_f32(srt_fp4_get(codes, i)) *
+				       srt_e8m0_to_f32(scales[i / 32]);
+				ck_assert_msg(memcmp(&v[i], &w[i], 4) == 0, "d %zu rep %d: v[%zu] %a vs %a",
+					      d, rep, i, v[i], w[i]);
+			}
 		}
 	}
 }
@@ -126,6 +157,7 @@ int main(void)
 	Suite *s = suite_create("attn_dot");
 	TCase *tc = tcase_create("kernels");
 	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
+	tcase_add_test(tc, fp4_row_equals_the_scalar_decode_bitwise);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	suite_add_tcase(s, tc);

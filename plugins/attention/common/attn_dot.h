@@ -79,6 +79,13 @@ void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t
  * Σ_c qt[c·nh + h] · keys[e·k + c] for entries e in [0, ne), heads h in [0, nh), c ascending
  * (qt is the query transposed, [k][nh], as doubles; the key floats are widened exactly).
  */
+/*
+ * v[i] = E2M1 code i of `codes` (packed, low nibble = even i) times the UE8M0 scale
+ * scales[i / 32], for i in [0, d): the floats of the scalar loop (one multiplication each),
+ * vectorised when d is a multiple of 32 (the indexer's FP4 keys).
+ */
+void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v);
+
 void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
 		       double *y);
 

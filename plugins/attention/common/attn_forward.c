@@ -670,7 +670,7 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct v
 
 /* ---- phase C: attention per row ------------------------------------------------------------ */
 
-/* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 by table. */
+/* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 vectorised. */
 static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 {
 	size_t d = (size_t)a->m->index_head_dim;
@@ -678,14 +678,7 @@ static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 		srt_attn_ix_decode(a, e, v);
 		return;
 	}
-	for (size_t b = 0; b < d / 32; b++) {
-		const float s = srt_e8m0_to_f32(e[d / 2 + b]);
-		for (size_t i = 0; i < 16; i++) {
-			const uint8_t c = e[b * 16 + i];
-			v[b * 32 + 2 * i] = srt_fp4_e2m1_to_f32(c & 15u) * s;
-			v[b * 32 + 2 * i + 1] = srt_fp4_e2m1_to_f32(c >> 4) * s;
-		}
-	}
+	srt_attn_fp4_row(e, e + d / 2, d, v);
 }
 
 /*

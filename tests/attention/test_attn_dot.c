@@ -91,6 +91,63 @@ START_TEST(fp4_row_equals_the_scalar_decode_bitwise)
 }
 END_TEST
 
+/* The KV cache's FP8 decode: every code byte (NaN codes included) under scales across the
+ * UE8M0 range (0 = 2^-127, 246 the largest vectorised, 247 and up the scalar fallback, 255 =
+ * NaN) gives the scalar loop's floats bit for bit. */
+START_TEST(fp8_row_equals_the_scalar_decode_bitwise)
+{
+	static const uint8_t sc[] = {0, 1, 9, 10, 100, 127, 200, 246, 247, 254, 255};
+	const size_t n = 448;
+	uint8_t codes[448], scales[7];
+	float v[448], w[448];
+	for (int rep = 0; rep < 22; rep++) {
+		for (size_t i = 0; i < n; i++)
+			codes[i] = (uint8_t)(i * 37 + (size_t)rep * 11 + i / 256);
+		if (rep % 2) /* blocks without NaN codes: the vector path */
+			for (size_t i = 0; i < n; i++)
+				if ((codes[i] & 0x7F) == 0x7F)
+					codes[i] ^= 1;
+		for (size_t b = 0; b < n / 64; b++)
+			scales[b] = sc[((size_t)rep + b) % (sizeof(sc) / sizeof(sc[0]))];
+		srt_attn_fp8_row(codes, scales, n, v);
+		for (size_t i = 0; i < n; i++) {
+			w[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
+			ck_assert_msg(memcmp(&v[i], &w[i], 4) == 0, "rep %d: v[%zu] (code 0x%02x scale %u) %a vs %a",
+				      rep, i, codes[i], scales[i / 64], v[i], w[i]);
+		}
+	}
+}
+END_TEST
+
+/* The tile layout (attn_dot.h) by its definition, whatever path builds it: full and partial
+ * tiles, column counts with and without a tail of 8, a row stride above k. */
+START_TEST(tile_layout_is_the_definition)
+{
+	static const size_t ks[] = {512, 100, 7, 8};
+	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+		size_t k = ks[ki], ldw = k + 5;
+		for (size_t n = 1; n <= 21; n += 4) {
+			size_t nt = (n + 7) / 8;
+			float *w = malloc(sizeof(float) * n * ldw), *t = malloc(sizeof(float) * nt * 8 * k);
+			for (size_t i = 0; i < n * ldw; i++)
+				w[i] = wide();
+			memset(t, 0xFF, sizeof(float) * nt * 8 * k); /* NaN: every slot must be written */
+			srt_attn_tile(w, n, k, ldw, t);
+			for (size_t j = 0; j < nt; j++)
+				for (size_t c = 0; c < k; c++)
+					for (size_t l = 0; l < 8; l++) {
+						size_t r = j * 8 + l;
+						float want = r < n ? w[r * ldw + c] : 0.0f;
+						ck_assert_msg(same(t[(j * k + c) * 8 + l], want),
+							      "k %zu n %zu: tile %zu col %zu lane %zu", k, n, j, c, l);
+					}
+			free(w);
+			free(t);
+		}
+	}
+}
+END_TEST
+
 START_TEST(dot_tiles_f32_equals_the_ascending_float_loop_bitwise)
 {
 	static const size_t Ks[] = {512, 100, 1};
@@ -158,6 +215,8 @@ int main(void)
 	TCase *tc = tcase_create("kernels");
 	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
 	tcase_add_test(tc, fp4_row_equals_the_scalar_decode_bitwise);
+	tcase_add_test(tc, fp8_row_equals_the_scalar_decode_bitwise);
+	tcase_add_test(tc, tile_layout_is_the_definition);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	suite_add_tcase(s, tc);

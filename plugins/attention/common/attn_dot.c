@@ -303,6 +303,54 @@ __attribute__((target("avx512f"))) static void fp4_row_avx512(const uint8_t *cod
 }
 #endif
 
+#ifdef ATTN_X86
+/*
+ * E4M3 codes of one 64 block times the block scale s = 2^(e-127): the code's bits placed as
+ * an IEEE half (sign on bit 15, bias 15 instead of 7) convert exactly to v·2^-8 (E4M3
+ * subnormals are half subnormals and become normal floats), and (v·2^-8)·(2^8·s) is the same
+ * real product as v·s, rounded once: the same float. Blocks with a NaN code or a scale code
+ * above 246 (2^8·s not finite, or NaN) take the scalar loop.
+ */
+__attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const uint8_t *codes,
+								      const uint8_t *scales,
+								      size_t n, float *v)
+{
+	const __m256i m7f = _mm256_set1_epi8(0x7F);
+	for (size_t b = 0; b < n / 64; b++) {
+		const uint8_t *c = codes + b * 64;
+		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
+		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
+		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
+				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		if (nan || scales[b] > 246) {
+			const float s = srt_e8m0_to_f32(scales[b]);
+			for (size_t i = 0; i < 64; i++)
+				v[b * 64 + i] = srt_fp8_e4m3_to_f32(c[i]) * s;
+			continue;
+		}
+		const __m512 f = _mm512_set1_ps(256.0f * srt_e8m0_to_f32(scales[b]));
+		const __m256i mask = _mm256_set1_epi16((short)0xBF80);
+		for (int q = 0; q < 4; q++) {
+			const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
+			const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), mask);
+			_mm512_storeu_ps(v + b * 64 + 16 * q, _mm512_mul_ps(_mm512_cvtph_ps(h), f));
+		}
+	}
+}
+#endif
+
+void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
+{
+#ifdef ATTN_X86
+	if (n % 64 == 0 && have_avx512()) {
+		fp8_row_avx512(codes, scales, n, v);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		v[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
+}
+
 void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v)
 {
 #ifdef ATTN_X86
@@ -430,9 +478,60 @@ void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k,
 		}
 }
 
+#ifdef ATTN_X86
+/* Full tiles (8 rows) by 8x8 transposes of 8 columns at a time (moves only: the same floats);
+ * returns the columns done (a multiple of 8). */
+__attribute__((target("avx2"))) static size_t tile_avx2(const float *w, size_t k, size_t ldw,
+							 float *t)
+{
+	size_t c = 0;
+	for (; c + 8 <= k; c += 8) {
+		__m256 r[8], u[8], v[8];
+		for (int l = 0; l < 8; l++)
+			r[l] = _mm256_loadu_ps(w + (size_t)l * ldw + c);
+		for (int l = 0; l < 8; l += 2) {
+			u[l] = _mm256_unpacklo_ps(r[l], r[l + 1]);
+			u[l + 1] = _mm256_unpackhi_ps(r[l], r[l + 1]);
+		}
+		for (int l = 0; l < 8; l += 4) {
+			v[l] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(1, 0, 1, 0));
+			v[l + 1] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(3, 2, 3, 2));
+			v[l + 2] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(1, 0, 1, 0));
+			v[l + 3] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(3, 2, 3, 2));
+		}
+		/* v[0..3]: columns c+0,1,2,3 (rows 0-3 | rows 0-3 of c+4..7 in the high half),
+		 * v[4..7]: the same for rows 4-7 */
+		for (int q = 0; q < 4; q++) {
+			_mm256_storeu_ps(t + (c + (size_t)q) * 8, _mm256_permute2f128_ps(v[q], v[4 + q], 0x20));
+			_mm256_storeu_ps(t + (c + 4 + (size_t)q) * 8,
+					 _mm256_permute2f128_ps(v[q], v[4 + q], 0x31));
+		}
+	}
+	return c;
+}
+#endif
+
 void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t)
 {
 	size_t nt = (n + 7) / 8;
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		size_t j = 0;
+		for (; j < n / 8; j++) {
+			size_t c = tile_avx2(w + j * 8 * ldw, k, ldw, t + j * k * 8);
+			for (; c < k; c++)
+				for (size_t l = 0; l < 8; l++)
+					t[(j * k + c) * 8 + l] = w[(j * 8 + l) * ldw + c];
+		}
+		for (; j < nt; j++) /* the last, partial tile */
+			for (size_t c = 0; c < k; c++)
+				for (size_t l = 0; l < 8; l++) {
+					size_t r = j * 8 + l;
+					t[(j * k + c) * 8 + l] = r < n ? w[r * ldw + c] : 0.0f;
+				}
+		return;
+	}
+#endif
 	for (size_t j = 0; j < nt; j++)
 		for (size_t c = 0; c < k; c++)
 			for (size_t l = 0; l < 8; l++) {

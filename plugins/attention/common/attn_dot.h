@@ -86,6 +86,13 @@ void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t
  */
 void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v);
 
+/*
+ * v[i] = E4M3 code i times the UE8M0 scale scales[i / 64], for i in [0, n): the floats of the
+ * scalar loop (one multiplication each), vectorised when n is a multiple of 64 (the KV cache's
+ * FP8 "nope" dims).
+ */
+void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
+
 void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
 		       double *y);
 

@@ -148,6 +148,39 @@ START_TEST(tile_layout_is_the_definition)
 }
 END_TEST
 
+/* The indexer's bf16 head weighting = its scalar expression bitwise: scores of both signs
+ * (ReLU), -0, NaN, values on bf16 rounding ties, weights of both signs, 8-multiple and odd
+ * head counts. */
+START_TEST(ix_weigh_bf16_equals_the_scalar_expression_bitwise)
+{
+	static const size_t nhs[] = {8, 16, 64, 24, 5};
+	for (size_t ni = 0; ni < sizeof(nhs) / sizeof(nhs[0]); ni++) {
+		size_t nh = nhs[ni];
+		for (int rep = 0; rep < 50; rep++) {
+			double qk[64];
+			float w[64], t[64];
+			for (size_t h = 0; h < nh; h++) {
+				qk[h] = (double)wide() * (1.0 + 0x1p-30);
+				w[h] = wide();
+				if ((h + (size_t)rep) % 9 == 0)
+					qk[h] = (double)(1.0f + 0x1p-8f); /* a tie: rounds to even */
+				if ((h + (size_t)rep) % 11 == 0)
+					qk[h] = -0.0;
+				if ((h + (size_t)rep) % 13 == 0)
+					qk[h] = NAN;
+			}
+			srt_attn_ix_weigh_bf16(qk, w, nh, t);
+			for (size_t h = 0; h < nh; h++) {
+				float sc = srt_round_bf16((float)qk[h]);
+				float want = srt_round_bf16((sc > 0 ? sc : 0.0f) * w[h]);
+				ck_assert_msg(same(t[h], want), "nh %zu rep %d h %zu: %a vs %a (qk %a w %a)",
+					      nh, rep, h, t[h], want, qk[h], w[h]);
+			}
+		}
+	}
+}
+END_TEST
+
 START_TEST(dot_tiles_f32_equals_the_ascending_float_loop_bitwise)
 {
 	static const size_t Ks[] = {512, 100, 1};
@@ -217,6 +250,7 @@ int main(void)
 	tcase_add_test(tc, fp4_row_equals_the_scalar_decode_bitwise);
 	tcase_add_test(tc, fp8_row_equals_the_scalar_decode_bitwise);
 	tcase_add_test(tc, tile_layout_is_the_definition);
+	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	suite_add_tcase(s, tc);

@@ -351,6 +351,51 @@ void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, flo
 		v[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
 }
 
+static float round_bf16_scalar(float x)
+{
+	return srt_round_bf16(x);
+}
+
+#ifdef ATTN_X86
+/* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
+__attribute__((target("avx2"))) static inline __m256 round_bf16_v8(__m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+	u = _mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u));
+	const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	return _mm256_blendv_ps(_mm256_castsi256_ps(u), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+				nan);
+}
+
+__attribute__((target("avx512f,avx2"))) static void ix_weigh_avx512(const double *qk,
+								    const float *w, size_t nh,
+								    float *t)
+{
+	for (size_t h = 0; h < nh; h += 8) {
+		const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(_mm512_loadu_pd(qk + h)));
+		/* max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f) */
+		const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
+		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
+	}
+}
+#endif
+
+void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t)
+{
+#ifdef ATTN_X86
+	if (nh % 8 == 0 && have_avx512()) {
+		ix_weigh_avx512(qk, w, nh, t);
+		return;
+	}
+#endif
+	for (size_t h = 0; h < nh; h++) {
+		float sc = round_bf16_scalar((float)qk[h]);
+		t[h] = round_bf16_scalar((sc > 0 ? sc : 0.0f) * w[h]);
+	}
+}
+
 void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v)
 {
 #ifdef ATTN_X86

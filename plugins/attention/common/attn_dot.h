@@ -93,6 +93,13 @@ void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, flo
  */
 void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
 
+/*
+ * The indexer's per-head weighting in the reference profile: t[h] = bf16(ReLU(bf16((float)
+ * qk[h])) · w[h]) for h in [0, nh) (bf16(): srt_round_bf16), the floats of that scalar
+ * expression, vectorised when nh is a multiple of 8.
+ */
+void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t);
+
 void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
 		       double *y);
 

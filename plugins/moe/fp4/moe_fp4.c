@@ -100,6 +100,8 @@ struct moe_inst {
 	int32_t n_groups;
 	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
 	int64_t task0;            /* first task of the up_gate / down call (profiling splits) */
+	int64_t spread_n;         /* decode: tasks of the call dealt round-robin to the threads
+				   * (spread()), 0 = in order */
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -608,6 +610,28 @@ static void gemm(const struct moe_inst *in, const struct srt_weight *w, const fl
 		srt_gemm_exact(w, x, (size_t)count, w->cols, y, ldy, n0, n1);
 }
 
+/*
+ * Decode (one row): the pool hands thread k a contiguous range of tasks, and the groups'
+ * tasks are not equal (the shared expert's FP8 blocks are twice the bytes of a routed FP4
+ * one and come last), so position p of a call of n tasks runs task spread(p): the tasks in
+ * the order (task mod T, task), which gives each thread every T-th task, an even mix. Every
+ * task writes its own outputs: the order changes no result.
+ */
+static int64_t spread(const struct moe_inst *in, int64_t p)
+{
+	const int64_t n = in->spread_n, T = in->host->nthreads;
+	if (!n || T < 2)
+		return p;
+	int64_t acc = 0;
+	for (int64_t c = 0; c < T && c < n; c++) {
+		int64_t sz = (n - c + T - 1) / T; /* tasks c, c + T, ... below n */
+		if (p < acc + sz)
+			return c + (p - acc) * T;
+		acc += sz;
+	}
+	return p; /* not reached: the classes cover [0, n) */
+}
+
 /* Phase 3, per (group, block of MOE_NCOL inner channels): h = weight * silu(gate) * up. */
 static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 {
@@ -617,7 +641,8 @@ static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 	const float L = in->limit;
 	(void)tid;
 
-	for (int64_t j = begin + in->task0; j < end + in->task0; j++) {
+	for (int64_t p = begin; p < end; p++) {
+		const int64_t j = spread(in, p) + in->task0;
 		const struct moe_group *g = &in->groups[j / per];
 		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
 		const float *x = in->gx + (int64_t)g->first * d;
@@ -669,7 +694,8 @@ static void down(void *ctx, int64_t begin, int64_t end, int tid)
 	struct moe_inst *in = ctx;
 	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_down;
 	(void)tid;
-	for (int64_t j = begin + in->task0; j < end + in->task0; j++) {
+	for (int64_t p = begin; p < end; p++) {
+		const int64_t j = spread(in, p) + in->task0;
 		const struct moe_group *g = &in->groups[j / per];
 		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
 		if (n1 > (size_t)d)
@@ -752,6 +778,14 @@ static int gather_tokens(struct moe_inst *in, const struct moe_layer *l,
 	return 0;
 }
 
+/* parallel_for of n up_gate / down tasks, dealt round-robin at decode (spread()). */
+static void run_tasks(struct moe_inst *in, int64_t n, srt_range_fn fn)
+{
+	in->spread_n = in->m == 1 ? n : 0;
+	in->host->parallel_for(in->host, n, fn, in);
+	in->spread_n = 0;
+}
+
 static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch, const float *x,
 		       float *out, char *why, size_t why_len)
 {
@@ -805,25 +839,25 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 			/* profiling: the routed groups, then the shared one (the last group) */
 			const int64_t nr = in->n_groups - 1, pu = in->n_tasks_per_group_up;
 			const int64_t pd = in->n_tasks_per_group_down;
-			h->parallel_for(h, nr * pu, up_gate, in);
+			run_tasks(in, nr * pu, up_gate);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent - in->m, quant_h, in);
-			h->parallel_for(h, nr * pd, down, in);
+			run_tasks(in, nr * pd, down);
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_EXPERTS, t0);
 			in->task0 = nr * pu;
-			h->parallel_for(h, pu, up_gate, in);
+			run_tasks(in, pu, up_gate);
 			in->task0 = 0;
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				quant_h(in, n_ent - in->m, n_ent, 0);
 			in->task0 = nr * pd;
-			h->parallel_for(h, pd, down, in);
+			run_tasks(in, pd, down);
 			in->task0 = 0;
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_SHARED, t0);
 		} else {
-			h->parallel_for(h, in->n_groups * in->n_tasks_per_group_up, up_gate, in);
+			run_tasks(in, in->n_groups * in->n_tasks_per_group_up, up_gate);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent, quant_h, in);
-			h->parallel_for(h, in->n_groups * in->n_tasks_per_group_down, down, in);
+			run_tasks(in, in->n_groups * in->n_tasks_per_group_down, down);
 		}
 		h->parallel_for(h, in->m, combine, in);
 		srt_prof_add(&moe_prof, SRT_PROF_MOE_COMBINE, t0);

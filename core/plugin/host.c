@@ -146,7 +146,8 @@ static void host_free(void *p)
  * of them sees the other's write and no wake-up is lost. Every worker acknowledges every job
  * it sees (pending = nthreads - 1), even with an empty range, so the job's fields are never
  * rewritten while a worker may still read them; a job of one range runs inline and posts
- * nothing. Past the first ~1024 pauses a spinner also yields its core (spin_step).
+ * nothing. Past the first ~1024 pauses a spinner also yields its core (spin_step), and the
+ * budget adapts to how often spins pay off (spin_done).
  */
 #define POOL_SPIN_US_DEFAULT 200   /* spin budget before sleeping (env SRT_POOL_SPIN_US) */
 #define POOL_SPIN_US_MAX 1000000
@@ -156,6 +157,7 @@ struct pool {
 	int nworkers_started;
 	pthread_t *threads;
 	uint64_t spin_ns;       /* 0: sleep at once, as a plain condvar pool */
+	atomic_ullong spin_cur; /* the adaptive budget now, in [spin_ns / 64, spin_ns] */
 	pthread_mutex_t submit; /* one job at a time */
 	pthread_mutex_t mu;     /* for the condvars only */
 	pthread_cond_t work_cv;
@@ -216,7 +218,7 @@ static void run_chunk(struct pool *p, int64_t n, srt_range_fn fn, void *ctx, int
 /* One step of a spin loop: a pause; every 64 steps a clock read (true when the budget is
  * spent), and after the first 1024 steps a sched_yield, so that on an oversubscribed
  * machine a spinning thread gives its core to the thread it waits for. */
-static inline bool spin_step(const struct pool *p, unsigned i, uint64_t *t0)
+static inline bool spin_step(uint64_t budget, unsigned i, uint64_t *t0)
 {
 	cpu_relax();
 	if ((i & 63) != 63)
@@ -224,11 +226,32 @@ static inline bool spin_step(const struct pool *p, unsigned i, uint64_t *t0)
 	uint64_t t = mono_ns();
 	if (!*t0)
 		*t0 = t;
-	else if (t - *t0 >= p->spin_ns)
+	else if (t - *t0 >= budget)
 		return true;
 	if (i >= 1024)
 		sched_yield();
 	return false;
+}
+
+/*
+ * The budget adapts: a spin that ends by the event doubles it (up to spin_ns), one that runs
+ * out halves it (down to spin_ns / 64). On a quiet machine the regions of a step follow each
+ * other within microseconds and the budget stays full; when the cores are oversubscribed
+ * and the awaited thread is descheduled, spins keep running out, and the pool falls back to
+ * sleeping at once instead of burning its share of the CPU on waits.
+ */
+static uint64_t spin_budget(const struct pool *p)
+{
+	return atomic_load_explicit(&((struct pool *)p)->spin_cur, memory_order_relaxed);
+}
+
+static bool spin_done(const struct pool *p, uint64_t budget, bool hit)
+{
+	uint64_t nb = hit ? (budget * 2 < p->spin_ns ? budget * 2 : p->spin_ns)
+			  : (budget / 2 > p->spin_ns / 64 ? budget / 2 : p->spin_ns / 64);
+	if (nb != budget)
+		atomic_store_explicit(&((struct pool *)p)->spin_cur, nb, memory_order_relaxed);
+	return hit;
 }
 
 /* Spin up to the pool's budget until *a != v (or stop, when `stop` is given); returns
@@ -238,13 +261,14 @@ static bool spin_until_changed(const struct pool *p, const _Atomic uint64_t *a, 
 {
 	if (!p->spin_ns)
 		return atomic_load(a) != v || (stop && atomic_load(stop));
+	const uint64_t budget = spin_budget(p);
 	uint64_t t0 = 0;
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(a, memory_order_acquire) != v ||
 		    (stop && atomic_load_explicit(stop, memory_order_acquire)))
-			return true;
-		if (spin_step(p, i, &t0))
-			return false;
+			return spin_done(p, budget, true);
+		if (spin_step(budget, i, &t0))
+			return spin_done(p, budget, false);
 	}
 }
 
@@ -252,12 +276,13 @@ static bool spin_until_zero(const struct pool *p, const atomic_int *a)
 {
 	if (!p->spin_ns)
 		return atomic_load(a) == 0;
+	const uint64_t budget = spin_budget(p);
 	uint64_t t0 = 0;
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(a, memory_order_acquire) == 0)
-			return true;
-		if (spin_step(p, i, &t0))
-			return false;
+			return spin_done(p, budget, true);
+		if (spin_step(budget, i, &t0))
+			return spin_done(p, budget, false);
 	}
 }
 
@@ -375,6 +400,7 @@ static int pool_start(struct pool *p, int nthreads, char *why, size_t why_len)
 	int src = spin_from_env(&p->spin_ns, why, why_len);
 	if (src)
 		return src;
+	atomic_store(&p->spin_cur, p->spin_ns);
 	pthread_mutex_init(&p->submit, NULL);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work_cv, NULL);

@@ -72,8 +72,9 @@ static void replay_usage(FILE *out)
 		"                     file store's appended logs, fsync=off, ...); repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
-		"  --remat on|off     window rematerialization (default off): a request may resume\n"
-		"                     where only the ALL pools (compressed KV, indexer keys) are cached,\n"
+		"  --remat on|off     window rematerialization (default on, as in the engine): a\n"
+		"                     request may resume where only the ALL pools (compressed KV,\n"
+		"                     indexer keys) are cached,\n"
 		"                     paying a recompute of ~64 L^2 token-layers (core/radix/remat.h)\n"
 		"                     when that is less than computing from the ordinary hit. Prints\n"
 		"                     the ordinary hit next to it, the recompute and compute saved /\n"
@@ -187,7 +188,7 @@ int srt_cmd_replay(int argc, char **argv)
 	double share = 0.1;
 	int quiet = 0;
 	const char *config = NULL;
-	int budget_given = 0, tiers_on = 0, remat = 0, remat_tail = 1;
+	int budget_given = 0, tiers_on = 0, remat = 1, remat_tail = 1;
 	uint64_t payload = 64, stride = 0;
 	int n_l3opt = 0;
 	int concurrent = 0;
@@ -495,6 +496,8 @@ int srt_cmd_replay(int argc, char **argv)
 	}
 	printf("wall time       %.2f s (%.0f requests/s)\n", res.wall_s,
 	       res.wall_s > 0 ? res.requests / res.wall_s : 0);
+	printf("cpu time        %.2f s (user + system, every thread, same span as the wall time)\n",
+	       res.cpu_s);
 	if (tm)
 		print_tiers(tm, &res);
 	struct srt_rdx_stats st;

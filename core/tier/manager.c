@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "tier/object.h"
@@ -92,7 +93,6 @@ void srt_tmgr_fingerprint(const char *ident, uint32_t page_tokens,
 /* A page known to L2 or L3, by key. L2 entries own an arena page holding the payload. */
 struct kent {
 	struct srt_key key;
-	struct kent *hnext;
 	struct kent *prev, *next; /* LRU: head = most recent */
 	void *page;               /* L2: arena page */
 	uint64_t bytes;           /* accounted bytes */
@@ -101,8 +101,19 @@ struct kent {
 	uint8_t in_l3;   /* L2: known to be in L3 as well */
 };
 
+/*
+ * Open addressing (linear probing, at most half full) with each key's hash beside its entry:
+ * a lookup reads one slot run, and touches an entry only when the full 64-bit hash matches.
+ * The L3 index holds hundreds of thousands of pages, so chained buckets cost a cache miss per
+ * entry on the chain; an absent key now costs about one.
+ */
+struct kslot {
+	uint64_t h;
+	struct kent *e; /* NULL = empty */
+};
+
 struct ktab {
-	struct kent **b;
+	struct kslot *b;
 	size_t cap, n;
 	struct kent *head, *tail;
 	uint64_t bytes, peak, budget;
@@ -112,10 +123,14 @@ static struct kent *kt_find(const struct ktab *t, const struct srt_key *k)
 {
 	if (!t->cap)
 		return NULL;
-	for (struct kent *e = t->b[key_hash(k) & (t->cap - 1)]; e; e = e->hnext)
-		if (!memcmp(e->key.b, k->b, SRT_KEY_BYTES))
-			return e;
-	return NULL;
+	uint64_t h = key_hash(k);
+	for (size_t i = h & (t->cap - 1);; i = (i + 1) & (t->cap - 1)) {
+		const struct kslot *sl = &t->b[i];
+		if (!sl->e)
+			return NULL;
+		if (sl->h == h && !memcmp(sl->e->key.b, k->b, SRT_KEY_BYTES))
+			return sl->e;
+	}
 }
 
 static void lru_unlink(struct ktab *t, struct kent *e)
@@ -150,27 +165,50 @@ static void kt_touch(struct ktab *t, struct kent *e)
 	lru_front(t, e);
 }
 
+static void kt_place(struct kslot *b, size_t cap, uint64_t h, struct kent *e)
+{
+	size_t i = h & (cap - 1);
+	while (b[i].e)
+		i = (i + 1) & (cap - 1);
+	b[i].h = h;
+	b[i].e = e;
+}
+
+/*
+ * A zeroed slot array. Large ones (the L3 index reaches many MiB) are 2 MiB aligned and asked
+ * for transparent huge pages: lookups are random, and with 4 KiB pages each one also missed
+ * the TLB (whole-trace replay with three tiers: ~10 % less CPU).
+ */
+static struct kslot *kt_slots(size_t cap)
+{
+	size_t bytes = cap * sizeof(struct kslot), huge = 2u << 20;
+	if (bytes < huge)
+		return calloc(cap, sizeof(struct kslot));
+	void *p = NULL;
+	if (posix_memalign(&p, huge, bytes))
+		return NULL;
+#ifdef MADV_HUGEPAGE
+	madvise(p, bytes, MADV_HUGEPAGE); /* advice only: without THP it stays 4 KiB pages */
+#endif
+	memset(p, 0, bytes);
+	return p;
+}
+
 static int kt_insert(struct ktab *t, struct kent *e)
 {
-	if ((t->n + 1) * 4 > t->cap * 3) {
+	if ((t->n + 1) * 2 > t->cap) {
 		size_t cap = t->cap ? 2 * t->cap : 1024;
-		struct kent **b = calloc(cap, sizeof(*b));
+		struct kslot *b = kt_slots(cap);
 		if (!b)
 			return SRT_ENOMEM;
 		for (size_t i = 0; i < t->cap; i++)
-			for (struct kent *x = t->b[i], *nx; x; x = nx) {
-				nx = x->hnext;
-				size_t j = key_hash(&x->key) & (cap - 1);
-				x->hnext = b[j];
-				b[j] = x;
-			}
+			if (t->b[i].e)
+				kt_place(b, cap, t->b[i].h, t->b[i].e);
 		free(t->b);
 		t->b = b;
 		t->cap = cap;
 	}
-	size_t j = key_hash(&e->key) & (t->cap - 1);
-	e->hnext = t->b[j];
-	t->b[j] = e;
+	kt_place(t->b, t->cap, key_hash(&e->key), e);
 	t->n++;
 	t->bytes += e->bytes;
 	if (t->bytes > t->peak)
@@ -179,12 +217,25 @@ static int kt_insert(struct ktab *t, struct kent *e)
 	return 0;
 }
 
+/* Remove e (which is in t): backward-shift deletion keeps every probe run unbroken. */
 static void kt_remove(struct ktab *t, struct kent *e)
 {
-	struct kent **pp = &t->b[key_hash(&e->key) & (t->cap - 1)];
-	while (*pp != e)
-		pp = &(*pp)->hnext;
-	*pp = e->hnext;
+	size_t mask = t->cap - 1, i = key_hash(&e->key) & mask;
+	while (t->b[i].e != e)
+		i = (i + 1) & mask;
+	for (size_t j = i;;) {
+		j = (j + 1) & mask;
+		if (!t->b[j].e)
+			break;
+		size_t home = t->b[j].h & mask;
+		/* the entry at j may move to i unless its home lies cyclically in (i, j] */
+		if (i <= j ? (i < home && home <= j) : (i < home || home <= j))
+			continue;
+		t->b[i] = t->b[j];
+		i = j;
+	}
+	t->b[i].e = NULL;
+	t->b[i].h = 0;
 	t->n--;
 	t->bytes -= e->bytes;
 	lru_unlink(t, e);
@@ -273,6 +324,7 @@ struct item {
 	uint32_t pool;
 	void *dst;   /* L1 page (real mode) or NULL (synthetic: verify only) */
 	struct kent *l2; /* a pinned L2 page to copy (in the prefetch thread), else L3 */
+	uint64_t page;   /* page index in the request */
 	int ok;
 };
 
@@ -297,6 +349,10 @@ struct srt_tmgr_req {
 	int branch_done;
 	uint64_t hit_pages; /* pages [0, hit_pages) were a hit: a resume point */
 	uint64_t lower_run; /* end of the ALL pools' run in L2/L3: where an older prefix left off */
+	/* pages just loaded from L3 ([pool * l3k_n + page] = 1): their write-through copy need
+	 * not look the L3 index up again (set at wait, used by the next req_record) */
+	uint8_t *l3k;
+	uint64_t l3k_n;
 	uint32_t attempts;  /* loads that failed and were looked up again */
 	/* shared loads: a request loading pages [load_from, load_to) from L3 is a "loader" (on the
 	 * manager's list); a later request whose lookup starts inside that range follows it: it
@@ -335,6 +391,7 @@ struct srt_tmgr {
 	struct srt_tmgr_req *qhead, *qtail;
 	int stop, hold;
 	uint8_t *tscratch; /* payload buffer (prefetch thread) */
+	uint8_t *wscratch; /* payload buffer (a waiter loading its own queued request) */
 	struct srt_tmgr_stats st;
 	struct srt_tmgr_req *loaders; /* requests with L3 loads not yet waited for */
 	_Atomic uint64_t verified, skipped;
@@ -390,6 +447,8 @@ static uint64_t l3_acct(const struct srt_tmgr *m, uint32_t pool)
 }
 
 /* Note that key is in L3 (written or found); evicts LRU objects to stay within the budget. */
+static void l3_note_new(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool);
+
 static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool)
 {
 	struct kent *e = kt_find(&m->l3, key);
@@ -397,6 +456,13 @@ static void l3_note(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool
 		kt_touch(&m->l3, e);
 		return;
 	}
+	l3_note_new(m, key, pool);
+}
+
+/* l3_note of a key the caller knows is not in the L3 index. */
+static void l3_note_new(struct srt_tmgr *m, const struct srt_key *key, uint32_t pool)
+{
+	struct kent *e;
 	uint64_t b = l3_acct(m, pool);
 	while (m->l3.bytes + b > m->l3.budget && m->l3.tail) {
 		struct kent *v = m->l3.tail;
@@ -448,16 +514,26 @@ static void l3_reap(struct srt_tmgr *m)
 	} while (n == 64);
 }
 
+static int l3_put_new(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
+		      const void *payload);
+
 /*
  * Queue one payload for L3 (budget first: older objects are removed ahead of it, in the same
  * queue). Returns 1 when queued (the page counts as in L3 from now on: lookups and loads see
- * the queued copy until the store has it).
+ * the queued copy until the store has it), 2 when L3 has it already, 0 when not stored.
  */
 static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload)
 {
 	l3_reap(m);
 	if (kt_find(&m->l3, key))
-		return 1;
+		return 2;
+	return l3_put_new(m, pool, key, payload);
+}
+
+/* l3_put of a key the caller found absent from the L3 index after l3_reap. */
+static int l3_put_new(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
+		      const void *payload)
+{
 	if (!l3_usable(m)) {
 		srt_twr_note_lost(m->w, 1, "L3 unavailable");
 		return 0;
@@ -478,7 +554,7 @@ static int l3_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, 
 	}
 	if (srt_twr_put(m->w, key, pool, payload, (size_t)m->pools[pool].payload))
 		return 0; /* dropped (queue full) or failed (sync mode): counted and logged there */
-	l3_note(m, key, pool);
+	l3_note_new(m, key, pool);
 	return 1;
 }
 
@@ -492,7 +568,7 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 			v = prev;
 			continue;
 		}
-		if (!v->in_l3 && m->has_l3 && l3_put(m, v->pool, &v->key, v->page)) {
+		if (!v->in_l3 && m->has_l3 && l3_put(m, v->pool, &v->key, v->page) == 1) {
 			m->st.pages_l2_to_l3++;
 			m->st.bytes_l2_to_l3 += m->pools[v->pool].page_bytes;
 		}
@@ -509,9 +585,10 @@ static int l2_make_room(struct srt_tmgr *m, uint64_t need)
 
 /* Copy a payload into L2 under key. Returns 1 when stored (or already there). */
 static int l2_put(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key, const void *payload,
-		  int in_l3)
+		  int in_l3, int *had)
 {
 	struct kent *e = kt_find(&m->l2, key);
+	*had = e != NULL;
 	if (e) {
 		kt_touch(&m->l2, e);
 		e->in_l3 |= (uint8_t)in_l3;
@@ -570,19 +647,31 @@ static const void *l1_payload(struct srt_tmgr *m, uint32_t pool, const struct sr
 
 /* Copy one L1 page to the lower tiers: L2 (and L3 when `to_l3`). */
 static void copy_down(struct srt_tmgr *m, uint32_t pool, const struct srt_key *key,
-		      const void *addr, int to_l3)
+		      const void *addr, int to_l3, int known_l3)
 {
 	const void *pl = l1_payload(m, pool, key, addr);
 	uint64_t pb = m->pools[pool].page_bytes;
-	int in_l3 = kt_find(&m->l3, key) != NULL;
-	if (to_l3 && !in_l3 && m->has_l3 && l3_put(m, pool, key, pl)) {
-		in_l3 = 1;
-		m->st.pages_l1_to_l3++;
-		m->st.bytes_l1_to_l3 += pb;
+	/*
+	 * One index lookup per tier and page (the L3 index is large: each lookup is a cache
+	 * miss). in_l3 is a hint for L2's write-back (l3_put checks again), so a drop (to_l3 = 0)
+	 * does not look L3 up: a page already there is found when L2 evicts it.
+	 */
+	int in_l3 = 0;
+	if (to_l3 && m->has_l3 && known_l3) {
+		in_l3 = 1; /* loaded from L3 and noted just now */
+	} else if (to_l3 && m->has_l3) {
+		l3_reap(m);
+		if (kt_find(&m->l3, key)) {
+			in_l3 = 1;
+		} else if (l3_put_new(m, pool, key, pl)) {
+			in_l3 = 1;
+			m->st.pages_l1_to_l3++;
+			m->st.bytes_l1_to_l3 += pb;
+		}
 	}
 	if (m->has_l2) {
-		int had = kt_find(&m->l2, key) != NULL;
-		if (l2_put(m, pool, key, pl, in_l3)) {
+		int had;
+		if (l2_put(m, pool, key, pl, in_l3, &had)) {
 			if (!had) {
 				m->st.pages_l1_to_l2++;
 				m->st.bytes_l1_to_l2 += pb;
@@ -591,7 +680,7 @@ static void copy_down(struct srt_tmgr *m, uint32_t pool, const struct srt_key *k
 		}
 	}
 	/* no L2 (or it is full of pinned pages): straight to L3 */
-	if (!in_l3 && m->has_l3 && l3_put(m, pool, key, pl)) {
+	if (!in_l3 && m->has_l3 && l3_put(m, pool, key, pl) == 1) {
 		m->st.pages_l1_to_l3++;
 		m->st.bytes_l1_to_l3 += pb;
 	}
@@ -607,7 +696,7 @@ static void on_drop(void *ctx, uint32_t pool, uint64_t vpage, const int32_t *tok
 		return; /* a page committed without the manager: nothing known about it */
 	l1_remove(&m->l1, e);
 	if (m->pools[pool].retention == SRT_RETAIN_ALL || e->resume)
-		copy_down(m, pool, &e->key, loc->addr, 0);
+		copy_down(m, pool, &e->key, loc->addr, 0, 0);
 	else
 		m->st.skipped_tail_pages++;
 	free(e);
@@ -615,9 +704,65 @@ static void on_drop(void *ctx, uint32_t pool, uint64_t vpage, const int32_t *tok
 
 /* --- prefetch thread ------------------------------------------------------------------------ */
 
-/* Fetch and check the items of r (prefetch thread or inline). Touches only r and the store. */
+#define LOAD_BATCH 256u              /* L3 objects per store get at most */
+#define LOAD_BATCH_BYTES (16u << 20) /* and payload bytes (one object may exceed) */
+
+/* Check a fetched payload of `it` (len bytes at got; want: pl bytes of scratch). */
+static void load_check(struct srt_tmgr *m, struct item *it, const void *got, size_t len,
+		       uint8_t *want)
+{
+	size_t pl = (size_t)m->pools[it->pool].payload;
+	if (len != pl)
+		return;
+	if (m->cfg.payload_bytes) {
+		srt_tmgr_synth_payload(&it->key, want, pl);
+		if (memcmp(got, want, pl)) {
+			LOG(m, SRT_LOG_ERROR, "L3 page of pool %s: payload differs from its key's",
+			    m->pools[it->pool].name);
+			return;
+		}
+		atomic_fetch_add(&m->verified, 1);
+	}
+	it->ok = 1;
+}
+
+/* Fetch items idx[0..k) of r from the store in one get (one transaction, one pipeline). */
+static void load_batch(struct srt_tmgr *m, struct srt_tmgr_req *r, const uint32_t *idx,
+		       uint32_t k, uint8_t *want)
+{
+	struct srt_key keys[LOAD_BATCH];
+	void *bufs[LOAD_BATCH];
+	size_t caps[LOAD_BATCH], lens[LOAD_BATCH];
+	uint8_t *area = NULL;
+	if (!l3_usable(m))
+		return;
+	if (m->cfg.payload_bytes) { /* synthetic: fetched into one area, then compared */
+		area = malloc((size_t)k * m->cfg.payload_bytes);
+		if (!area)
+			return;
+	}
+	for (uint32_t j = 0; j < k; j++) {
+		const struct item *it = &r->items[idx[j]];
+		keys[j] = it->key;
+		caps[j] = (size_t)m->pools[it->pool].payload;
+		bufs[j] = area ? area + (size_t)j * m->cfg.payload_bytes : it->dst;
+	}
+	int rc = srt_tier_store_get(&m->store, keys, k, bufs, caps, lens);
+	l3_result(m, rc, "get");
+	for (uint32_t j = 0; j < k && !rc; j++)
+		load_check(m, &r->items[idx[j]], bufs[j], lens[j], want);
+	free(area);
+}
+
+/*
+ * Fetch and check the items of r (prefetch thread or inline). Touches only r and the store.
+ * Each page is looked for in the write queue first and only then in the store (a put leaves
+ * the queue after the store has it); the pages not queued are fetched in batched gets.
+ */
 static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 {
+	uint32_t idx[LOAD_BATCH], k = 0;
+	uint64_t kb = 0;
 	for (uint32_t i = 0; i < r->n_items; i++) {
 		struct item *it = &r->items[i];
 		it->ok = 0;
@@ -629,31 +774,22 @@ static void load_items(struct srt_tmgr *m, struct srt_tmgr_req *r, uint8_t *buf)
 			continue;
 		}
 		void *dst = m->cfg.payload_bytes ? buf : it->dst;
-		void *bufs[1] = {dst};
-		size_t caps[1] = {pl}, lens[1] = {0};
+		size_t len = 0;
 		/* a page whose put is still queued is read from the queue (read-your-writes) */
-		if (!m->w || !srt_twr_read(m->w, &it->key, dst, pl, &lens[0])) {
-			if (!l3_usable(m))
-				continue;
-			int rc = srt_tier_store_get(&m->store, &it->key, 1, bufs, caps, lens);
-			l3_result(m, rc, "get");
-			if (rc)
-				continue;
-		}
-		if (lens[0] != pl)
+		if (m->w && srt_twr_read(m->w, &it->key, dst, pl, &len)) {
+			load_check(m, it, dst, len, buf + pl);
 			continue;
-		if (m->cfg.payload_bytes) {
-			uint8_t *want = buf + pl;
-			srt_tmgr_synth_payload(&it->key, want, pl);
-			if (memcmp(dst, want, pl)) {
-				LOG(m, SRT_LOG_ERROR, "L3 page of pool %s: payload differs from its key's",
-				    m->pools[it->pool].name);
-				continue;
-			}
-			atomic_fetch_add(&m->verified, 1);
 		}
-		it->ok = 1;
+		if (k == LOAD_BATCH || (k && kb + pl > LOAD_BATCH_BYTES)) {
+			load_batch(m, r, idx, k, buf + m->cfg.payload_bytes);
+			k = 0;
+			kb = 0;
+		}
+		idx[k++] = i;
+		kb += pl;
 	}
+	if (k)
+		load_batch(m, r, idx, k, buf + m->cfg.payload_bytes);
 }
 
 static void *prefetch_main(void *arg)
@@ -909,7 +1045,8 @@ int srt_tmgr_create(const struct srt_tmgr_config *cfg, struct srt_tmgr **out, ch
 	m->scratch_len = (size_t)maxpl;
 	m->scratch = malloc(2 * m->scratch_len + 64);
 	m->tscratch = malloc(2 * m->scratch_len + 64);
-	if (!m->scratch || !m->tscratch)
+	m->wscratch = malloc(2 * m->scratch_len + 64);
+	if (!m->scratch || !m->tscratch || !m->wscratch)
 		goto nomem;
 	m->has_l2 = cfg->l2_vt != NULL;
 	m->l2.budget = cfg->l2_budget;
@@ -1027,6 +1164,7 @@ void srt_tmgr_destroy(struct srt_tmgr *m)
 	free(m->pools);
 	free(m->scratch);
 	free(m->tscratch);
+	free(m->wscratch);
 	pthread_mutex_destroy(&m->l3mu);
 	pthread_mutex_destroy(&m->l2mu);
 	pthread_mutex_destroy(&m->mu);
@@ -1139,7 +1277,8 @@ static int req_record(struct srt_tmgr_req *r, uint64_t extra0, uint64_t extra1)
 			int eligible = pi->retention == SRT_RETAIN_ALL || e->resume;
 			if (eligible && !e->written && m->cfg.write_policy == SRT_TMGR_WRITE_THROUGH &&
 			    (m->has_l2 || m->has_l3)) {
-				copy_down(m, p, &e->key, a, 1);
+				int known = r->l3k && j < r->l3k_n && r->l3k[p * r->l3k_n + j];
+				copy_down(m, p, &e->key, a, 1, known);
 				e->written = 1;
 			}
 		}
@@ -1171,7 +1310,7 @@ static void req_count_hits(struct srt_tmgr_req *r, uint64_t hit_pages)
 			e->hits++;
 			int eligible = m->pools[p].retention == SRT_RETAIN_ALL || e->resume;
 			if (eligible && !e->written && e->hits >= m->cfg.write_after_hits) {
-				copy_down(m, p, &e->key, buf[j], 1);
+				copy_down(m, p, &e->key, buf[j], 1, 0);
 				e->written = 1;
 			}
 		}
@@ -1212,6 +1351,17 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 				a++;
 			if (a >= A)
 				break;
+			/*
+			 * The write queue before the store, page by page: a put leaves the queue
+			 * only after the store has it, so a page not queued now is either in the
+			 * store or in neither. Asking the store first raced with the writer: the
+			 * store said absent, the writer committed and dequeued the page, and the
+			 * queue said absent too (a miss of a page that was in L3 throughout).
+			 */
+			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
+				a++;
+				continue;
+			}
 			uint32_t got = 0;
 			if (l3_usable(m)) {
 				int rc = srt_tier_store_exists(&m->store, &r->keys[p][a],
@@ -1221,14 +1371,8 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 					got = 0;
 			}
 			a += got;
-			if (got)
-				continue;
-			/* where the store's run stops: a page still in the write queue counts */
-			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
-				a++;
-				continue;
-			}
-			break;
+			if (!got)
+				break;
 		}
 		A = a;
 	}
@@ -1360,13 +1504,28 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		hit->l3_tokens = (upto - hp) * P;
 		goto done;
 	}
-	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them */
-	for (uint32_t p = 0; p < m->np; p++)
-		for (uint64_t j = hp; j < t; j++) {
+	/* pin the L2 pages we will read, so that the eviction inside extend cannot drop them;
+	 * each page is looked up once (pinned entries stay), and only the pages the hit reads:
+	 * a TAIL pool's window before t, none of it when rematerialized */
+	uint64_t span = t - hp;
+	struct kent **l2e = calloc(span * m->np, sizeof(*l2e));
+	if (!l2e) {
+		rc = SRT_ENOMEM;
+		snprintf(err, errlen, "tier manager: out of memory");
+		goto fail;
+	}
+	for (uint32_t p = 0; p < m->np && m->has_l2; p++) {
+		const struct pinfo *pi = &m->pools[p];
+		uint64_t j0 = hp;
+		if (pi->retention == SRT_RETAIN_TAIL)
+			j0 = remat_lower ? t : t > hp + pi->tail_pages ? t - pi->tail_pages : hp;
+		for (uint64_t j = j0; j < t; j++) {
 			struct kent *e = kt_find(&m->l2, &r->keys[p][j]);
 			if (e)
 				e->pins++;
+			l2e[p * span + (j - hp)] = e;
 		}
+	}
 	char why[256];
 	/* page by page, releasing window pages behind: a long tier hit then holds the TAIL
 	 * pages of its last window in L1, not one per page of the hit */
@@ -1387,13 +1546,13 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		int ok = !rc && !srt_rdx_req_page_table(r->r, p, buf, (uint32_t)t, &pt);
 		const struct pinfo *pi = &m->pools[p];
 		for (uint64_t j = hp; j < t; j++) {
-			struct kent *e = kt_find(&m->l2, &r->keys[p][j]);
+			struct kent *e = l2e[p * span + (j - hp)];
 			if (e)
 				e->pins--;
-			if (!ok || !buf[j])
-				continue;
 			if (pi->retention == SRT_RETAIN_TAIL && (j + pi->tail_pages < t || remat_lower))
 				continue; /* out of the window, or rebuilt by rematerialization */
+			if (!ok || !buf[j])
+				continue;
 			int async_l2 = e && !m->cfg.payload_bytes && m->thr_on;
 			if (e) {
 				if (!m->cfg.payload_bytes && !async_l2) {
@@ -1420,6 +1579,7 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 			}
 			r->items[r->n_items++] = (struct item){.key = r->keys[p][j], .pool = p,
 							       .dst = m->cfg.payload_bytes ? NULL : buf[j],
+							       .page = j,
 							       .l2 = async_l2 ? e : NULL};
 			if (async_l2) {
 				e->pins++; /* until the copy is waited for (req_free_load) */
@@ -1429,6 +1589,7 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 		}
 	}
 	free(buf);
+	free(l2e);
 	if (rc) {
 		/* no room in L1 (or memory): forget the tier hit, keep the L1 hit */
 		free(from_l3);
@@ -1465,6 +1626,7 @@ static int req_begin(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *err
 	}
 	if (r->n_items && m->thr_on) {
 		r->queued = 1;
+		r->qnext = NULL;
 		pthread_mutex_lock(&m->mu);
 		if (m->qtail)
 			m->qtail->qnext = r;
@@ -1530,6 +1692,26 @@ static void wait_done(struct srt_tmgr_req *r)
 	if (!r->queued)
 		return;
 	pthread_mutex_lock(&m->mu);
+	/* still in the queue (the thread has not taken it, and is not held): load it here rather
+	 * than sleep until the thread gets to it (in a sequential replay every load was two
+	 * context switches on the request path) */
+	if (!m->hold && !atomic_load(&r->done)) {
+		struct srt_tmgr_req **pp = &m->qhead, *prev = NULL;
+		while (*pp && *pp != r) {
+			prev = *pp;
+			pp = &(*pp)->qnext;
+		}
+		if (*pp == r) {
+			*pp = r->qnext;
+			if (m->qtail == r)
+				m->qtail = prev;
+			r->qnext = NULL;
+			pthread_mutex_unlock(&m->mu);
+			load_items(m, r, m->wscratch);
+			pthread_mutex_lock(&m->mu);
+			atomic_store(&r->done, 1);
+		}
+	}
 	while (!atomic_load(&r->done))
 		pthread_cond_wait(&m->done_cv, &m->mu);
 	pthread_mutex_unlock(&m->mu);
@@ -1588,6 +1770,14 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 			l3_forget(m, &it->key);
 		}
 	}
+	if (!failed && r->n_items && !r->l3k && (r->l3k = calloc(m->np * r->nkeys, 1))) {
+		r->l3k_n = r->nkeys;
+		for (uint32_t i = 0; i < r->n_items; i++) {
+			const struct item *it = &r->items[i];
+			if (!it->l2 && it->page < r->l3k_n)
+				r->l3k[it->pool * r->l3k_n + it->page] = 1;
+		}
+	}
 	req_free_load(r);
 	int rc = 0;
 	if (failed && !r->attempts) {
@@ -1627,6 +1817,8 @@ int srt_tmgr_req_wait(struct srt_tmgr_req *r, struct srt_tmgr_hit *hit, char *er
 		if (!rc)
 			rc = req_record(r, 0, 0);
 	}
+	free(r->l3k);
+	r->l3k = NULL;
 	if (!rc) {
 		r->counted = 1;
 		m->st.hit_tokens[0] += r->hit.l1_tokens;
@@ -1755,10 +1947,22 @@ int srt_tmgr_check(const struct srt_tmgr *m, char *err, size_t errlen)
 	const char *names[2] = {"L2", "L3"};
 	for (int k = 0; k < 2; k++) {
 		const struct ktab *t = ts[k];
-		uint64_t b = 0, n = 0;
+		uint64_t b = 0, n = 0, used = 0;
 		for (const struct kent *e = t->head; e; e = e->next) {
 			b += e->bytes;
 			n++;
+			if (kt_find(t, &e->key) != e) {
+				snprintf(err, errlen, "%s index: entry %" PRIu64 " of the LRU list is "
+						      "not found by its key", names[k], n);
+				return SRT_ECORRUPT;
+			}
+		}
+		for (size_t i = 0; i < t->cap; i++)
+			used += t->b[i].e != NULL;
+		if (used != n) {
+			snprintf(err, errlen, "%s index: %" PRIu64 " slots used for %" PRIu64
+					      " entries", names[k], used, n);
+			return SRT_ECORRUPT;
 		}
 		if (b != t->bytes || n != t->n) {
 			snprintf(err, errlen, "%s index: %" PRIu64 " bytes in %" PRIu64

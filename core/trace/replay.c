@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -86,6 +87,16 @@ uint64_t srt_trace_ceiling(const struct srt_trace *t, size_t n, uint32_t P)
 	free(chain);
 	free(seen.v);
 	return total;
+}
+
+/* CPU time of the process (every thread: the L3 writer and loader included), seconds. */
+static double cpu_s(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru))
+		return 0;
+	return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+	       (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
 }
 
 static double now_s(void)
@@ -276,7 +287,7 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 		co.decode_tps = 30;
 	char why[512];
 	int rc = 0;
-	double t0 = now_s(), last = t0;
+	double t0 = now_s(), last = t0, c0 = cpu_s();
 	size_t next_pct = 1, done = 0;
 	/* concurrent mode state: arrivals [next, n) to come, waiting[wh, wt), running[0, nrun) */
 	size_t next = 0, wh = 0, wt = 0;
@@ -375,6 +386,7 @@ int srt_trace_replay(struct srt_rdx_cache *c, const struct srt_trace *t,
 	if (x.tm) /* the wall time includes writing every queued L3 page */
 		srt_tmgr_flush(x.tm);
 	res->wall_s = now_s() - t0;
+	res->cpu_s = cpu_s() - c0;
 	res->sim_s = now;
 	res->mean_wait_s = res->requests ? wait_sum / (double)res->requests : 0;
 	free(deferred);

@@ -63,6 +63,7 @@ struct srt_replay_result {
 	uint64_t rejected; /* always 0: a request that cannot fit alone is an error (kept for callers) */
 	uint64_t input_tokens, hit_tokens, ceiling_tokens, output_tokens;
 	double wall_s;
+	double cpu_s; /* process CPU time (user + system, all threads) over the same span */
 	/* rematerialization: hit tokens the ordinary rule (TAIL pages cached) gave, requests
 	 * resumed by rematerialization (in L1 / past L1) and their recompute in token-layers */
 	uint64_t strict_hit_tokens;

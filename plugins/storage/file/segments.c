@@ -525,8 +525,11 @@ int seg_exists(struct seg_store *s, const struct srt_key *keys, uint32_t n, uint
 int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *const *bufs,
 	    const size_t *caps, size_t *lens)
 {
-	char touches[32 * HDR];
-	size_t nt = 0;
+	char touch32[32 * HDR];
+	char *touches = n > 32 ? malloc((size_t)n * HDR) : NULL; /* one record per hit */
+	size_t nt = 0, tcap = touches ? n : 32;
+	if (!touches)
+		touches = touch32;
 	for (uint32_t i = 0; i < n; i++) {
 		lens[i] = 0;
 		pthread_mutex_lock(&s->mu);
@@ -558,10 +561,11 @@ int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *c
 			continue;
 		}
 		lens[i] = len;
-		if (nt < 32) /* recency survives a restart; not synced: it is only an order */
+		if (nt < tcap) /* recency survives a restart; not synced: it is only an order */
 			put_rec(touches + HDR * nt++, R_TOUCH, &keys[i], 0);
 	}
-	/* recency records wait for no put: skipped while a put holds the write path */
+	/* recency records wait for no put: skipped while a put holds the write path; one
+	 * append for the whole batch */
 	if (nt && !pthread_mutex_trylock(&s->wmu)) {
 		pthread_mutex_lock(&s->mu);
 		if (s->fd >= 0)
@@ -569,6 +573,8 @@ int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *c
 		pthread_mutex_unlock(&s->mu);
 		pthread_mutex_unlock(&s->wmu);
 	}
+	if (touches != touch32)
+		free(touches);
 	return 0;
 }
 

@@ -151,6 +151,7 @@ static void host_free(void *p)
  */
 #define POOL_SPIN_US_DEFAULT 200   /* spin budget before sleeping (env SRT_POOL_SPIN_US) */
 #define POOL_SPIN_US_MAX 1000000
+#define SPIN_YIELD_AFTER 1024      /* pauses before a spinner also yields its core */
 
 struct pool {
 	int nthreads;
@@ -228,14 +229,16 @@ static inline bool spin_step(uint64_t budget, unsigned i, uint64_t *t0)
 		*t0 = t;
 	else if (t - *t0 >= budget)
 		return true;
-	if (i >= 1024)
+	if (i >= SPIN_YIELD_AFTER)
 		sched_yield();
 	return false;
 }
 
 /*
- * The budget adapts: a spin that ends by the event doubles it (up to spin_ns), one that runs
- * out halves it (down to spin_ns / 64). On a quiet machine the regions of a step follow each
+ * The budget adapts: a spin that sees the event before it started yielding doubles it (up to
+ * spin_ns); one that runs out, or that saw the event only after yielding its core (the
+ * awaited thread needed that core: the cores are oversubscribed), halves it (down to
+ * spin_ns / 64). On a quiet machine the regions of a step follow each
  * other within microseconds and the budget stays full; when the cores are oversubscribed
  * and the awaited thread is descheduled, spins keep running out, and the pool falls back to
  * sleeping at once instead of burning its share of the CPU on waits.
@@ -245,10 +248,10 @@ static uint64_t spin_budget(const struct pool *p)
 	return atomic_load_explicit(&((struct pool *)p)->spin_cur, memory_order_relaxed);
 }
 
-static bool spin_done(const struct pool *p, uint64_t budget, bool hit)
+static bool spin_done(const struct pool *p, uint64_t budget, bool hit, bool paid)
 {
-	uint64_t nb = hit ? (budget * 2 < p->spin_ns ? budget * 2 : p->spin_ns)
-			  : (budget / 2 > p->spin_ns / 64 ? budget / 2 : p->spin_ns / 64);
+	uint64_t nb = paid ? (budget * 2 < p->spin_ns ? budget * 2 : p->spin_ns)
+			   : (budget / 2 > p->spin_ns / 64 ? budget / 2 : p->spin_ns / 64);
 	if (nb != budget)
 		atomic_store_explicit(&((struct pool *)p)->spin_cur, nb, memory_order_relaxed);
 	return hit;
@@ -266,9 +269,9 @@ static bool spin_until_changed(const struct pool *p, const _Atomic uint64_t *a, 
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(a, memory_order_acquire) != v ||
 		    (stop && atomic_load_explicit(stop, memory_order_acquire)))
-			return spin_done(p, budget, true);
+			return spin_done(p, budget, true, i < SPIN_YIELD_AFTER);
 		if (spin_step(budget, i, &t0))
-			return spin_done(p, budget, false);
+			return spin_done(p, budget, false, false);
 	}
 }
 
@@ -280,9 +283,9 @@ static bool spin_until_zero(const struct pool *p, const atomic_int *a)
 	uint64_t t0 = 0;
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(a, memory_order_acquire) == 0)
-			return spin_done(p, budget, true);
+			return spin_done(p, budget, true, i < SPIN_YIELD_AFTER);
 		if (spin_step(budget, i, &t0))
-			return spin_done(p, budget, false);
+			return spin_done(p, budget, false, false);
 	}
 }
 

@@ -4,12 +4,15 @@
 #include <assert.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HOST_MAX_THREADS 4096
@@ -133,21 +136,44 @@ static void host_free(void *p)
 
 /* --- thread pool -------------------------------------------------------------------------- */
 
+/*
+ * Hand-off without sleeping between the parallel regions of a forward pass: the submitter
+ * publishes a job by bumping `gen`; workers that finished the last job spin on it (pause
+ * loop) for up to spin_ns, then sleep on work_cv. The submitter runs range 0, then spins on
+ * `pending` for up to spin_ns, then sleeps on done_cv. A sleeper announces itself (sleepers,
+ * waiter) before its last check of the condition, under mu; the other side changes the
+ * condition and then reads the announcement (both sequentially consistent), so at least one
+ * of them sees the other's write and no wake-up is lost. Every worker acknowledges every job
+ * it sees (pending = nthreads - 1), even with an empty range, so the job's fields are never
+ * rewritten while a worker may still read them; a job of one range runs inline and posts
+ * nothing. Past the first ~1024 pauses a spinner also yields its core (spin_step), and the
+ * budget adapts to how often spins pay off (spin_done).
+ */
+#define POOL_SPIN_US_DEFAULT 200   /* spin budget before sleeping (env SRT_POOL_SPIN_US) */
+#define POOL_SPIN_US_MAX 1000000
+#define SPIN_YIELD_AFTER 1024      /* pauses before a spinner also yields its core */
+
 struct pool {
 	int nthreads;
 	int nworkers_started;
 	pthread_t *threads;
+	uint64_t spin_ns;       /* 0: sleep at once, as a plain condvar pool */
+	atomic_ullong spin_cur; /* the adaptive budget now, in [spin_ns / 64, spin_ns] */
 	pthread_mutex_t submit; /* one job at a time */
-	pthread_mutex_t mu;     /* guards everything below */
+	pthread_mutex_t mu;     /* for the condvars only */
 	pthread_cond_t work_cv;
 	pthread_cond_t done_cv;
-	uint64_t generation;
-	int stop;
+	_Atomic uint64_t gen;   /* job number, bumped to post one */
+	atomic_int stop;
+	atomic_int pending;     /* workers yet to acknowledge the current job */
+	atomic_int sleepers;    /* workers in (or about to enter) work_cv */
+	atomic_int waiter;      /* the submitter is in (or about to enter) done_cv */
+	atomic_llong sleeps;    /* times a worker went to sleep (tests, stats) */
+	/* the job: written before gen is bumped, read after it is seen */
 	int64_t n;
 	srt_range_fn fn;
 	void *ctx;
 	int nchunks;
-	int pending;
 };
 
 struct worker_arg {
@@ -158,6 +184,22 @@ struct worker_arg {
 /* The pool and tid of the job this thread is running a range of, for nested calls. */
 static _Thread_local struct pool *tl_pool;
 static _Thread_local int tl_tid;
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
 
 static void run_chunk(struct pool *p, int64_t n, srt_range_fn fn, void *ctx, int nchunks,
 		      int k)
@@ -174,33 +216,107 @@ static void run_chunk(struct pool *p, int64_t n, srt_range_fn fn, void *ctx, int
 	tl_tid = saved_tid;
 }
 
+/* One step of a spin loop: a pause; every 64 steps a clock read (true when the budget is
+ * spent), and after the first 1024 steps a sched_yield, so that on an oversubscribed
+ * machine a spinning thread gives its core to the thread it waits for. */
+static inline bool spin_step(uint64_t budget, unsigned i, uint64_t *t0)
+{
+	cpu_relax();
+	if ((i & 63) != 63)
+		return false;
+	uint64_t t = mono_ns();
+	if (!*t0)
+		*t0 = t;
+	else if (t - *t0 >= budget)
+		return true;
+	if (i >= SPIN_YIELD_AFTER)
+		sched_yield();
+	return false;
+}
+
+/*
+ * The budget adapts: a spin that sees the event before it started yielding doubles it (up to
+ * spin_ns); one that runs out, or that saw the event only after yielding its core (the
+ * awaited thread needed that core: the cores are oversubscribed), halves it (down to
+ * spin_ns / 64). On a quiet machine the regions of a step follow each
+ * other within microseconds and the budget stays full; when the cores are oversubscribed
+ * and the awaited thread is descheduled, spins keep running out, and the pool falls back to
+ * sleeping at once instead of burning its share of the CPU on waits.
+ */
+static uint64_t spin_budget(const struct pool *p)
+{
+	return atomic_load_explicit(&((struct pool *)p)->spin_cur, memory_order_relaxed);
+}
+
+static bool spin_done(const struct pool *p, uint64_t budget, bool hit, bool paid)
+{
+	uint64_t nb = paid ? (budget * 2 < p->spin_ns ? budget * 2 : p->spin_ns)
+			   : (budget / 2 > p->spin_ns / 64 ? budget / 2 : p->spin_ns / 64);
+	if (nb != budget)
+		atomic_store_explicit(&((struct pool *)p)->spin_cur, nb, memory_order_relaxed);
+	return hit;
+}
+
+/* Spin up to the pool's budget until *a != v (or stop, when `stop` is given); returns
+ * whether it changed. The clock is read every 64 pauses. */
+static bool spin_until_changed(const struct pool *p, const _Atomic uint64_t *a, uint64_t v,
+			       const atomic_int *stop)
+{
+	if (!p->spin_ns)
+		return atomic_load(a) != v || (stop && atomic_load(stop));
+	const uint64_t budget = spin_budget(p);
+	uint64_t t0 = 0;
+	for (unsigned i = 0;; i++) {
+		if (atomic_load_explicit(a, memory_order_acquire) != v ||
+		    (stop && atomic_load_explicit(stop, memory_order_acquire)))
+			return spin_done(p, budget, true, i < SPIN_YIELD_AFTER);
+		if (spin_step(budget, i, &t0))
+			return spin_done(p, budget, false, false);
+	}
+}
+
+static bool spin_until_zero(const struct pool *p, const atomic_int *a)
+{
+	if (!p->spin_ns)
+		return atomic_load(a) == 0;
+	const uint64_t budget = spin_budget(p);
+	uint64_t t0 = 0;
+	for (unsigned i = 0;; i++) {
+		if (atomic_load_explicit(a, memory_order_acquire) == 0)
+			return spin_done(p, budget, true, i < SPIN_YIELD_AFTER);
+		if (spin_step(budget, i, &t0))
+			return spin_done(p, budget, false, false);
+	}
+}
+
 static void *worker_main(void *argp)
 {
 	struct worker_arg arg = *(struct worker_arg *)argp;
 	free(argp);
 	struct pool *p = arg.pool;
-	uint64_t seen = 0; /* generation starts at 0: a job posted before we got here is seen */
+	uint64_t seen = 0; /* gen starts at 0: a job posted before we got here is seen */
 
-	pthread_mutex_lock(&p->mu);
 	for (;;) {
-		while (!p->stop && p->generation == seen)
-			pthread_cond_wait(&p->work_cv, &p->mu);
-		if (p->stop)
+		if (!spin_until_changed(p, &p->gen, seen, &p->stop)) {
+			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->sleepers, 1);
+			atomic_fetch_add_explicit(&p->sleeps, 1, memory_order_relaxed);
+			while (!atomic_load(&p->stop) && atomic_load(&p->gen) == seen)
+				pthread_cond_wait(&p->work_cv, &p->mu);
+			atomic_fetch_sub(&p->sleepers, 1);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->stop))
 			break;
-		seen = p->generation;
-		if (arg.tid >= p->nchunks)
-			continue;
-		int64_t n = p->n;
-		srt_range_fn fn = p->fn;
-		void *ctx = p->ctx;
-		int nchunks = p->nchunks;
-		pthread_mutex_unlock(&p->mu);
-		run_chunk(p, n, fn, ctx, nchunks, arg.tid);
-		pthread_mutex_lock(&p->mu);
-		if (--p->pending == 0)
+		seen = atomic_load(&p->gen);
+		if (arg.tid < p->nchunks)
+			run_chunk(p, p->n, p->fn, p->ctx, p->nchunks, arg.tid);
+		if (atomic_fetch_sub(&p->pending, 1) == 1 && atomic_load(&p->waiter)) {
+			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->done_cv);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
-	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
 
@@ -213,37 +329,42 @@ static void pool_run(struct pool *p, int64_t n, srt_range_fn fn, void *ctx)
 		fn(ctx, 0, n, tl_tid);
 		return;
 	}
-	if (p->nthreads == 1) {
+	if (p->nthreads == 1 || n == 1) {
 		run_chunk(p, n, fn, ctx, 1, 0);
 		return;
 	}
 	int nchunks = n < p->nthreads ? (int)n : p->nthreads;
 
 	pthread_mutex_lock(&p->submit);
-	pthread_mutex_lock(&p->mu);
 	p->n = n;
 	p->fn = fn;
 	p->ctx = ctx;
 	p->nchunks = nchunks;
-	p->pending = nchunks - 1;
-	p->generation++;
-	if (nchunks > 1)
+	atomic_store(&p->pending, p->nthreads - 1);
+	atomic_fetch_add(&p->gen, 1);
+	if (atomic_load(&p->sleepers) > 0) {
+		pthread_mutex_lock(&p->mu);
 		pthread_cond_broadcast(&p->work_cv);
-	pthread_mutex_unlock(&p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
 
 	run_chunk(p, n, fn, ctx, nchunks, 0);
 
-	pthread_mutex_lock(&p->mu);
-	while (p->pending > 0)
-		pthread_cond_wait(&p->done_cv, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	if (!spin_until_zero(p, &p->pending)) {
+		pthread_mutex_lock(&p->mu);
+		atomic_store(&p->waiter, 1);
+		while (atomic_load(&p->pending) > 0)
+			pthread_cond_wait(&p->done_cv, &p->mu);
+		atomic_store(&p->waiter, 0);
+		pthread_mutex_unlock(&p->mu);
+	}
 	pthread_mutex_unlock(&p->submit);
 }
 
 static void pool_stop(struct pool *p)
 {
 	pthread_mutex_lock(&p->mu);
-	p->stop = 1;
+	atomic_store(&p->stop, 1);
 	pthread_cond_broadcast(&p->work_cv);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 0; i < p->nworkers_started; i++)
@@ -255,10 +376,34 @@ static void pool_stop(struct pool *p)
 	pthread_mutex_destroy(&p->submit);
 }
 
+/* SRT_POOL_SPIN_US: the spin budget in microseconds, 0..1000000; unset or empty: the default;
+ * anything else is reported in why and refused. */
+static int spin_from_env(uint64_t *ns, char *why, size_t why_len)
+{
+	const char *s = getenv("SRT_POOL_SPIN_US");
+	*ns = (uint64_t)POOL_SPIN_US_DEFAULT * 1000u;
+	if (!s || !*s)
+		return 0;
+	char *end;
+	errno = 0;
+	long v = strtol(s, &end, 10);
+	if (errno || *end || end == s || v < 0 || v > POOL_SPIN_US_MAX) {
+		snprintf(why, why_len, "host: SRT_POOL_SPIN_US='%.40s' is not a number of "
+			 "microseconds in [0, %d]", s, POOL_SPIN_US_MAX);
+		return SRT_EINVAL;
+	}
+	*ns = (uint64_t)v * 1000u;
+	return 0;
+}
+
 static int pool_start(struct pool *p, int nthreads, char *why, size_t why_len)
 {
 	memset(p, 0, sizeof(*p));
 	p->nthreads = nthreads;
+	int src = spin_from_env(&p->spin_ns, why, why_len);
+	if (src)
+		return src;
+	atomic_store(&p->spin_cur, p->spin_ns);
 	pthread_mutex_init(&p->submit, NULL);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->work_cv, NULL);
@@ -340,6 +485,18 @@ int srt_host_create(int nthreads, struct srt_host **out, char *why, size_t why_l
 	h->pub.parallel_for = host_parallel_for;
 	*out = &h->pub;
 	return 0;
+}
+
+int srt_host_pool_sleeping(const struct srt_host *host)
+{
+	const struct host_impl *h = (const struct host_impl *)host;
+	return atomic_load(&((struct host_impl *)h)->pool.sleepers);
+}
+
+long long srt_host_pool_sleeps(const struct srt_host *host)
+{
+	const struct host_impl *h = (const struct host_impl *)host;
+	return atomic_load(&((struct host_impl *)h)->pool.sleeps);
 }
 
 void srt_host_destroy(struct srt_host *host)

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "attn_dot.h"
+#include "ops/fp.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
@@ -38,8 +39,11 @@ START_TEST(qk_heads_equals_the_per_head_double_loop_bitwise)
 		for (size_t ne = 1; ne <= 9; ne++) {
 			double *qt = malloc(sizeof(double) * K * nh), *y = malloc(sizeof(double) * ne * nh);
 			float *keys = malloc(sizeof(float) * ne * K);
+			/* widened floats (the indexer's queries: the fused path), and for odd ne
+			 * doubles with more than a float's bits (products not exact: the separate
+			 * multiplication and addition must be used) */
 			for (size_t i = 0; i < K * nh; i++)
-				qt[i] = (double)wide();
+				qt[i] = (double)wide() * (ne % 2 ? 1.0 + 0x1p-40 : 1.0);
 			for (size_t i = 0; i < ne * K; i++)
 				keys[i] = wide();
 			srt_attn_qk_heads(qt, nh, keys, K, ne, y);
@@ -55,6 +59,123 @@ START_TEST(qk_heads_equals_the_per_head_double_loop_bitwise)
 			free(qt);
 			free(y);
 			free(keys);
+		}
+	}
+}
+END_TEST
+
+/* The indexer's FP4 key decode: every code byte under scales across the UE8M0 range
+ * (0 = 2^-127, 255 = NaN) gives the scalar loop's floats bit for bit, in order. */
+START_TEST(fp4_row_equals_the_scalar_decode_bitwise)
+{
+	static const size_t ds[] = {128, 64, 32, 48};
+	static const uint8_t sc[] = {0, 1, 100, 127, 128, 200, 254, 255};
+	for (size_t di = 0; di < sizeof(ds) / sizeof(ds[0]); di++) {
+		size_t d = ds[di];
+		uint8_t codes[64], scales[4];
+		float v[128], w[128];
+		for (int rep = 0; rep < 16; rep++) {
+			for (size_t i = 0; i < d / 2; i++)
+				codes[i] = (uint8_t)(rep * 16 + i * 7); /* every byte value over the reps */
+			for (size_t b = 0; b < (d + 31) / 32; b++)
+				scales[b] = sc[(rep + b) % 8];
+			srt_attn_fp4_row(codes, scales, d, v);
+			for (size_t i = 0; i < d; i++) {
+				w[i] = srt_fp4_e2m1_to_f32(srt_fp4_get(codes, i)) *
+				       srt_e8m0_to_f32(scales[i / 32]);
+				ck_assert_msg(memcmp(&v[i], &w[i], 4) == 0, "d %zu rep %d: v[%zu] %a vs %a",
+					      d, rep, i, v[i], w[i]);
+			}
+		}
+	}
+}
+END_TEST
+
+/* The KV cache's FP8 decode: every code byte (NaN codes included) under scales across the
+ * UE8M0 range (0 = 2^-127, 246 the largest vectorised, 247 and up the scalar fallback, 255 =
+ * NaN) gives the scalar loop's floats bit for bit. */
+START_TEST(fp8_row_equals_the_scalar_decode_bitwise)
+{
+	static const uint8_t sc[] = {0, 1, 9, 10, 100, 127, 200, 246, 247, 254, 255};
+	const size_t n = 448;
+	uint8_t codes[448], scales[7];
+	float v[448], w[448];
+	for (int rep = 0; rep < 22; rep++) {
+		for (size_t i = 0; i < n; i++)
+			codes[i] = (uint8_t)(i * 37 + (size_t)rep * 11 + i / 256);
+		if (rep % 2) /* blocks without NaN codes: the vector path */
+			for (size_t i = 0; i < n; i++)
+				if ((codes[i] & 0x7F) == 0x7F)
+					codes[i] ^= 1;
+		for (size_t b = 0; b < n / 64; b++)
+			scales[b] = sc[((size_t)rep + b) % (sizeof(sc) / sizeof(sc[0]))];
+		srt_attn_fp8_row(codes, scales, n, v);
+		for (size_t i = 0; i < n; i++) {
+			w[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
+			ck_assert_msg(memcmp(&v[i], &w[i], 4) == 0, "rep %d: v[%zu] (code 0x%02x scale %u) %a vs %a",
+				      rep, i, codes[i], scales[i / 64], v[i], w[i]);
+		}
+	}
+}
+END_TEST
+
+/* The tile layout (attn_dot.h) by its definition, whatever path builds it: full and partial
+ * tiles, column counts with and without a tail of 8, a row stride above k. */
+START_TEST(tile_layout_is_the_definition)
+{
+	static const size_t ks[] = {512, 100, 7, 8};
+	for (size_t ki = 0; ki < sizeof(ks) / sizeof(ks[0]); ki++) {
+		size_t k = ks[ki], ldw = k + 5;
+		for (size_t n = 1; n <= 21; n += 4) {
+			size_t nt = (n + 7) / 8;
+			float *w = malloc(sizeof(float) * n * ldw), *t = malloc(sizeof(float) * nt * 8 * k);
+			for (size_t i = 0; i < n * ldw; i++)
+				w[i] = wide();
+			memset(t, 0xFF, sizeof(float) * nt * 8 * k); /* NaN: every slot must be written */
+			srt_attn_tile(w, n, k, ldw, t);
+			for (size_t j = 0; j < nt; j++)
+				for (size_t c = 0; c < k; c++)
+					for (size_t l = 0; l < 8; l++) {
+						size_t r = j * 8 + l;
+						float want = r < n ? w[r * ldw + c] : 0.0f;
+						ck_assert_msg(same(t[(j * k + c) * 8 + l], want),
+							      "k %zu n %zu: tile %zu col %zu lane %zu", k, n, j, c, l);
+					}
+			free(w);
+			free(t);
+		}
+	}
+}
+END_TEST
+
+/* The indexer's bf16 head weighting = its scalar expression bitwise: scores of both signs
+ * (ReLU), -0, NaN, values on bf16 rounding ties, weights of both signs, 8-multiple and odd
+ * head counts. */
+START_TEST(ix_weigh_bf16_equals_the_scalar_expression_bitwise)
+{
+	static const size_t nhs[] = {8, 16, 64, 24, 5};
+	for (size_t ni = 0; ni < sizeof(nhs) / sizeof(nhs[0]); ni++) {
+		size_t nh = nhs[ni];
+		for (int rep = 0; rep < 50; rep++) {
+			double qk[64];
+			float w[64], t[64];
+			for (size_t h = 0; h < nh; h++) {
+				qk[h] = (double)wide() * (1.0 + 0x1p-30);
+				w[h] = wide();
+				if ((h + (size_t)rep) % 9 == 0)
+					qk[h] = (double)(1.0f + 0x1p-8f); /* a tie: rounds to even */
+				if ((h + (size_t)rep) % 11 == 0)
+					qk[h] = -0.0;
+				if ((h + (size_t)rep) % 13 == 0)
+					qk[h] = NAN;
+			}
+			srt_attn_ix_weigh_bf16(qk, w, nh, t);
+			for (size_t h = 0; h < nh; h++) {
+				float sc = srt_round_bf16((float)qk[h]);
+				float want = srt_round_bf16((sc > 0 ? sc : 0.0f) * w[h]);
+				ck_assert_msg(same(t[h], want), "nh %zu rep %d h %zu: %a vs %a (qk %a w %a)",
+					      nh, rep, h, t[h], want, qk[h], w[h]);
+			}
 		}
 	}
 }
@@ -176,6 +297,10 @@ int main(void)
 	Suite *s = suite_create("attn_dot");
 	TCase *tc = tcase_create("kernels");
 	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
+	tcase_add_test(tc, fp4_row_equals_the_scalar_decode_bitwise);
+	tcase_add_test(tc, fp8_row_equals_the_scalar_decode_bitwise);
+	tcase_add_test(tc, tile_layout_is_the_definition);
+	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <shadowrt/shadowrt.h>
@@ -232,6 +233,85 @@ START_TEST(test_parallel_for_from_two_threads_at_once_is_correct)
 	ck_assert_int_eq(a.sum, 200LL * 999 * 1000 / 2);
 	ck_assert_int_eq(b.sum, 200LL * 999 * 1000 / 2);
 	srt_host_destroy(h);
+}
+END_TEST
+
+/* Many back-to-back jobs (the decode pattern: short regions, one after another), with the
+ * pool sleeping at once, spinning a little, and spinning long; every job's sum is checked,
+ * so a lost wake-up hangs and a job read while being rewritten gives a wrong sum. */
+START_TEST(test_parallel_for_back_to_back_jobs_any_spin_budget)
+{
+	const char *spins[] = {"0", "5", "200", "1000000"};
+	const int threads[] = {2, 3};
+	char why[256] = "";
+	for (size_t s = 0; s < sizeof(spins) / sizeof(spins[0]); s++) {
+		ck_assert_int_eq(setenv("SRT_POOL_SPIN_US", spins[s], 1), 0);
+		for (size_t t = 0; t < sizeof(threads) / sizeof(threads[0]); t++) {
+			struct srt_host *h;
+			ck_assert_int_eq(srt_host_create(threads[t], &h, why, sizeof(why)), 0);
+			for (int r = 0; r < 2000; r++) {
+				int64_t n = 1 + r % 7; /* also fewer ranges than threads */
+				struct caller c = {.h = h};
+				h->parallel_for(h, n, add_fn, &c);
+				ck_assert_msg(c.sum == n * (n - 1) / 2, "spin %s threads %d job %d: sum %lld",
+					      spins[s], threads[t], r, (long long)c.sum);
+			}
+			srt_host_destroy(h);
+		}
+	}
+	unsetenv("SRT_POOL_SPIN_US");
+}
+END_TEST
+
+/* Wall seconds a test may wait for something that must happen (env SRT_TEST_WAIT_S, default
+ * 120): the outcome is asserted, not the time. */
+static double wait_limit_s(void)
+{
+	const char *s = getenv("SRT_TEST_WAIT_S");
+	return s && atof(s) > 0 ? atof(s) : 120.0;
+}
+
+/* The spin is bounded: after a job, idle workers go to sleep (no busy-wait forever), and a
+ * sleeping pool still wakes for the next job. */
+START_TEST(test_idle_pool_workers_stop_spinning_and_sleep)
+{
+	char why[256] = "";
+	struct srt_host *h;
+	ck_assert_int_eq(setenv("SRT_POOL_SPIN_US", "2000", 1), 0);
+	ck_assert_int_eq(srt_host_create(3, &h, why, sizeof(why)), 0);
+	unsetenv("SRT_POOL_SPIN_US");
+	for (int round = 0; round < 2; round++) {
+		struct caller c = {.h = h};
+		long long sleeps0 = srt_host_pool_sleeps(h);
+		h->parallel_for(h, 1000, add_fn, &c);
+		ck_assert_int_eq(c.sum, 999LL * 1000 / 2);
+		double waited = 0;
+		while (srt_host_pool_sleeping(h) < 2 && waited < wait_limit_s()) {
+			struct timespec ts = {0, 1000000};
+			nanosleep(&ts, NULL);
+			waited += 1e-3;
+		}
+		ck_assert_msg(srt_host_pool_sleeping(h) == 2,
+			      "round %d: %d of 2 workers asleep after %.0f s idle (spin budget 2 ms)",
+			      round, srt_host_pool_sleeping(h), waited);
+		ck_assert_int_ge(srt_host_pool_sleeps(h), sleeps0 + 2);
+	}
+	srt_host_destroy(h);
+}
+END_TEST
+
+START_TEST(test_host_rejects_bad_spin_budget)
+{
+	const char *bad[] = {"abc", "-1", "12x", "1000001"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char why[256] = "";
+		struct srt_host *h = (struct srt_host *)1;
+		ck_assert_int_eq(setenv("SRT_POOL_SPIN_US", bad[i], 1), 0);
+		ck_assert_int_eq(srt_host_create(2, &h, why, sizeof(why)), SRT_EINVAL);
+		ck_assert_ptr_null(h);
+		ck_assert_msg(strstr(why, "SRT_POOL_SPIN_US") && strstr(why, bad[i]), "why: %s", why);
+	}
+	unsetenv("SRT_POOL_SPIN_US");
 }
 END_TEST
 
@@ -1064,6 +1144,9 @@ static Suite *plugin_suite(void)
 
 	tc = tcase_create("many_hosts");
 	tcase_add_test(tc, test_many_hosts_each_run_their_own_pool);
+	tcase_add_test(tc, test_parallel_for_back_to_back_jobs_any_spin_budget);
+	tcase_add_test(tc, test_idle_pool_workers_stop_spinning_and_sleep);
+	tcase_add_test(tc, test_host_rejects_bad_spin_budget);
 	suite_add_tcase(s, tc);
 
 	tc = tcase_create("registry");

@@ -171,8 +171,23 @@ START_TEST(test_mhc_batch_rows_equal_each_row_alone_bitwise)
 		ck_assert(!memcmp(u1, u + i * d, sizeof(float) * d));
 		ck_assert(!memcmp(m1, mix + i * mixf, sizeof(float) * mixf));
 	}
+	/* post and head: a batch of N rows = each row alone (one-row calls split the row's dot
+	 * products and channels over the host's threads) */
+	float *f = malloc(sizeof(float) * N * d), *X1 = malloc(sizeof(float) * N * S * d);
+	tfx_rand(f, (size_t)N * d, 6, 1.0f, !_i);
+	memcpy(X1, X, sizeof(float) * N * S * d);
+	ck_assert_int_eq(vt(in)->post(in->ctx, layer, SRT_SUBLAYER_ATTN, N, f, mix, X), 0);
+	for (int i = 0; i < N; i++)
+		ck_assert_int_eq(vt(in)->post(in->ctx, layer, SRT_SUBLAYER_ATTN, 1, f + i * d,
+					      mix + i * mixf, X1 + i * S * d), 0);
+	ck_assert(!memcmp(X1, X, sizeof(float) * N * S * d));
+	ck_assert_int_eq(vt(in)->head(in->ctx, N, X, u), 0);
+	for (int i = 0; i < N; i++) {
+		ck_assert_int_eq(vt(in)->head(in->ctx, 1, X + i * S * d, u1), 0);
+		ck_assert(!memcmp(u1, u + i * d, sizeof(float) * d));
+	}
 	srt_instance_destroy(in);
-	free(X), free(u), free(mix), free(u1), free(m1);
+	free(X), free(u), free(mix), free(u1), free(m1), free(f), free(X1);
 }
 END_TEST
 

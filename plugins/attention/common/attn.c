@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
 #include "ops/quant.h"
@@ -580,9 +581,7 @@ void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 		}
 		break;
 	case SRT_ATTN_ST_FP8: {
-		const uint8_t *sc = e + nope + 2 * rd;
-		for (size_t i = 0; i < nope; i++)
-			v[i] = srt_fp8_e4m3_to_f32(e[i]) * srt_e8m0_to_f32(sc[i / 64]);
+		srt_attn_fp8_row(e, e + nope + 2 * rd, nope, v); /* vectorised, the same floats */
 		for (size_t i = 0; i < rd; i++) {
 			memcpy(&h, e + nope + 2 * i, 2);
 			v[nope + i] = srt_bf16_to_f32(h);

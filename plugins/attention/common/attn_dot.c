@@ -4,7 +4,9 @@
  *     s = 0; for (k = 0; k < K; k++) s += (double)a[k] * (double)b[k];
  * (the products of two floats are exact in double; the adds run in k order), so every kernel
  * set gives the bits of that loop: the AVX-512 paths only put 8 outputs in the 8 lanes of a
- * vector. No fused multiply-add is used (explicit mul then add; -ffp-contract=off).
+ * vector. No fused multiply-add is used (explicit mul then add; -ffp-contract=off), except
+ * in srt_attn_qk_heads when every query value is a float (then each product is exact and one
+ * fused multiply-add rounds the same sum).
  * SRT_GEMM_ISA=generic or avx2 in the environment selects the portable loops (tests).
  */
 #include "attn_dot.h"
@@ -188,11 +190,18 @@ __attribute__((target("avx512f"))) static void pv_avx512(const double *p, const 
 #endif
 
 #ifdef ATTN_X86
+/* acc + a·b: one fused multiply-add when `fused` (the product is exact: see qk_heads). */
+__attribute__((target("avx512f"), always_inline)) static inline __m512d
+madd_pd(__m512d acc, __m512d a, __m512d b, int fused)
+{
+	return fused ? _mm512_fmadd_pd(a, b, acc) : _mm512_add_pd(acc, _mm512_mul_pd(a, b));
+}
+
 /* Heads in lanes (8 per vector, two vectors per step), four keys at a time: eight
  * independent add chains, each lane's products added in c order. nh a multiple of 8. */
-__attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt, size_t nh,
-							       const float *keys, size_t K,
-							       size_t ne, double *y)
+__attribute__((target("avx512f"), always_inline)) static inline void
+qk_heads_body(const double *qt, size_t nh, const float *keys, size_t K, size_t ne, double *y,
+	      int fused)
 {
 	size_t e = 0;
 	for (; e + 4 <= ne; e += 4) {
@@ -205,17 +214,17 @@ __attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt,
 				const __m512d q0 = _mm512_loadu_pd(qt + c * nh + h);
 				const __m512d q1 = _mm512_loadu_pd(qt + c * nh + h + 8);
 				__m512d b = _mm512_set1_pd((double)k0[c]);
-				a00 = _mm512_add_pd(a00, _mm512_mul_pd(q0, b));
-				a01 = _mm512_add_pd(a01, _mm512_mul_pd(q1, b));
+				a00 = madd_pd(a00, q0, b, fused);
+				a01 = madd_pd(a01, q1, b, fused);
 				b = _mm512_set1_pd((double)k1[c]);
-				a10 = _mm512_add_pd(a10, _mm512_mul_pd(q0, b));
-				a11 = _mm512_add_pd(a11, _mm512_mul_pd(q1, b));
+				a10 = madd_pd(a10, q0, b, fused);
+				a11 = madd_pd(a11, q1, b, fused);
 				b = _mm512_set1_pd((double)k2[c]);
-				a20 = _mm512_add_pd(a20, _mm512_mul_pd(q0, b));
-				a21 = _mm512_add_pd(a21, _mm512_mul_pd(q1, b));
+				a20 = madd_pd(a20, q0, b, fused);
+				a21 = madd_pd(a21, q1, b, fused);
 				b = _mm512_set1_pd((double)k3[c]);
-				a30 = _mm512_add_pd(a30, _mm512_mul_pd(q0, b));
-				a31 = _mm512_add_pd(a31, _mm512_mul_pd(q1, b));
+				a30 = madd_pd(a30, q0, b, fused);
+				a31 = madd_pd(a31, q1, b, fused);
 			}
 			_mm512_storeu_pd(y + e * nh + h, a00);
 			_mm512_storeu_pd(y + e * nh + h + 8, a01);
@@ -230,10 +239,10 @@ __attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt,
 			__m512d a0 = _mm512_setzero_pd(), a1 = a0, a2 = a0, a3 = a0;
 			for (size_t c = 0; c < K; c++) {
 				const __m512d q0 = _mm512_loadu_pd(qt + c * nh + h);
-				a0 = _mm512_add_pd(a0, _mm512_mul_pd(q0, _mm512_set1_pd((double)k0[c])));
-				a1 = _mm512_add_pd(a1, _mm512_mul_pd(q0, _mm512_set1_pd((double)k1[c])));
-				a2 = _mm512_add_pd(a2, _mm512_mul_pd(q0, _mm512_set1_pd((double)k2[c])));
-				a3 = _mm512_add_pd(a3, _mm512_mul_pd(q0, _mm512_set1_pd((double)k3[c])));
+				a0 = madd_pd(a0, q0, _mm512_set1_pd((double)k0[c]), fused);
+				a1 = madd_pd(a1, q0, _mm512_set1_pd((double)k1[c]), fused);
+				a2 = madd_pd(a2, q0, _mm512_set1_pd((double)k2[c]), fused);
+				a3 = madd_pd(a3, q0, _mm512_set1_pd((double)k3[c]), fused);
 			}
 			_mm512_storeu_pd(y + e * nh + h, a0);
 			_mm512_storeu_pd(y + (e + 1) * nh + h, a1);
@@ -246,13 +255,158 @@ __attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt,
 		for (size_t h = 0; h < nh; h += 8) {
 			__m512d a0 = _mm512_setzero_pd();
 			for (size_t c = 0; c < K; c++)
-				a0 = _mm512_add_pd(a0, _mm512_mul_pd(_mm512_loadu_pd(qt + c * nh + h),
-								     _mm512_set1_pd((double)k0[c])));
+				a0 = madd_pd(a0, _mm512_loadu_pd(qt + c * nh + h),
+					     _mm512_set1_pd((double)k0[c]), fused);
 			_mm512_storeu_pd(y + e * nh + h, a0);
 		}
 	}
 }
+
+/* The products of two floats are exact in double (48 significant bits, no overflow or
+ * underflow), so round(acc + q·k) by one fused multiply-add is the bit-identical result of the
+ * loop's multiplication and addition when every query value is a float: checked per call
+ * (the indexer's queries are widened floats), else the separate operations. */
+__attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt, size_t nh,
+							       const float *keys, size_t K,
+							       size_t ne, double *y)
+{
+	int floats = 1;
+	for (size_t i = 0; i < K * nh && floats; i++)
+		floats = (double)(float)qt[i] == qt[i];
+	if (floats)
+		qk_heads_body(qt, nh, keys, K, ne, y, 1);
+	else
+		qk_heads_body(qt, nh, keys, K, ne, y, 0);
+}
 #endif
+
+#ifdef ATTN_X86
+/* 32 FP4 values of one scale block: bytes 0-7 (16 nibbles, low first) in the first vector,
+ * bytes 8-15 in the second; vpermps reads the low 4 bits of each shifted byte. */
+__attribute__((target("avx512f"))) static void fp4_row_avx512(const uint8_t *codes,
+							     const uint8_t *scales, size_t d,
+							     float *v)
+{
+	const __m512 tab = _mm512_loadu_ps(srt_fp4_e2m1_table);
+	const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+	const __m512i lo = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+	const __m512i hi = _mm512_add_epi32(lo, _mm512_set1_epi32(8));
+	for (size_t b = 0; b < d / 32; b++) {
+		const __m512i w = _mm512_cvtepu8_epi32(
+			_mm_loadu_si128((const __m128i *)(const void *)(codes + b * 16)));
+		const __m512 s = _mm512_set1_ps(srt_e8m0_to_f32(scales[b]));
+		const __m512i n0 = _mm512_srlv_epi32(_mm512_permutexvar_epi32(lo, w), sh);
+		const __m512i n1 = _mm512_srlv_epi32(_mm512_permutexvar_epi32(hi, w), sh);
+		_mm512_storeu_ps(v + b * 32, _mm512_mul_ps(_mm512_permutexvar_ps(n0, tab), s));
+		_mm512_storeu_ps(v + b * 32 + 16, _mm512_mul_ps(_mm512_permutexvar_ps(n1, tab), s));
+	}
+}
+#endif
+
+#ifdef ATTN_X86
+/*
+ * E4M3 codes of one 64 block times the block scale s = 2^(e-127): the code's bits placed as
+ * an IEEE half (sign on bit 15, bias 15 instead of 7) convert exactly to v·2^-8 (E4M3
+ * subnormals are half subnormals and become normal floats), and (v·2^-8)·(2^8·s) is the same
+ * real product as v·s, rounded once: the same float. Blocks with a NaN code or a scale code
+ * above 246 (2^8·s not finite, or NaN) take the scalar loop.
+ */
+__attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const uint8_t *codes,
+								      const uint8_t *scales,
+								      size_t n, float *v)
+{
+	const __m256i m7f = _mm256_set1_epi8(0x7F);
+	for (size_t b = 0; b < n / 64; b++) {
+		const uint8_t *c = codes + b * 64;
+		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
+		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
+		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
+				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		if (nan || scales[b] > 246) {
+			const float s = srt_e8m0_to_f32(scales[b]);
+			for (size_t i = 0; i < 64; i++)
+				v[b * 64 + i] = srt_fp8_e4m3_to_f32(c[i]) * s;
+			continue;
+		}
+		const __m512 f = _mm512_set1_ps(256.0f * srt_e8m0_to_f32(scales[b]));
+		const __m256i mask = _mm256_set1_epi16((short)0xBF80);
+		for (int q = 0; q < 4; q++) {
+			const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
+			const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), mask);
+			_mm512_storeu_ps(v + b * 64 + 16 * q, _mm512_mul_ps(_mm512_cvtph_ps(h), f));
+		}
+	}
+}
+#endif
+
+void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
+{
+#ifdef ATTN_X86
+	if (n % 64 == 0 && have_avx512()) {
+		fp8_row_avx512(codes, scales, n, v);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		v[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
+}
+
+static float round_bf16_scalar(float x)
+{
+	return srt_round_bf16(x);
+}
+
+#ifdef ATTN_X86
+/* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
+__attribute__((target("avx2"))) static inline __m256 round_bf16_v8(__m256 x)
+{
+	__m256i u = _mm256_castps_si256(x);
+	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+	u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
+	u = _mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u));
+	const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
+	return _mm256_blendv_ps(_mm256_castsi256_ps(u), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+				nan);
+}
+
+__attribute__((target("avx512f,avx2"))) static void ix_weigh_avx512(const double *qk,
+								    const float *w, size_t nh,
+								    float *t)
+{
+	for (size_t h = 0; h < nh; h += 8) {
+		const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(_mm512_loadu_pd(qk + h)));
+		/* max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f) */
+		const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
+		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
+	}
+}
+#endif
+
+void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t)
+{
+#ifdef ATTN_X86
+	if (nh % 8 == 0 && have_avx512()) {
+		ix_weigh_avx512(qk, w, nh, t);
+		return;
+	}
+#endif
+	for (size_t h = 0; h < nh; h++) {
+		float sc = round_bf16_scalar((float)qk[h]);
+		t[h] = round_bf16_scalar((sc > 0 ? sc : 0.0f) * w[h]);
+	}
+}
+
+void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v)
+{
+#ifdef ATTN_X86
+	if (d % 32 == 0 && have_avx512()) {
+		fp4_row_avx512(codes, scales, d, v);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < d; i++)
+		v[i] = srt_fp4_e2m1_to_f32(srt_fp4_get(codes, i)) * srt_e8m0_to_f32(scales[i / 32]);
+}
 
 #ifdef ATTN_X86
 /* Eight tiles (64 outputs) per pass, one 8-float accumulator per tile. */
@@ -480,9 +634,60 @@ void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k,
 		}
 }
 
+#ifdef ATTN_X86
+/* Full tiles (8 rows) by 8x8 transposes of 8 columns at a time (moves only: the same floats);
+ * returns the columns done (a multiple of 8). */
+__attribute__((target("avx2"))) static size_t tile_avx2(const float *w, size_t k, size_t ldw,
+							 float *t)
+{
+	size_t c = 0;
+	for (; c + 8 <= k; c += 8) {
+		__m256 r[8], u[8], v[8];
+		for (int l = 0; l < 8; l++)
+			r[l] = _mm256_loadu_ps(w + (size_t)l * ldw + c);
+		for (int l = 0; l < 8; l += 2) {
+			u[l] = _mm256_unpacklo_ps(r[l], r[l + 1]);
+			u[l + 1] = _mm256_unpackhi_ps(r[l], r[l + 1]);
+		}
+		for (int l = 0; l < 8; l += 4) {
+			v[l] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(1, 0, 1, 0));
+			v[l + 1] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(3, 2, 3, 2));
+			v[l + 2] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(1, 0, 1, 0));
+			v[l + 3] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(3, 2, 3, 2));
+		}
+		/* v[0..3]: columns c+0,1,2,3 (rows 0-3 | rows 0-3 of c+4..7 in the high half),
+		 * v[4..7]: the same for rows 4-7 */
+		for (int q = 0; q < 4; q++) {
+			_mm256_storeu_ps(t + (c + (size_t)q) * 8, _mm256_permute2f128_ps(v[q], v[4 + q], 0x20));
+			_mm256_storeu_ps(t + (c + 4 + (size_t)q) * 8,
+					 _mm256_permute2f128_ps(v[q], v[4 + q], 0x31));
+		}
+	}
+	return c;
+}
+#endif
+
 void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t)
 {
 	size_t nt = (n + 7) / 8;
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		size_t j = 0;
+		for (; j < n / 8; j++) {
+			size_t c = tile_avx2(w + j * 8 * ldw, k, ldw, t + j * k * 8);
+			for (; c < k; c++)
+				for (size_t l = 0; l < 8; l++)
+					t[(j * k + c) * 8 + l] = w[(j * 8 + l) * ldw + c];
+		}
+		for (; j < nt; j++) /* the last, partial tile */
+			for (size_t c = 0; c < k; c++)
+				for (size_t l = 0; l < 8; l++) {
+					size_t r = j * 8 + l;
+					t[(j * k + c) * 8 + l] = r < n ? w[r * ldw + c] : 0.0f;
+				}
+		return;
+	}
+#endif
 	for (size_t j = 0; j < nt; j++)
 		for (size_t c = 0; c < k; c++)
 			for (size_t l = 0; l < 8; l++) {

@@ -86,6 +86,27 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
  * Σ_c qt[c·nh + h] · keys[e·k + c] for entries e in [0, ne), heads h in [0, nh), c ascending
  * (qt is the query transposed, [k][nh], as doubles; the key floats are widened exactly).
  */
+/*
+ * v[i] = E2M1 code i of `codes` (packed, low nibble = even i) times the UE8M0 scale
+ * scales[i / 32], for i in [0, d): the floats of the scalar loop (one multiplication each),
+ * vectorised when d is a multiple of 32 (the indexer's FP4 keys).
+ */
+void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v);
+
+/*
+ * v[i] = E4M3 code i times the UE8M0 scale scales[i / 64], for i in [0, n): the floats of the
+ * scalar loop (one multiplication each), vectorised when n is a multiple of 64 (the KV cache's
+ * FP8 "nope" dims).
+ */
+void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
+
+/*
+ * The indexer's per-head weighting in the reference profile: t[h] = bf16(ReLU(bf16((float)
+ * qk[h])) · w[h]) for h in [0, nh) (bf16(): srt_round_bf16), the floats of that scalar
+ * expression, vectorised when nh is a multiple of 8.
+ */
+void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t);
+
 void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
 		       double *y);
 

@@ -87,6 +87,7 @@ struct fwd {
 	 * [n][kmax8][hd], key counts [n] */
 	int64_t cg0;
 	float *ck, *ckt;
+	const uint8_t **csrc; /* the cache entries of each row's keys, [n][kmax] */
 	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
@@ -107,6 +108,8 @@ SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
 #define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
 #define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
 #define ATTN_IXB 64   /* indexer keys scored per task */
+#define ATTN_IXH 64   /* indexer heads weighed per call (a multiple of 8) */
+#define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8) */
 
 struct ipair {
 	double s;
@@ -697,7 +700,7 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct v
 
 /* ---- phase C: attention per row ------------------------------------------------------------ */
 
-/* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 by table. */
+/* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 vectorised. */
 static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 {
 	size_t d = (size_t)a->m->index_head_dim;
@@ -705,14 +708,7 @@ static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 		srt_attn_ix_decode(a, e, v);
 		return;
 	}
-	for (size_t b = 0; b < d / 32; b++) {
-		const float s = srt_e8m0_to_f32(e[d / 2 + b]);
-		for (size_t i = 0; i < 16; i++) {
-			const uint8_t c = e[b * 16 + i];
-			v[b * 32 + 2 * i] = srt_fp4_e2m1_to_f32(c & 15u) * s;
-			v[b * 32 + 2 * i + 1] = srt_fp4_e2m1_to_f32(c >> 4) * s;
-		}
-	}
+	srt_attn_fp4_row(e, e + d / 2, d, v);
 }
 
 /*
@@ -759,13 +755,17 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 		for (int64_t j = j0; j < j1; j++) {
 			const double *qk = y + (size_t)(j - j0) * ih;
 			double tot = 0;
-			for (size_t h = 0; h < ih; h++) {
-				if (a->ref) {
-					float sc = srt_round_bf16((float)qk[h]);
-					tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * iw[h]);
-				} else {
-					tot += (qk[h] > 0 ? qk[h] : 0.0) * iw[h];
+			if (a->ref) { /* the per-head terms vectorised, summed in ascending heads */
+				float tw[ATTN_IXH];
+				for (size_t h0 = 0; h0 < ih; h0 += ATTN_IXH) {
+					size_t nh = ih - h0 < ATTN_IXH ? ih - h0 : ATTN_IXH;
+					srt_attn_ix_weigh_bf16(qk + h0, iw + h0, nh, tw);
+					for (size_t h = 0; h < nh; h++)
+						tot += tw[h];
 				}
+			} else {
+				for (size_t h = 0; h < ih; h++)
+					tot += (qk[h] > 0 ? qk[h] : 0.0) * iw[h];
 			}
 			out[j] = a->ref ? srt_round_bf16((float)tot) : tot;
 		}
@@ -827,9 +827,10 @@ static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct i
 }
 
 /*
- * Phase C runs on groups of up to ATTN_CROWS rows in three parallel steps, so that one decode
+ * Phase C runs on groups of up to ATTN_CROWS rows in four parallel steps, so that one decode
  * row still uses every thread:
- *   c1 per row:            indexer selection, keys gathered row-major and in tiles of 8;
+ *   c1 per row:            indexer selection, the cache entries of the row's keys listed;
+ *   c1k per (row, 32 keys): those keys decoded row-major and in tiles of 8;
  *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation;
  *   c3 per (group, 8 outputs of wo_a), after all groups, for every row of the block.
  * Each value is computed by the same operations in the same order as a per-row loop would.
@@ -839,7 +840,6 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
-	size_t hd = (size_t)m->head_dim;
 	int64_t W = m->sliding_window;
 	float *tb = f->tbuf + (size_t)tid * f->tfloats;
 	double *sc = (double *)tb;
@@ -848,8 +848,7 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 
 	for (int64_t u = b; u < e; u++) {
 		int64_t r = f->cg0 + u, t = f->rpos[r], nk = 0, ns = 0;
-		float *keys = f->ck + (size_t)u * (size_t)f->kmax * hd;
-		float *kt = f->ckt + (size_t)u * (size_t)f->kmax8 * hd;
+		const uint8_t **src = f->csrc + (size_t)u * (size_t)f->kmax;
 		f->cnk[u] = 0;
 		if (t < 0)
 			continue;
@@ -860,25 +859,45 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++)
-			srt_attn_kv_decode(a, entry(a, s, a->pool_win, f->slot, p),
-					   keys + (size_t)nk++ * hd);
+			src[nk++] = entry(a, s, a->pool_win, f->slot, p);
 		if (a->ratio == 128) {
 			for (int64_t j = 0; j < (t + 1) / 128; j++)
-				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, j),
-						   keys + (size_t)nk++ * hd);
+				src[nk++] = entry(a, s, a->pool_comp, f->slot, j);
 		} else if (a->ratio == 4) {
 			ns = select_c4(f, t, f->isc + u * f->c4max, pairs, sel);
 			for (int64_t i = 0; i < ns; i++)
-				srt_attn_kv_decode(a, entry(a, s, a->pool_comp, f->slot, sel[i]),
-						   keys + (size_t)nk++ * hd);
+				src[nk++] = entry(a, s, a->pool_comp, f->slot, sel[i]);
 			if (a->dbg_sel) {
 				int32_t *ds = a->dbg_sel + (f->row0 + r) * m->index_topk;
 				for (int64_t i = 0; i < m->index_topk; i++)
 					ds[i] = i < ns ? sel[i] : -1;
 			}
 		}
-		srt_attn_tile(keys, (size_t)nk, hd, hd, kt);
 		f->cnk[u] = nk;
+	}
+}
+
+/* Phase c1k, per (row of the group, block of ATTN_KGB keys): the keys c1 listed, decoded
+ * row-major and tiled (a block starts on a tile boundary, so the tiles are those of one
+ * srt_attn_tile call over all the row's keys). */
+static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	size_t hd = (size_t)a->m->head_dim;
+	int64_t nblk = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
+	(void)tid;
+	for (int64_t u = b; u < e; u++) {
+		int64_t gr = u / nblk, k0 = (u % nblk) * ATTN_KGB, nk = f->cnk[gr];
+		if (nk <= k0)
+			continue;
+		int64_t k1 = k0 + ATTN_KGB < nk ? k0 + ATTN_KGB : nk;
+		const uint8_t *const *src = f->csrc + (size_t)gr * (size_t)f->kmax;
+		float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
+		float *kt = f->ckt + (size_t)gr * (size_t)f->kmax8 * hd;
+		for (int64_t k = k0; k < k1; k++)
+			srt_attn_kv_decode(a, src[k], keys + (size_t)k * hd);
+		srt_attn_tile(keys + (size_t)k0 * hd, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 	}
 }
 
@@ -1243,6 +1262,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 				t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_INDEXER, t0);
 			}
 			h->parallel_for(h, n, phase_c1, f);
+			h->parallel_for(h, n * ((f->kmax + ATTN_KGB - 1) / ATTN_KGB), phase_c1k, f);
 			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
 			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
@@ -1341,16 +1361,17 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[12] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[13] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),
 			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
-			2 * (batch->n_seqs + 1) * sizeof(struct vinfo)};
-	size_t off[12], total = 0;
-	for (int i = 0; i < 12; i++) {
+			2 * (batch->n_seqs + 1) * sizeof(struct vinfo),
+			ATTN_CROWS * (size_t)f.kmax * sizeof(const uint8_t *)};
+	size_t off[13], total = 0;
+	for (int i = 0; i < 13; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1376,6 +1397,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.dbuf = (float *)(a->scratch + off[9]);
 	f.isc = (double *)(void *)(a->scratch + off[10]);
 	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
+	f.csrc = (const uint8_t **)(void *)(a->scratch + off[12]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
 	f.xa = buf;
 	f.qr = f.xa + B * d;

@@ -106,6 +106,8 @@ struct moe_inst {
 	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
 	int64_t ncol;             /* columns per task: MOE_NCOL or MOE_NCOL_BIG */
 	int64_t task0;            /* first work unit of the up_gate / down call (profiling splits) */
+	int64_t spread_n;         /* decode: units of the call dealt round-robin to the threads
+				   * (spread()), 0 = in order */
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -677,11 +679,57 @@ static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t 
 	}
 }
 
+/*
+ * Decode (one row, so every group has one entry and a unit is one task): the host hands
+ * thread k a contiguous range of units, but the tasks are not equal (the shared expert's FP8
+ * columns are twice the bytes of a routed FP4 group's, and all come last), so position p of a
+ * call of n units runs unit spread(p): the units in the order (unit mod T, unit), which gives
+ * each thread every T-th task, an even mix. Every task writes its own outputs: the order
+ * changes no result.
+ */
+static int64_t spread(const struct moe_inst *in, int64_t p)
+{
+	const int64_t n = in->spread_n, T = in->host->nthreads;
+	if (!n || T < 2)
+		return p;
+	int64_t acc = 0;
+	for (int64_t c = 0; c < T && c < n; c++) {
+		int64_t sz = (n - c + T - 1) / T; /* units c, c + T, ... below n */
+		if (p < acc + sz)
+			return c + (p - acc) * T;
+		acc += sz;
+	}
+	return p; /* not reached: the classes cover [0, n) */
+}
+
+/* run_tasks over units [begin, end) of the call, one unit at a time in spread() order at
+ * decode. */
+static void run_units(struct moe_inst *in, int64_t per, int64_t begin, int64_t end,
+		      void (*fn)(struct moe_inst *in, const struct moe_group *g, size_t n0))
+{
+	if (!in->spread_n) {
+		run_tasks(in, per, begin, end, fn);
+		return;
+	}
+	for (int64_t p = begin; p < end; p++) {
+		const int64_t u = spread(in, p);
+		run_tasks(in, per, u, u + 1, fn);
+	}
+}
+
+/* parallel_for of n up_gate / down units, dealt round-robin at decode (spread()). */
+static void par_units(struct moe_inst *in, int64_t n, srt_range_fn fn)
+{
+	in->spread_n = in->m == 1 ? n : 0;
+	in->host->parallel_for(in->host, n, fn, in);
+	in->spread_n = 0;
+}
+
 static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
 	(void)tid;
-	run_tasks(in, in->n_tasks_per_group_up, begin, end, up_gate_task);
+	run_units(in, in->n_tasks_per_group_up, begin, end, up_gate_task);
 }
 
 /* Phase 4, per entry (reference only): h rounded to bf16, then quantised to FP8 per 128. */
@@ -716,7 +764,7 @@ static void down(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
 	(void)tid;
-	run_tasks(in, in->n_tasks_per_group_down, begin, end, down_task);
+	run_units(in, in->n_tasks_per_group_down, begin, end, down_task);
 }
 
 /* Phase 6, per row: sum its experts' outputs in ascending expert id, shared last. */
@@ -845,25 +893,25 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 			/* units: routed entries first, the shared group's m entries last */
 			const int64_t nr = n_ent - in->m, pu = in->n_tasks_per_group_up;
 			const int64_t pd = in->n_tasks_per_group_down;
-			h->parallel_for(h, nr * pu, up_gate, in);
+			par_units(in, nr * pu, up_gate);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent - in->m, quant_h, in);
-			h->parallel_for(h, nr * pd, down, in);
+			par_units(in, nr * pd, down);
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_EXPERTS, t0);
 			in->task0 = nr * pu;
-			h->parallel_for(h, pu * in->m, up_gate, in);
+			par_units(in, pu * in->m, up_gate);
 			in->task0 = 0;
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				quant_h(in, n_ent - in->m, n_ent, 0);
 			in->task0 = nr * pd;
-			h->parallel_for(h, pd * in->m, down, in);
+			par_units(in, pd * in->m, down);
 			in->task0 = 0;
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_SHARED, t0);
 		} else {
-			h->parallel_for(h, n_ent * in->n_tasks_per_group_up, up_gate, in);
+			par_units(in, n_ent * in->n_tasks_per_group_up, up_gate);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent, quant_h, in);
-			h->parallel_for(h, n_ent * in->n_tasks_per_group_down, down, in);
+			par_units(in, n_ent * in->n_tasks_per_group_down, down);
 		}
 		h->parallel_for(h, in->m, combine, in);
 		srt_prof_add(&moe_prof, SRT_PROF_MOE_COMBINE, t0);

@@ -36,6 +36,9 @@ SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
 }
 
 #define MHC_NAME "mhc"
+#define MHC_MAX_S 16                              /* hc_mult limit (checked in create) */
+#define MHC_MAX_MIX ((2 + MHC_MAX_S) * MHC_MAX_S) /* mixes of a sub-layer */
+#define MHC_COLS 64 /* channels per task of a one-row post */
 
 struct mhc_sub {
 	float *fn;    /* [(2+S)S][S d] */
@@ -60,6 +63,11 @@ struct mhc_inst {
 	int32_t n_rows;
 	const float *X, *f, *mix_in;
 	float *Xout, *u, *mix;
+	/* one row (decode): the fn rows of the call, their count, and the raw dot products
+	 * fn_k . x (k < nd) and x . x (k = nd) the parallel step writes */
+	const float *dfn;
+	int64_t nd;
+	float dots[MHC_MAX_MIX + 1];
 };
 
 static void set_why(char *why, size_t why_len, const char *fmt, ...)
@@ -210,7 +218,7 @@ static int mhc_create(const struct srt_host *host, const struct srt_plugin_args 
 			args->profile);
 		return SRT_EINVAL;
 	}
-	if (m->hc_mult < 1 || m->hc_mult > 16 || m->hc_sinkhorn_iters < 1 || m->hidden_size < 1) {
+	if (m->hc_mult < 1 || m->hc_mult > MHC_MAX_S || m->hc_sinkhorn_iters < 1 || m->hidden_size < 1) {
 		set_why(why, why_len, "model %s: hc_mult %d must be in [1, 16] and "
 			"hc_sinkhorn_iters %d >= 1", m->name, m->hc_mult, m->hc_sinkhorn_iters);
 		return SRT_EINVAL;
@@ -293,14 +301,26 @@ static int mhc_embed(void *inst, int32_t n_rows, const float *h, float *X)
 	return 0;
 }
 
-/* mu[nmix] = (fn . x) * r for the flattened row x[S d]. */
+/* mu[nmix] = (fn . x) * r for the flattened row x[S d]; with `raw` (one-row calls), the dot
+ * products fn_k . x were computed already (raw[k]) and x . x is raw[nmix]. */
 static void mixes(const struct mhc_inst *in, const float *fn, int64_t nmix, const float *x,
-		  float *mu)
+		  const float *raw, float *mu)
 {
 	int64_t n = in->S * in->d;
-	float r = 1.0f / sqrtf(dot(x, x, n) / (float)n + in->norm_eps);
+	float r = 1.0f / sqrtf((raw ? raw[nmix] : dot(x, x, n)) / (float)n + in->norm_eps);
 	for (int64_t k = 0; k < nmix; k++)
-		mu[k] = dot(fn + k * n, x, n) * r;
+		mu[k] = (raw ? raw[k] : dot(fn + k * n, x, n)) * r;
+}
+
+/* One-row calls, per task k: in->dots[k] = fn_k . x (k < nd), x . x (k = nd), the same dot
+ * products mixes() computes, so the same bits. */
+static void row_dots(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct mhc_inst *in = ctx;
+	int64_t n = in->S * in->d;
+	(void)tid;
+	for (int64_t k = begin; k < end; k++)
+		in->dots[k] = dot(k < in->nd ? in->dfn + k * n : in->X, in->X, n);
 }
 
 /* u[d] = sum_i pre_i X_i, accumulated stream by stream. */
@@ -326,7 +346,7 @@ static void pre_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	for (int64_t i = begin; i < end; i++) {
 		const float *x = in->X + i * S * in->d;
 		float *post = in->mix + i * (S + S * S), *M = post + S;
-		mixes(in, sub->fn, nmix, x, mu);
+		mixes(in, sub->fn, nmix, x, in->n_rows == 1 ? in->dots : NULL, mu);
 		for (int64_t s = 0; s < S; s++) {
 			pre[s] = sigmoidf(mu[s] * sub->scale[0] + sub->base[s]) + in->hc_eps;
 			post[s] = 2.0f * sigmoidf(mu[S + s] * sub->scale[1] + sub->base[S + s]);
@@ -364,29 +384,42 @@ static void pre_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-static void post_rows(void *ctx, int64_t begin, int64_t end, int tid)
+/* X' = post * f + comb^T X for channels [c0, c1) of row i. */
+static void post_row(const struct mhc_inst *in, int64_t i, int64_t c0, int64_t c1)
 {
-	struct mhc_inst *in = ctx;
 	int64_t S = in->S, d = in->d;
 	int ref = in->profile == SRT_PROFILE_REFERENCE;
 	float acc[S];
-	(void)tid;
-
-	for (int64_t i = begin; i < end; i++) {
-		float *x = in->Xout + i * S * d;
-		const float *f = in->f + i * d;
-		const float *post = in->mix_in + i * (S + S * S), *M = post + S;
-		for (int64_t c = 0; c < d; c++) {
-			for (int64_t j = 0; j < S; j++) {
-				float v = M[j] * x[c]; /* i = 0 */
-				for (int64_t s = 1; s < S; s++)
-					v += M[s * S + j] * x[s * d + c];
-				acc[j] = post[j] * f[c] + v;
-			}
-			for (int64_t j = 0; j < S; j++)
-				x[j * d + c] = ref ? bf16_round(acc[j]) : acc[j];
+	float *x = in->Xout + i * S * d;
+	const float *f = in->f + i * d;
+	const float *post = in->mix_in + i * (S + S * S), *M = post + S;
+	for (int64_t c = c0; c < c1; c++) {
+		for (int64_t j = 0; j < S; j++) {
+			float v = M[j] * x[c]; /* i = 0 */
+			for (int64_t s = 1; s < S; s++)
+				v += M[s * S + j] * x[s * d + c];
+			acc[j] = post[j] * f[c] + v;
 		}
+		for (int64_t j = 0; j < S; j++)
+			x[j * d + c] = ref ? bf16_round(acc[j]) : acc[j];
 	}
+}
+
+static void post_rows(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct mhc_inst *in = ctx;
+	(void)tid;
+	for (int64_t i = begin; i < end; i++)
+		post_row(in, i, 0, in->d);
+}
+
+/* One-row post, per task: MHC_COLS channels (each channel's values depend on it alone). */
+static void post_cols(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct mhc_inst *in = ctx;
+	int64_t c1 = end * MHC_COLS < in->d ? end * MHC_COLS : in->d;
+	(void)tid;
+	post_row(in, 0, begin * MHC_COLS, c1);
 }
 
 static void head_rows(void *ctx, int64_t begin, int64_t end, int tid)
@@ -397,7 +430,7 @@ static void head_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	(void)tid;
 	for (int64_t i = begin; i < end; i++) {
 		const float *x = in->X + i * S * in->d;
-		mixes(in, in->head_fn, S, x, mu);
+		mixes(in, in->head_fn, S, x, in->n_rows == 1 ? in->dots : NULL, mu);
 		for (int64_t s = 0; s < S; s++)
 			pre[s] = sigmoidf(mu[s] * in->head_scale + in->head_base[s]) + in->hc_eps;
 		collapse(in, pre, x, in->u + i * in->d);
@@ -427,7 +460,13 @@ static int mhc_pre(void *inst, int32_t layer, uint32_t sublayer, int32_t n_rows,
 	in->X = X;
 	in->u = u;
 	in->mix = mix;
+	in->n_rows = n_rows;
 	uint64_t t0 = srt_prof_t0(&mhc_prof);
+	if (n_rows == 1) { /* decode: the row's dot products over the threads first */
+		in->dfn = sub->fn;
+		in->nd = (2 + in->S) * in->S;
+		in->host->parallel_for(in->host, in->nd + 1, row_dots, in);
+	}
 	in->host->parallel_for(in->host, n_rows, pre_rows, in);
 	srt_prof_add(&mhc_prof, SRT_PROF_RESIDUAL, t0);
 	return 0;
@@ -448,7 +487,10 @@ static int mhc_post(void *inst, int32_t layer, uint32_t sublayer, int32_t n_rows
 	in->mix_in = mix;
 	in->Xout = X;
 	uint64_t t0 = srt_prof_t0(&mhc_prof);
-	in->host->parallel_for(in->host, n_rows, post_rows, in);
+	if (n_rows == 1) /* decode: split by channels */
+		in->host->parallel_for(in->host, (in->d + MHC_COLS - 1) / MHC_COLS, post_cols, in);
+	else
+		in->host->parallel_for(in->host, n_rows, post_rows, in);
 	srt_prof_add(&mhc_prof, SRT_PROF_RESIDUAL, t0);
 	return 0;
 }
@@ -460,7 +502,13 @@ static int mhc_head(void *inst, int32_t n_rows, const float *X, float *y)
 		return n_rows < 0 ? SRT_EINVAL : 0;
 	in->X = X;
 	in->u = y;
+	in->n_rows = n_rows;
 	uint64_t t0 = srt_prof_t0(&mhc_prof);
+	if (n_rows == 1) {
+		in->dfn = in->head_fn;
+		in->nd = in->S;
+		in->host->parallel_for(in->host, in->nd + 1, row_dots, in);
+	}
 	in->host->parallel_for(in->host, n_rows, head_rows, in);
 	srt_prof_add(&mhc_prof, SRT_PROF_RESIDUAL, t0);
 	return 0;

@@ -52,6 +52,7 @@ once() {
 	out=$("$bin" "${common[@]}" "$@")
 	wall=$(awk '/^wall time/ {print $3}' <<<"$out")
 	cpu=$(awk '/^cpu time/ {print $3}' <<<"$out")
+	cpu=${cpu:-0} # a build from before the cpu line (BUILD=...): ratios of 0 / 0 show as nan
 	if grep -q FAILED <<<"$out"; then echo "tier check FAILED: $*" >&2; exit 1; fi
 }
 
@@ -76,7 +77,7 @@ row() { # name label args...
 		walls+=("$wall") cpus+=("$cpu")
 		if [ -n "$bw" ]; then
 			rw+=("$(awk -v a="$wall" -v b="$bw" 'BEGIN {printf "%.3f", a / b}')")
-			rc+=("$(awk -v a="$cpu" -v b="$bc" 'BEGIN {printf "%.3f", a / b}')")
+			rc+=("$(awk -v a="$cpu" -v b="$bc" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "nan"}')")
 		fi
 		if [ "$i" = 0 ] && awk -v w="$wall" 'BEGIN {exit !(w > 30)}'; then n=1; fi
 	done
@@ -109,7 +110,7 @@ redis_row() { # name label extra-args...
 	kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
-echo "replay $trace, model $model, L1 $l1, L2 $l2, L3 $l3${limit:+, first $limit requests}," \
+echo "replay $trace, model $model, L1 $l1, L2 $l2, L3 $l3$([ "$limit" != 0 ] && echo ", first $limit requests")," \
 	"remat ${remat:-default}, $repeat interleaved pairs per row (median), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo '| tiers | hit | hit / ceiling | wall | cpu | wall / (L1+L2) | cpu / (L1+L2) | wall ratios | L3 writes |'

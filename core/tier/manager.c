@@ -1319,13 +1319,31 @@ static void req_count_hits(struct srt_tmgr_req *r, uint64_t hit_pages)
 }
 
 /* Is page j of pool p in L2 or L3 (for the lookup)? l3run[p] caches exists() answers. */
+/*
+ * Is key in L3 as far as this manager knows, without asking the store? Every put this manager
+ * queues is in its L3 index from its queueing until it is removed (an eviction queues a remove
+ * that cancels a queued put; a failed put is forgotten when reaped, and a page that is gone after
+ * all fails to load, which falls back to the longest verified prefix), so the index answers for
+ * the write queue without taking the queue's lock, and for this process's stored pages without
+ * a store call. While L3 is down only the queue can serve a load.
+ */
+static int l3_known(struct srt_tmgr *m, const struct srt_key *k, int usable)
+{
+	if (!m->has_l3)
+		return 0;
+	if (!usable)
+		return srt_twr_has(m->w, k);
+	return kt_find(&m->l3, k) != NULL;
+}
+
 static int lower_has(struct srt_tmgr *m, struct srt_tmgr_req *r, uint32_t p, uint64_t j)
 {
 	if (kt_find(&m->l2, &r->keys[p][j]))
 		return 1;
-	if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][j]))
+	int usable = l3_usable(m);
+	if (l3_known(m, &r->keys[p][j], usable))
 		return 1;
-	if (!l3_usable(m))
+	if (!usable)
 		return 0;
 	uint32_t got = 0;
 	int rc = srt_tier_store_exists(&m->store, &r->keys[p][j], 1, &got);
@@ -1342,6 +1360,7 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			     int *remat)
 {
 	uint64_t A = np;
+	int usable = l3_usable(m);
 	for (uint32_t p = 0; p < m->np && A > h; p++) {
 		if (m->pools[p].retention != SRT_RETAIN_ALL)
 			continue;
@@ -1352,18 +1371,18 @@ static uint64_t lower_lookup(struct srt_tmgr *m, struct srt_tmgr_req *r, uint64_
 			if (a >= A)
 				break;
 			/*
-			 * The write queue before the store, page by page: a put leaves the queue
-			 * only after the store has it, so a page not queued now is either in the
-			 * store or in neither. Asking the store first raced with the writer: the
-			 * store said absent, the writer committed and dequeued the page, and the
-			 * queue said absent too (a miss of a page that was in L3 throughout).
+			 * What this manager queued or stored (its L3 index) before the store, page
+			 * by page: a page of it that is not stored yet is queued. Asking the store
+			 * first and the write queue second raced with the writer: the store said
+			 * absent, the writer stored and dequeued the page, and the queue said absent
+			 * too (a miss of a page that was in L3 throughout).
 			 */
-			if (m->has_l3 && srt_twr_has(m->w, &r->keys[p][a])) {
+			if (l3_known(m, &r->keys[p][a], usable)) {
 				a++;
 				continue;
 			}
 			uint32_t got = 0;
-			if (l3_usable(m)) {
+			if (usable) {
 				int rc = srt_tier_store_exists(&m->store, &r->keys[p][a],
 							       (uint32_t)(A - a), &got);
 				l3_result(m, rc, "exists");

@@ -553,6 +553,29 @@ START_TEST(store_put_get_exists_remove_round_trip)
 		ck_assert_uint_eq(got[i], lens[i]);
 		ck_assert_mem_eq(back[i], data[i], lens[i]);
 	}
+	/* one batch in reverse order with an absent key and a too small buffer among them (the
+	 * segment store reads neighbours in one pread and must hand each its own bytes) */
+	{
+		struct srt_key rk[N + 1];
+		void *ro[N + 1];
+		size_t rc[N + 1], rg[N + 1];
+		static uint8_t rb[N + 1][5000];
+		for (int i = 0; i <= N; i++) {
+			rk[i] = i == N / 2 ? tu_key(999) : keys[N - 1 - (i > N / 2 ? i - 1 : i)];
+			ro[i] = rb[i];
+			rc[i] = i == 1 ? 10 : sizeof(rb[i]);
+		}
+		ck_assert_int_eq(p.vt->get(p.inst, rk, N + 1, ro, rc, rg), 0);
+		for (int i = 0; i <= N; i++) {
+			int src = N - 1 - (i > N / 2 ? i - 1 : i);
+			if (i == N / 2 || i == 1) {
+				ck_assert_uint_eq(rg[i], 0); /* absent; larger than its buffer */
+				continue;
+			}
+			ck_assert_uint_eq(rg[i], lens[src]);
+			ck_assert_mem_eq(rb[i], data[src], lens[src]);
+		}
+	}
 	/* Overwrite one object with new bytes of another length. */
 	lens[2] = 77;
 	tu_fill(data[2], 77, 555);

@@ -522,6 +522,29 @@ int seg_exists(struct seg_store *s, const struct srt_key *keys, uint32_t n, uint
 	return 0;
 }
 
+/* One object of a get batch, located under mu. */
+struct gitem {
+	uint64_t seg, off;
+	uint32_t len, i; /* object length; index in the batch */
+	int fd;
+};
+
+static int cmp_gitem(const void *a, const void *b)
+{
+	const struct gitem *x = a, *y = b;
+	if (x->seg != y->seg)
+		return x->seg < y->seg ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+#define GET_GAP (64u << 10)  /* objects this close in one segment are read in one pread */
+#define GET_SPAN (4u << 20)  /* bytes per coalesced read at most */
+
+/*
+ * Fetch a batch: every object is located under mu (and the read descriptors pinned with
+ * fdlock for the whole batch), then read outside it, sorted by segment and offset, neighbours
+ * (objects a batch wrote together usually are) in one pread each.
+ */
 int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *const *bufs,
 	    const size_t *caps, size_t *lens)
 {
@@ -530,40 +553,93 @@ int seg_get(struct seg_store *s, const struct srt_key *keys, uint32_t n, void *c
 	size_t nt = 0, tcap = touches ? n : 32;
 	if (!touches)
 		touches = touch32;
-	for (uint32_t i = 0; i < n; i++) {
+	struct gitem one[1];
+	struct gitem *it = n > 1 ? malloc((size_t)n * sizeof(*it)) : one;
+	uint32_t k = 0;
+	for (uint32_t i = 0; i < n; i++)
 		lens[i] = 0;
-		pthread_mutex_lock(&s->mu);
+	if (!it) { /* no memory for the batch: one by one */
+		for (uint32_t i = 0; i < n; i++)
+			seg_get(s, &keys[i], 1, &bufs[i], &caps[i], &lens[i]);
+		if (touches != touch32)
+			free(touches);
+		return 0;
+	}
+	pthread_mutex_lock(&s->mu);
+	for (uint32_t i = 0; i < n; i++) {
 		struct ent *e = find(s, &keys[i]);
-		uint64_t seg = e ? e->seg : 0, off = e ? e->off : 0;
-		uint32_t len = e ? e->len : 0;
-		struct seg *g = e && len <= caps[i] ? seg_of(s, seg) : NULL;
-		char p[PATH_MAX];
+		if (!e)
+			continue;
+		lru_unlink(s, e);
+		lru_front(s, e);
+		struct seg *g = e->len <= caps[i] ? seg_of(s, e->seg) : NULL;
 		if (g && g->rfd < 0) {
-			seg_path(s, seg, p, sizeof(p));
+			char p[PATH_MAX];
+			seg_path(s, e->seg, p, sizeof(p));
 			g->rfd = open(p, O_RDONLY | O_CLOEXEC);
 		}
-		int fd = g ? g->rfd : -1;
-		if (e) {
-			lru_unlink(s, e);
-			lru_front(s, e);
-		}
-		if (fd >= 0)
-			pthread_rwlock_rdlock(&s->fdlock); /* before mu is released: see reclaim */
-		pthread_mutex_unlock(&s->mu);
-		if (fd < 0)
+		if (!g || g->rfd < 0)
 			continue;
-		ssize_t got = pread(fd, bufs[i], len, (off_t)off);
-		pthread_rwlock_unlock(&s->fdlock);
-		if (got != (ssize_t)len) {
-			seg_path(s, seg, p, sizeof(p));
-			s->host->log(SRT_LOG_WARN, NAME, "get from %s at %" PRIu64 ": %s", p, off,
-				     got < 0 ? strerror(errno) : "short read");
-			continue;
-		}
-		lens[i] = len;
-		if (nt < tcap) /* recency survives a restart; not synced: it is only an order */
-			put_rec(touches + HDR * nt++, R_TOUCH, &keys[i], 0);
+		it[k++] = (struct gitem){.seg = e->seg, .off = e->off, .len = e->len, .i = i,
+					 .fd = g->rfd};
 	}
+	if (k)
+		pthread_rwlock_rdlock(&s->fdlock); /* before mu is released: see reclaim */
+	pthread_mutex_unlock(&s->mu);
+	if (k > 1)
+		qsort(it, k, sizeof(*it), cmp_gitem);
+	uint8_t *span = NULL;
+	size_t span_cap = 0;
+	for (uint32_t a = 0; a < k;) {
+		/* the run [a, b): one segment, gaps of at most GET_GAP, at most GET_SPAN bytes */
+		uint32_t b = a + 1;
+		uint64_t lo = it[a].off, hi = it[a].off + it[a].len;
+		while (b < k && it[b].seg == it[a].seg && it[b].off >= hi &&
+		       it[b].off <= hi + GET_GAP && it[b].off + it[b].len - lo <= GET_SPAN) {
+			hi = it[b].off + it[b].len;
+			b++;
+		}
+		int ok = 1;
+		const uint8_t *src = NULL;
+		errno = 0;
+		if (b == a + 1) { /* one object: straight into its buffer */
+			ssize_t got = pread(it[a].fd, bufs[it[a].i], it[a].len, (off_t)lo);
+			ok = got == (ssize_t)it[a].len;
+		} else {
+			if (hi - lo > span_cap) {
+				uint8_t *ns = realloc(span, hi - lo);
+				if (ns) {
+					span = ns;
+					span_cap = hi - lo;
+				}
+			}
+			ok = hi - lo <= span_cap &&
+			     pread(it[a].fd, span, hi - lo, (off_t)lo) == (ssize_t)(hi - lo);
+			src = span;
+		}
+		if (!ok) {
+			char p[PATH_MAX];
+			seg_path(s, it[a].seg, p, sizeof(p));
+			s->host->log(SRT_LOG_WARN, NAME, "get from %s at %" PRIu64 " (%u objects): %s",
+				     p, lo, b - a, errno ? strerror(errno) : "short read");
+			a = b;
+			continue;
+		}
+		for (uint32_t j = a; j < b; j++) {
+			uint32_t i = it[j].i;
+			if (src)
+				memcpy(bufs[i], src + (it[j].off - lo), it[j].len);
+			lens[i] = it[j].len;
+			if (nt < tcap) /* recency survives a restart; not synced: only an order */
+				put_rec(touches + HDR * nt++, R_TOUCH, &keys[i], 0);
+		}
+		a = b;
+	}
+	if (k)
+		pthread_rwlock_unlock(&s->fdlock);
+	free(span);
+	if (it != one)
+		free(it);
 	/* recency records wait for no put: skipped while a put holds the write path; one
 	 * append for the whole batch */
 	if (nt && !pthread_mutex_trylock(&s->wmu)) {

@@ -6,7 +6,12 @@
  * L3 by a second engine on the same store: file, sqlite, redis (a loopback redis-server).
  *
  *   ttft_bench [--model PRESET|DIR] [--prompt N] [--threads N]
- *              [--only a,b,r,c,file,sqlite,redis]
+ *              [--only a,b,r,o,c,file,sqlite,redis]
+ *
+ * (o) two requests on a fresh engine: Y (another prompt of N/4 + 1 tokens) computed and B (the
+ * prompt) an L3 hit, B's load either waited for at once or overlapping Y's compute
+ * (srt_engine_seq_begin / _wait); prints how long B blocked on its load and the wall time of
+ * both, A/B interleaved, with B's logits compared bitwise.
  *
  * TTFT = seq_start (match, tier lookup, loads, verification) + prefill of what is left, up to
  * the logits of the last prompt position. The engine matches the prompt's first n - 1 tokens,
@@ -121,6 +126,55 @@ static double request(struct srt_engine *e, int use_cache, uint64_t hit[3], floa
 
 static double base_cpu;
 
+/*
+ * (o) Two requests on a fresh engine whose store holds the prompt's prefix: Y (another prompt
+ * of ny tokens, computed) and B (the prompt, an L2/L3 hit). overlapped = 0: B starts and waits
+ * for its load (srt_engine_seq_start), then Y computes, then B's rest; 1: B begins (its load
+ * runs in the tier manager's thread), Y computes, then B waits (srt_engine_seq_wait) and
+ * computes its rest. *wait = the seconds B's start/wait blocked on the load; returns the wall
+ * time of the whole (both requests' prompts). B's logits (last position + DECODE) into out.
+ */
+static double pair(struct srt_engine *e, const int32_t *y, uint64_t ny, int overlapped,
+		   double *wait, uint64_t hit[3], float *out)
+{
+	char err[1024];
+	struct srt_seq *b = NULL, *sy = NULL;
+	double t0 = now_s(), w0 = t0;
+	int rc = overlapped
+			 ? srt_engine_seq_begin(e, prompt, n_prompt, 1, &b, NULL, err, sizeof(err))
+			 : srt_engine_seq_start(e, prompt, n_prompt, 1, &b, NULL, err, sizeof(err));
+	*wait = overlapped ? 0 : now_s() - w0;
+	if (!rc)
+		rc = srt_engine_seq_start(e, y, ny, 0, &sy, NULL, err, sizeof(err));
+	if (!rc)
+		rc = srt_engine_prefill(e, sy, NULL, 0, err, sizeof(err));
+	if (!rc && overlapped) {
+		w0 = now_s();
+		rc = srt_engine_seq_wait(b, NULL, err, sizeof(err));
+		*wait = now_s() - w0;
+	}
+	if (!rc)
+		rc = srt_engine_prefill(e, b, out, 0, err, sizeof(err));
+	double t = now_s() - t0;
+	if (rc) {
+		fprintf(stderr, "ttft_bench: (o): %s\n", err);
+		exit(1);
+	}
+	srt_seq_hit_tiers(b, hit);
+	for (int k = 0; k < DECODE && !rc; k++) {
+		int32_t tok = prompt[k];
+		rc = srt_engine_decode(e, &b, 1, &tok, out + (size_t)(1 + k) * (size_t)vocab, err,
+				       sizeof(err));
+	}
+	if (rc) {
+		fprintf(stderr, "ttft_bench: (o) decode: %s\n", err);
+		exit(1);
+	}
+	srt_engine_seq_free(sy);
+	srt_engine_seq_free(b);
+	return t;
+}
+
 static void row(const char *what, double t, const uint64_t hit[3], const float *lg, double base)
 {
 	uint64_t h = hit[0] + hit[1] + hit[2];
@@ -183,10 +237,11 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
 			printf("usage: ttft_bench [--model PRESET|DIR] [--prompt N] [--threads N] "
-			       "[--only a,b,r,c,file,sqlite,redis]\n"
+			       "[--only a,b,r,o,c,file,sqlite,redis]\n"
 			       "Time to first token of one prompt: computed, L1 hit, branch-point hit "
 			       "with the window rematerialized, L2 hit, L3 hit (file, sqlite, redis)\n"
-			       "on the executor. Logits of each hit run (last prompt position and %d "
+			       "on the executor; (o) two requests, an L3 hit whose load overlaps the "
+			       "other's compute, or not.\nLogits of each hit run (last prompt position and %d "
 			       "decode steps) are compared\nbitwise with the computed run's; exit "
 			       "status 1 if any differs.\n", DECODE);
 			return 0;
@@ -268,6 +323,52 @@ int main(int argc, char **argv)
 		}
 	}
 	srt_engine_close(e);
+
+	if (want(only, "o")) {
+		/* a file L3 seeded by one engine; every pair runs on a fresh engine (empty L1) */
+		char l3[4200];
+		snprintf(l3, sizeof(l3), "plugin = file\npath = %s/l3overlap", tmp);
+		snprintf(ini, sizeof(ini), "%s/l3-overlap.ini", tmp);
+		write_ini(ini, NULL, l3);
+		e = open_engine(ini, 1);
+		request(e, 0, hit, lg);
+		srt_engine_close(e);
+		uint64_t ny = n_prompt / 4 + 1;
+		int32_t *y = malloc(ny * sizeof(int32_t));
+		for (uint64_t i = 0; i < ny; i++)
+			y[i] = (int32_t)((i * 40503u + 777) % (uint64_t)vocab);
+		double best[2] = {1e30, 1e30}, wsum[2] = {0, 0}, tsum[2] = {0, 0};
+		enum { REPS = 3 };
+		for (int rep = 0; rep < REPS; rep++)
+			for (int ov = 0; ov < 2; ov++) { /* interleaved A/B */
+				double w;
+				e = open_engine(ini, 1);
+				double t = pair(e, y, ny, ov, &w, hit, lg);
+				srt_engine_close(e);
+				size_t nl = (size_t)(1 + DECODE) * (size_t)vocab;
+				if (memcmp(lg, ref_logits, nl * sizeof(float))) {
+					printf("(o) pair, overlapped %d: B's logits DIFFERENT\n", ov);
+					mismatches++;
+				}
+				wsum[ov] += w, tsum[ov] += t;
+				if (t < best[ov])
+					best[ov] = t;
+			}
+		printf("(o) two requests, fresh engine each: Y computes %llu tokens, B hits %llu "
+		       "(L3 file %llu), %d interleaved repeats, wall clock:\n",
+		       (unsigned long long)ny, (unsigned long long)(hit[0] + hit[1] + hit[2]),
+		       (unsigned long long)hit[2], REPS);
+		const char *nm[2] = {"B's load waited at once", "B's load overlaps Y"};
+		for (int ov = 0; ov < 2; ov++)
+			printf("    %-26s B blocked on its load %8.4f s (mean)   both prompts %8.3f s "
+			       "mean, %8.3f s best   B's logits %s\n", nm[ov], wsum[ov] / REPS,
+			       tsum[ov] / REPS, best[ov], mismatches ? "see above" : "bitwise equal");
+		printf("    load hidden: %.1f%% of B's load time; both prompts %.3fx the serial "
+		       "time (mean)\n",
+		       wsum[0] > 0 ? 100.0 * (1.0 - wsum[1] / wsum[0]) : 0.0,
+		       tsum[0] > 0 ? tsum[1] / tsum[0] : 0.0);
+		free(y);
+	}
 
 	const char *stores[3] = {"file", "sqlite", "redis"};
 	pid_t redis = 0;

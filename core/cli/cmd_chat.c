@@ -195,10 +195,9 @@ int srt_cmd_chat(int argc, char **argv)
 	long long seed = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
-		bool takes = !strcmp(a, "--model") || !strcmp(a, "--config") || !strcmp(a, "--system") ||
+		bool takes = srt_cli_is_engine_option(a) || !strcmp(a, "--system") ||
 			     !strcmp(a, "--max-new-tokens") || !strcmp(a, "--temperature") ||
-			     !strcmp(a, "--top-p") || !strcmp(a, "--seed") || !strcmp(a, "--threads") ||
-			     !strcmp(a, "--profile");
+			     !strcmp(a, "--top-p") || !strcmp(a, "--seed");
 		if (takes && !val) {
 			fprintf(stderr, "shadowrt chat: %s needs a value\n", a);
 			return 2;
@@ -206,10 +205,9 @@ int srt_cmd_chat(int argc, char **argv)
 		int bad = 0;
 		if (takes)
 			i++;
-		if (!strcmp(a, "--model"))
-			o.model = val;
-		else if (!strcmp(a, "--config"))
-			o.config_path = val;
+		const char *expect = NULL;
+		if ((bad = srt_cli_engine_option(a, val, &o, &expect)))
+			bad = bad < 0;
 		else if (!strcmp(a, "--system"))
 			system_text = val;
 		else if (!strcmp(a, "--max-new-tokens"))
@@ -221,12 +219,6 @@ int srt_cmd_chat(int argc, char **argv)
 		else if (!strcmp(a, "--seed")) {
 			bad = srt_cli_parse_long(val, 0, 1L << 62, &v);
 			seed = v;
-		} else if (!strcmp(a, "--threads")) {
-			bad = srt_cli_parse_long(val, 0, 4096, &v);
-			o.threads = (int)v;
-		} else if (!strcmp(a, "--profile")) {
-			bad = strcmp(val, "reference") && strcmp(val, "f32");
-			o.profile = !strcmp(val, "f32");
 		} else if (!strcmp(a, "--thinking"))
 			thinking = true;
 		else if (!strcmp(a, "-q") || !strcmp(a, "--quiet"))
@@ -236,7 +228,8 @@ int srt_cmd_chat(int argc, char **argv)
 			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "shadowrt chat: %s '%s': out of range or not a valid value\n", a, val);
+			fprintf(stderr, "shadowrt chat: %s '%s': %s%s\n", a, val,
+				expect ? "expected " : "", expect ? expect : "out of range or not a valid value");
 			return 2;
 		}
 	}

@@ -217,12 +217,11 @@ int srt_cmd_generate(int argc, char **argv)
 		fprintf(stderr, "shadowrt generate: %s '%s': expected %s\n", a, val, what);    \
 		return 2;                                                                      \
 	} while (0)
-		if (!strcmp(a, "--model")) {
+		const char *expect = NULL;
+		if (srt_cli_is_engine_option(a)) {
 			NEED();
-			o.model = val;
-		} else if (!strcmp(a, "--config")) {
-			NEED();
-			o.config_path = val;
+			if (srt_cli_engine_option(a, val, &o, &expect) < 0)
+				BAD(expect);
 		} else if (!strcmp(a, "--prompt-tokens")) {
 			NEED();
 			prompt_tokens = val;
@@ -246,24 +245,11 @@ int srt_cmd_generate(int argc, char **argv)
 			if (srt_cli_parse_long(val, 0, LONG_MAX, &v))
 				BAD("a non-negative integer");
 			seed = v;
-		} else if (!strcmp(a, "--profile")) {
-			NEED();
-			if (!strcmp(val, "reference"))
-				o.profile = 0;
-			else if (!strcmp(val, "f32"))
-				o.profile = 1;
-			else
-				BAD("reference or f32");
 		} else if (!strcmp(a, "--chunk")) {
 			NEED();
 			if (srt_cli_parse_long(val, 1, 1 << 20, &v))
 				BAD("an integer in [1, 1048576]");
 			o.chunk = (int)v;
-		} else if (!strcmp(a, "--threads")) {
-			NEED();
-			if (srt_cli_parse_long(val, 0, 4096, &v))
-				BAD("an integer in [0, 4096]");
-			o.threads = (int)v;
 		} else if (!strcmp(a, "--logits")) {
 			NEED();
 			logits_path = val;

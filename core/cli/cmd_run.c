@@ -224,10 +224,9 @@ int srt_cmd_run(int argc, char **argv)
 			return 2;
 		}
 		i++;
-		if (!strcmp(a, "--model"))
-			o.model = val;
-		else if (!strcmp(a, "--config"))
-			o.config_path = val;
+		const char *expect = NULL;
+		if ((bad = srt_cli_engine_option(a, val, &o, &expect)))
+			bad = bad < 0;
 		else if (!strcmp(a, "--logits-dir"))
 			logits_dir = val;
 		else if (!strcmp(a, "--turns"))
@@ -236,22 +235,13 @@ int srt_cmd_run(int argc, char **argv)
 			bad = srt_cli_parse_int(val, 1, 4096, &nconv);
 		else if (!strcmp(a, "--reply-tokens"))
 			bad = srt_cli_parse_int(val, 1, 1 << 20, &reply);
-		else if (!strcmp(a, "--threads"))
-			bad = srt_cli_parse_int(val, 0, 4096, &o.threads);
-		else if (!strcmp(a, "--profile")) {
-			if (!strcmp(val, "reference"))
-				o.profile = 0;
-			else if (!strcmp(val, "f32"))
-				o.profile = 1;
-			else
-				bad = 1;
-		} else {
+		else {
 			fprintf(stderr, "shadowrt run: unknown option '%s' (see --help)\n", a);
 			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "shadowrt run: %s '%s': out of range or not a valid value\n", a,
-				val);
+			fprintf(stderr, "shadowrt run: %s '%s': %s%s\n", a, val,
+				expect ? "expected " : "", expect ? expect : "out of range or not a valid value");
 			return 2;
 		}
 	}

@@ -55,7 +55,8 @@ static void serve_usage(FILE *out)
 		"  --token-budget N      rows per forward step (default: max(prefill chunk, N))\n"
 		"  --max-queue N         waiting requests before 429 (default 4096)\n"
 		"  --max-context N       prompt + output tokens (default: the model's)\n"
-		"  --max-connections N   open connections (default 1024)\n"
+		"  --max-connections N   open connections (default 1024); up to N/8 more (8..1024)\n"
+		"                        are answered 503 too_many_connections, the rest dropped\n"
 		"  --max-body BYTES      request body cap (default 8388608)\n"
 		"  --idle-timeout S      close idle connections after S seconds (default 60)\n"
 		"  --http-threads N      HTTP threads (default 2)\n"
@@ -129,10 +130,9 @@ int srt_cmd_serve(int argc, char **argv)
 			return 2;
 		}
 		i++;
-		if (!strcmp(a, "--model"))
-			o.model = val;
-		else if (!strcmp(a, "--config"))
-			o.config_path = val;
+		const char *expect = NULL;
+		if ((bad = srt_cli_engine_option(a, val, &o, &expect)))
+			bad = bad < 0;
 		else if (!strcmp(a, "--host"))
 			sc.host = val;
 		else if (!strcmp(a, "--port"))
@@ -143,16 +143,7 @@ int srt_cmd_serve(int argc, char **argv)
 			sc.api_key = val;
 		else if (!strcmp(a, "--served-model-name"))
 			sc.model_name = val;
-		else if (!strcmp(a, "--threads"))
-			bad = srt_cli_parse_int(val, 0, 4096, &o.threads);
-		else if (!strcmp(a, "--profile")) {
-			if (!strcmp(val, "reference"))
-				o.profile = 0;
-			else if (!strcmp(val, "f32"))
-				o.profile = 1;
-			else
-				bad = 1;
-		} else if (!strcmp(a, "--max-running"))
+		else if (!strcmp(a, "--max-running"))
 			bad = srt_cli_parse_int(val, 1, 4096, &qc.max_running);
 		else if (!strcmp(a, "--token-budget"))
 			bad = srt_cli_parse_int(val, 1, 1 << 20, &qc.token_budget);
@@ -179,8 +170,8 @@ int srt_cmd_serve(int argc, char **argv)
 			return 2;
 		}
 		if (bad) {
-			fprintf(stderr, "shadowrt serve: %s '%s': out of range or not a valid value\n",
-				a, val);
+			fprintf(stderr, "shadowrt serve: %s '%s': %s%s\n", a, val,
+				expect ? "expected " : "", expect ? expect : "out of range or not a valid value");
 			return 2;
 		}
 	}

@@ -43,6 +43,15 @@ struct srt_engine;
 int srt_cli_engine_open(struct srt_engine_opts *o, struct srt_engine **e, const char *cmd,
 			const char *verb);
 
+/* The engine options every model-running command takes (run, serve, generate, chat), each with
+ * a value: --model DIR|PRESET, --config FILE, --threads N (0..4096; 0 = all cores),
+ * --profile reference|f32. srt_cli_is_engine_option: whether `a` is one of them.
+ * srt_cli_engine_option: 0 when `a` is not one; 1 when it is and `val` was stored in *o; -1
+ * when `val` is not valid, with *expect set to what was expected (for the error message). */
+int srt_cli_is_engine_option(const char *a);
+int srt_cli_engine_option(const char *a, const char *val, struct srt_engine_opts *o,
+			  const char **expect);
+
 /* The commands (one cmd_<name>.c each). */
 int srt_cmd_plugins(int argc, char **argv);
 int srt_cmd_config(int argc, char **argv);

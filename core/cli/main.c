@@ -87,6 +87,35 @@ int srt_cli_engine_open(struct srt_engine_opts *o, struct srt_engine **e, const 
 	return -1;
 }
 
+int srt_cli_is_engine_option(const char *a)
+{
+	return !strcmp(a, "--model") || !strcmp(a, "--config") || !strcmp(a, "--threads") ||
+	       !strcmp(a, "--profile");
+}
+
+int srt_cli_engine_option(const char *a, const char *val, struct srt_engine_opts *o,
+			  const char **expect)
+{
+	if (!srt_cli_is_engine_option(a))
+		return 0;
+	if (!strcmp(a, "--model")) {
+		o->model = val;
+	} else if (!strcmp(a, "--config")) {
+		o->config_path = val;
+	} else if (!strcmp(a, "--threads")) {
+		if (srt_cli_parse_int(val, 0, 4096, &o->threads)) {
+			*expect = "an integer in [0, 4096]";
+			return -1;
+		}
+	} else if (!strcmp(val, "reference") || !strcmp(val, "f32")) {
+		o->profile = !strcmp(val, "f32");
+	} else {
+		*expect = "reference or f32";
+		return -1;
+	}
+	return 1;
+}
+
 static void usage(FILE *out)
 {
 	fprintf(out,

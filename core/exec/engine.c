@@ -77,6 +77,7 @@ struct srt_engine {
 	int remat;                /* 1: prefix hits may rematerialize windows */
 	struct srt_remat_geom rg; /* the trapezoid's geometry */
 	struct srt_rdx_remat_policy rpol;
+	uint64_t waits; /* srt_engine_seq_wait calls that waited for a sequence's tier loads */
 };
 
 struct srt_seq {
@@ -89,6 +90,7 @@ struct srt_seq {
 	int32_t *prompt;
 	uint64_t n_prompt, done; /* prompt tokens computed (from 0, hit included) */
 	int finished, broken;
+	int loading; /* begun, its tier loads not yet waited for (srt_engine_seq_wait) */
 	struct srt_seq *prev, *next;
 };
 
@@ -456,7 +458,10 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 		uint32_t k = (pools[i].tail_tokens + e->P - 1) / e->P;
 		if (k > e->rg.tail_pages)
 			e->rg.tail_pages = k;
-		if (pools[i].ratio == 1 && pools[i].tail_tokens > e->rg.window)
+		/* window pools: ratio 1, or a ring of P / ratio entries per page (ratio < P); the
+		 * carry state has one entry per page */
+		if (pools[i].ratio != SRT_RATIO_PAGE && pools[i].ratio < e->P &&
+		    pools[i].tail_tokens > e->rg.window)
 			e->rg.window = pools[i].tail_tokens;
 	}
 	if (!e->rg.window || !e->rg.tail_pages)
@@ -653,7 +658,16 @@ static int check_tokens(const struct srt_engine *e, const int32_t *t, uint64_t n
 	return 0;
 }
 
-int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
+/* Link s into the engine's list of live sequences. */
+static void seq_link(struct srt_engine *e, struct srt_seq *s)
+{
+	s->next = e->live;
+	if (e->live)
+		e->live->prev = s;
+	e->live = s;
+}
+
+int srt_engine_seq_begin(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
 			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen)
 {
 	char why[512];
@@ -677,40 +691,20 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 	s->id = ++e->next_seq_id;
 	uint64_t h = 0;
 	if (e->tmgr) {
-		/* L1 match, then L2/L3; the loads finish (and are verified) before computing */
+		/* L1 match, then L2/L3: the loads run in the tier manager's prefetch thread until
+		 * srt_engine_seq_wait (called by whatever first needs the pages) */
 		if ((rc = srt_tmgr_req_start(e->tmgr, tokens, use_cache ? n - 1 : 0, &s->treq,
-					     &s->thit, why, sizeof(why))) ||
-		    (rc = srt_tmgr_req_wait(s->treq, &s->thit, why, sizeof(why)))) {
+					     &s->thit, why, sizeof(why)))) {
 			seterr(err, errlen, "ShadowRadix/tier start: %s", why);
 			srt_tmgr_req_free(s->treq);
 			free(s->prompt);
 			free(s);
 			return rc;
 		}
-		s->req = srt_tmgr_req_rdx(s->treq);
-		h = srt_rdx_req_len(s->req);
-		if (s->thit.remat_tokens) {
-			/* the TAIL pages before the hit: pending pages (an L1 rematerialization) or
-			 * pages the tier load placed in the tree unfilled (a lower-tier one) */
-			uint64_t rt = s->thit.remat_tokens;
-			int pending = srt_rdx_req_remat_pending(s->req) != 0;
-			rc = rt == h ? remat_run(e, s, rt, err, errlen) : SRT_EINVAL;
-			if (rc == SRT_EINVAL && rt != h)
-				seterr(err, errlen, "tier manager: rematerialization at %llu, hit %llu",
-				       (unsigned long long)rt, (unsigned long long)h);
-			if (pending)
-				srt_rdx_req_remat_done(s->req, rc == 0);
-			else if (rc)
-				srt_rdx_req_drop_tail(s->req);
-			if (rc) {
-				srt_tmgr_req_free(s->treq);
-				free(s->prompt);
-				free(s);
-				return rc;
-			}
-			s->remat = rt;
-			s->remat_cost = s->thit.remat_cost;
-		}
+		s->loading = 1;
+		h = s->thit.l1_tokens + s->thit.l2_tokens + s->thit.l3_tokens;
+		if (s->thit.remat_tokens > h)
+			h = s->thit.remat_tokens;
 	} else {
 		uint64_t rt = 0;
 		if ((rc = srt_rdx_req_start_remat(e->cache, tokens, use_cache ? n - 1 : 0,
@@ -733,21 +727,97 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 			s->remat = rt;
 			s->remat_cost = srt_remat_cost(&e->rg, rt);
 		}
-	}
-	if (!e->tmgr)
 		s->thit.l1_tokens = h;
+	}
 	s->hit = s->done = h;
-	s->next = e->live;
-	if (e->live)
-		e->live->prev = s;
-	e->live = s;
+	seq_link(e, s);
+	/* nothing to load (an L1 hit, perhaps rematerialized): finish the start now */
+	if (s->loading && srt_tmgr_req_ready(s->treq) &&
+	    (rc = srt_engine_seq_wait(s, &h, err, errlen))) {
+		srt_engine_seq_free(s);
+		return rc;
+	}
 	if (hit)
 		*hit = h;
 	*out = s;
 	return 0;
 }
 
-uint64_t srt_seq_len(const struct srt_seq *s) { return srt_rdx_req_len(s->req); }
+int srt_engine_seq_wait(struct srt_seq *s, uint64_t *hit, char *err, size_t errlen)
+{
+	char why[512];
+	struct srt_engine *e = s->e;
+	int rc;
+	if (s->broken) {
+		seterr(err, errlen, "sequence %llu is broken by an earlier error",
+		       (unsigned long long)s->id);
+		return SRT_EINVAL;
+	}
+	if (!s->loading) {
+		if (hit)
+			*hit = s->hit;
+		return 0;
+	}
+	s->loading = 0;
+	e->waits += !srt_tmgr_req_ready(s->treq);
+	/* the loads are verified and committed here; a failed one falls back to the longest
+	 * prefix the tiers still hold (tier/manager.h), so the hit may move */
+	if ((rc = srt_tmgr_req_wait(s->treq, &s->thit, why, sizeof(why)))) {
+		seterr(err, errlen, "ShadowRadix/tier wait: %s", why);
+		s->broken = 1;
+		return rc;
+	}
+	s->req = srt_tmgr_req_rdx(s->treq);
+	uint64_t h = srt_rdx_req_len(s->req);
+	if (s->thit.remat_tokens) {
+		/* the TAIL pages before the hit: pending pages (an L1 rematerialization) or
+		 * pages the tier load placed in the tree unfilled (a lower-tier one) */
+		uint64_t rt = s->thit.remat_tokens;
+		int pending = srt_rdx_req_remat_pending(s->req) != 0;
+		rc = rt == h ? remat_run(e, s, rt, err, errlen) : SRT_EINVAL;
+		if (rc == SRT_EINVAL && rt != h)
+			seterr(err, errlen, "tier manager: rematerialization at %llu, hit %llu",
+			       (unsigned long long)rt, (unsigned long long)h);
+		if (pending)
+			srt_rdx_req_remat_done(s->req, rc == 0);
+		else if (rc)
+			srt_rdx_req_drop_tail(s->req);
+		if (rc) {
+			s->broken = 1;
+			return rc;
+		}
+		s->remat = rt;
+		s->remat_cost = s->thit.remat_cost;
+	}
+	s->hit = s->done = h;
+	if (hit)
+		*hit = h;
+	return 0;
+}
+
+int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
+			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen)
+{
+	struct srt_seq *s;
+	int rc = srt_engine_seq_begin(e, tokens, n, use_cache, &s, NULL, err, errlen);
+	if (rc)
+		return rc;
+	if ((rc = srt_engine_seq_wait(s, hit, err, errlen))) {
+		srt_engine_seq_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+int srt_seq_loading(const struct srt_seq *s) { return s->loading; }
+
+uint64_t srt_engine_seq_waits(const struct srt_engine *e) { return e->waits; }
+
+uint64_t srt_seq_len(const struct srt_seq *s)
+{
+	return s->loading ? s->hit : srt_rdx_req_len(s->req);
+}
 uint64_t srt_seq_pending(const struct srt_seq *s) { return s->n_prompt - s->done; }
 uint64_t srt_seq_hit(const struct srt_seq *s) { return s->hit; }
 
@@ -771,6 +841,11 @@ int srt_engine_seq_finish(struct srt_seq *s, uint64_t *cached, char *err, size_t
 	if (s->finished) {
 		seterr(err, errlen, "sequence %llu already finished", (unsigned long long)s->id);
 		return SRT_EINVAL;
+	}
+	if (s->loading) { /* its loaded pages are inserted like computed ones */
+		int wr = srt_engine_seq_wait(s, NULL, err, errlen);
+		if (wr)
+			return wr;
 	}
 	int rc = s->treq ? srt_tmgr_req_finish(s->treq, cached, why, sizeof(why))
 			 : srt_rdx_req_finish(s->req, cached, why, sizeof(why));
@@ -884,6 +959,21 @@ int srt_engine_forward(struct srt_engine *e, struct srt_seq *const *seqs, uint32
 			seterr(err, errlen, "sequence %llu: %d tokens in a forward call",
 			       (unsigned long long)seqs[i]->id, ntoks[i]);
 			return SRT_EINVAL;
+		}
+		if (seqs[i]->loading) {
+			/* the pages are needed now: wait for the sequence's tier loads. The caller
+			 * placed toks after the hit srt_engine_seq_begin gave; a load that failed
+			 * moved it, and those tokens would land at the wrong position */
+			uint64_t was = seqs[i]->hit, got;
+			if ((rc = srt_engine_seq_wait(seqs[i], &got, err, errlen)))
+				return rc;
+			if (got != was) {
+				seterr(err, errlen, "sequence %llu: its tier load fell back from a hit of "
+				       "%llu to %llu tokens; call srt_engine_seq_wait before forward to "
+				       "learn the hit", (unsigned long long)seqs[i]->id,
+				       (unsigned long long)was, (unsigned long long)got);
+				return SRT_EINVAL;
+			}
 		}
 		if ((rc = check_tokens(e, toks[i], (uint64_t)ntoks[i], err, errlen)))
 			return rc;
@@ -1215,6 +1305,22 @@ int srt_engine_prefill(struct srt_engine *e, struct srt_seq *s, float *logits, i
 {
 	size_t V = (size_t)e->vocab;
 	float *out = logits;
+	if (s->loading) {
+		/* logits with all = 1 hold n - hit rows of the hit the caller was given */
+		uint64_t was = s->hit, got;
+		int wr = srt_engine_seq_wait(s, &got, err, errlen);
+		if (wr)
+			return wr;
+		if (got != was && logits && all) {
+			seterr(err, errlen, "sequence %llu: its tier load fell back from a hit of %llu "
+			       "to %llu tokens, so the logits need %llu rows, not %llu; call "
+			       "srt_engine_seq_wait before prefill", (unsigned long long)s->id,
+			       (unsigned long long)was, (unsigned long long)got,
+			       (unsigned long long)(s->n_prompt - got),
+			       (unsigned long long)(s->n_prompt - was));
+			return SRT_EINVAL;
+		}
+	}
 	while (s->done < s->n_prompt) {
 		uint64_t left = s->n_prompt - s->done;
 		int32_t c = (int32_t)(left < (uint64_t)e->chunk ? left : (uint64_t)e->chunk);

@@ -129,6 +129,32 @@ int srt_engine_seq_start(struct srt_engine *e, const int32_t *tokens, uint64_t n
 			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen);
 
 /*
+ * Start a sequence without waiting for its tier loads: srt_engine_seq_start up to the tier
+ * manager's lookup (tier/manager.h). The L2 -> L1 copies and L3 loads of its hit then run in
+ * the manager's prefetch thread while the caller computes other sequences (the scheduler
+ * admits the next requests this way before the step that computes the running ones). *hit is
+ * the hit the lookup found; it is final once srt_engine_seq_wait returns (a load that fails
+ * falls back to the longest prefix the tiers still verify). Without tiers, or with nothing to
+ * load (srt_seq_loading is then 0), this is srt_engine_seq_start. Errors as
+ * srt_engine_seq_start.
+ */
+int srt_engine_seq_begin(struct srt_engine *e, const int32_t *tokens, uint64_t n, int use_cache,
+			 struct srt_seq **out, uint64_t *hit, char *err, size_t errlen);
+/*
+ * Wait for a begun sequence's tier loads, verify and commit them, rebuild its window when the
+ * hit is rematerialized, and give the final hit (*hit, may be NULL). Called by whatever first
+ * needs the pages: srt_engine_prefill, srt_engine_forward (which refuses, SRT_EINVAL, a
+ * sequence whose hit moved from the one begin gave, since the caller's tokens were placed
+ * after it), srt_engine_seq_finish. A no-op (0) when nothing is loading. On an error the
+ * sequence is broken: free it.
+ */
+int srt_engine_seq_wait(struct srt_seq *s, uint64_t *hit, char *err, size_t errlen);
+/* 1 while a begun sequence's tier loads have not been waited for. */
+int srt_seq_loading(const struct srt_seq *s);
+/* How many sequences had L2/L3 loads waited for by srt_engine_seq_wait (tests, benchmarks). */
+uint64_t srt_engine_seq_waits(const struct srt_engine *e);
+
+/*
  * Run the sequence's pending prompt tokens in chunks of srt_engine_chunk(). logits (may be
  * NULL) receives, with all = 1, [n - hit][vocab] (every computed prompt position), else
  * [vocab] for the last prompt position. Returns 0 or the code of the failing plugin call /

@@ -184,6 +184,8 @@ static bool run_isa(const struct srt_weight *w, const float *x, const float *xs,
 	switch (srt_gemm_isa_current()) {
 #if defined(SRT_OPS_X86)
 	case SRT_GEMM_ISA_AVX512:
+		if (m >= 2 && srt_gemmt_avx512(w, x, xs, m, ldx, y, ldy, n0, n1))
+			return true;
 		return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
 	case SRT_GEMM_ISA_AVX2:
 		return srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n0, n1);
@@ -226,7 +228,14 @@ void srt_gemm_quant_row(const float *x, size_t k, float *xq, float *xs)
 {
 	assert(k % KB == 0);
 	uint8_t codes[KB];
+#if defined(SRT_OPS_X86)
+	const bool v512 = srt_gemm_isa_current() == SRT_GEMM_ISA_AVX512;
+#endif
 	for (size_t b = 0; b < k / KB; b++) {
+#if defined(SRT_OPS_X86)
+		if (v512 && srt_gemm_quant_blk_avx512(x + b * KB, xq + b * KB, &xs[b]))
+			continue;
+#endif
 		srt_quant_act(x + b * KB, KB, codes, &xs[b]);
 		for (size_t j = 0; j < KB; j++)
 			xq[b * KB + j] = srt_fp8_e4m3_to_f32(codes[j]);

@@ -419,6 +419,9 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 	case 3:
 		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, rest, 3);
 		break;
+	case 4: /* 7 left: 3 pairs and a last row paired with itself */
+		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, rest, 4);
+		break;
 	default:
 		break;
 	}

@@ -23,4 +23,13 @@ bool srt_gemmk_avx2(const struct srt_weight *w, const float *x, const float *xs,
 bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
 
+/* M >= 2 (prefill) on AVX-512: register-blocked rows against decoded weight tiles
+ * (gemm_tile_avx512.c). Same contract; false for M < 2, fewer than 8 output features or
+ * f32/bf16 K % 8 != 0. */
+bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+
+/* One 128 block of srt_gemm_quant_row (same floats); false for a block with NaN or inf. */
+bool srt_gemm_quant_blk_avx512(const float *x, float *xq, float *xs);
+
 #endif /* SRT_OPS_GEMM_ISA_H */

@@ -40,6 +40,7 @@ struct srt_sched_req {
 	uint64_t computed, admitted;
 	void *dstate;
 	int cancel_seen; /* cancel as read at the start of the step */
+	int loading;     /* admitted, its L2/L3 loads not yet waited for (runs next step) */
 
 	/* under mu */
 	int state, finish, cancel;
@@ -525,6 +526,7 @@ static void drop_seq(struct srt_sched *s, struct srt_sched_req *r, int finish)
 	srt_engine_seq_free(r->seq);
 	r->seq = NULL;
 	r->computed = 0;
+	r->loading = 0;
 }
 
 static void remove_running(struct srt_sched *s, struct srt_sched_req *r)
@@ -816,6 +818,51 @@ static void publish(struct srt_sched *s)
 }
 
 /* One step; returns 0 to go on, 1 when the thread should exit. */
+/* r's sequence is ready at its hit: computed = hit, the hit counted at its first start */
+static void took_hit(struct srt_sched *s, struct srt_sched_req *r, uint64_t hit)
+{
+	uint64_t tiers[3];
+	srt_seq_hit_tiers(r->seq, tiers);
+	r->computed = hit;
+	pthread_mutex_lock(&s->mu);
+	if (!r->started) {
+		r->started = 1;
+		r->cached = hit;
+		memcpy(r->cached_tier, tiers, sizeof(tiers));
+		for (int t = 0; t < 3; t++)
+			s->st.hit_tokens[t] += tiers[t];
+	}
+	pthread_mutex_unlock(&s->mu);
+}
+
+/*
+ * Wait for the loads of the requests admitted while their L2/L3 pages were loading (they
+ * overlapped the previous step's forward). A request whose wait fails is failed; its hit may
+ * have fallen back to a shorter prefix (tier/manager.h), which is where it resumes.
+ */
+static void finish_loads(struct srt_sched *s)
+{
+	char err[1024];
+	for (int i = 0; i < s->n_running;) {
+		struct srt_sched_req *r = s->running[i];
+		if (!r->loading) {
+			i++;
+			continue;
+		}
+		uint64_t hit = 0;
+		r->loading = 0;
+		pthread_mutex_lock(&s->mu);
+		s->st.overlapped_loads++;
+		pthread_mutex_unlock(&s->mu);
+		if (srt_engine_seq_wait(r->seq, &hit, err, sizeof(err))) {
+			fail(s, r, err); /* leaves running[] */
+			continue;
+		}
+		took_hit(s, r, hit);
+		i++;
+	}
+}
+
 static int step(struct srt_sched *s)
 {
 	char err[1024];
@@ -894,6 +941,7 @@ static int step(struct srt_sched *s)
 	}
 
 	/* 2. the batch: decode rows, running prefills, then admissions */
+	finish_loads(s);
 	int nb = 0, left = s->token_budget, mem_blocked = 0;
 	for (int i = 0; i < s->n_running; i++) {
 		struct srt_sched_req *r = s->running[i];
@@ -926,8 +974,9 @@ static int step(struct srt_sched *s)
 			s->back[s->n_back++] = w;
 			continue;
 		}
-		uint64_t hit = 0, tiers[3];
-		int rc = srt_engine_seq_start(s->e, w->toks, w->ntoks, 1, &w->seq, &hit, err,
+		uint64_t hit = 0;
+		/* begin: a hit in L2/L3 loads in the tier manager's thread from here on */
+		int rc = srt_engine_seq_begin(s->e, w->toks, w->ntoks, 1, &w->seq, &hit, err,
 					      sizeof(err));
 		if (rc == SRT_ENOMEM) {
 			mem_blocked = 1;
@@ -942,20 +991,25 @@ static int step(struct srt_sched *s)
 			fail(s, w, "out of memory (detokenizer)");
 			continue;
 		}
-		srt_seq_hit_tiers(w->seq, tiers);
-		w->computed = hit;
 		w->admitted = ++s->admit_seq;
 		s->running[s->n_running++] = w;
 		pthread_mutex_lock(&s->mu);
 		w->state = SRT_SCHED_RUNNING;
-		if (!w->started) {
-			w->started = 1;
-			w->cached = hit;
-			memcpy(w->cached_tier, tiers, sizeof(tiers));
-			for (int t = 0; t < 3; t++)
-				s->st.hit_tokens[t] += tiers[t];
-		}
 		pthread_mutex_unlock(&s->mu);
+		if (srt_seq_loading(w->seq)) {
+			if (nb > 0) {
+				/* this step computes others: the load overlaps that forward, and the
+				 * request joins the batch at the next step (finish_loads) */
+				w->loading = 1;
+				continue;
+			}
+			/* nothing else to compute: nothing to overlap, wait now */
+			if ((rc = srt_engine_seq_wait(w->seq, &hit, err, sizeof(err)))) {
+				fail(s, w, err);
+				continue;
+			}
+		}
+		took_hit(s, w, hit);
 		uint64_t pend = w->ntoks - w->computed;
 		int32_t c = (int32_t)(pend < (uint64_t)s->chunk ? pend : (uint64_t)s->chunk);
 		if (c > left)

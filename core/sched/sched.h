@@ -11,10 +11,15 @@
  *      until the step's token budget (token_budget rows) is spent; a chunk is at most the
  *      engine's prefill chunk (chunked prefill).
  *
- * Admission (waiting -> running) is prefix-aware: a request starts with srt_engine_seq_start on
- * its whole token history, so a prefix in L1/L2/L3 is not recomputed; a waiting request that
- * shares at least one page of prefix with a running request which has not yet computed that
- * prefix waits until it has (identical concurrent prefixes are computed once, then hit).
+ * Admission (waiting -> running) is prefix-aware: a request starts with srt_engine_seq_begin on
+ * its whole token history, so a prefix in L1/L2/L3 is not recomputed. When its hit must be
+ * loaded from L2/L3 and the step computes other requests, it is admitted without joining this
+ * step's batch: the tier manager's thread loads its pages while the forward runs, and the next
+ * step waits for them (srt_engine_seq_wait, usually already done) before it joins the batch
+ * (counted in overlapped_loads); with nothing else to compute it waits at once. A waiting
+ * request that shares at least one page of prefix with a running request which has not yet
+ * computed that prefix waits until it has (identical concurrent prefixes are computed once,
+ * then hit).
  *
  * Memory. Before a forward the scheduler counts, per pool, the L1 pages the batch will allocate
  * and makes room with srt_rdx_evict (least recently used cached pages first; the tier manager's
@@ -186,6 +191,7 @@ struct srt_sched_stats {
 	uint64_t prompt_tokens, generated_tokens, computed_tokens;
 	uint64_t hit_tokens[3];      /* prefix tokens served from L1, L2, L3 (first starts) */
 	uint64_t preemptions, steps, deferred_for_prefix;
+	uint64_t overlapped_loads;   /* admissions whose L2/L3 loads ran during another forward */
 	struct srt_sched_hist ttft, itl, e2e;
 	uint32_t n_pools;
 	struct {

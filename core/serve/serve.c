@@ -38,6 +38,8 @@ struct srt_serve {
 	int quiescing;
 	int n_suspended;       /* connections parked until the scheduler has output */
 	int n_active;          /* connections with a generation request, until completed */
+	int n_conns;           /* open connections (MHD's connection notifications) */
+	unsigned conn_limit;   /* what MHD accepts: max_connections + the overflow margin */
 	uint64_t codes[MAX_CODES];
 	uint64_t disconnects;  /* clients gone before their request was done */
 	uint64_t next_id;
@@ -52,6 +54,7 @@ struct conn {
 	char *body;
 	size_t len, cap;
 	int too_big, answered;
+	int over_limit; /* opened beyond --max-connections: answered 503 and closed */
 
 	pthread_mutex_t mu;
 	int suspended; /* under mu */
@@ -93,6 +96,10 @@ static enum MHD_Result respond(struct conn *c, unsigned status, const char *ctyp
 							   c->route == R_CHAT ? "POST" : "GET");
 	if (status == 401)
 		MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+	if (status == 503 && c->over_limit) {
+		MHD_add_response_header(r, "Retry-After", "1");
+		MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+	}
 	enum MHD_Result ret = MHD_queue_response(c->mc, status, r);
 	MHD_destroy_response(r);
 	c->answered = 1;
@@ -484,6 +491,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 		c->route = route_of(url);
 		pthread_mutex_init(&c->mu, NULL);
 		*con_cls = c;
+		pthread_mutex_lock(&s->mu);
+		int open = s->n_conns;
+		pthread_mutex_unlock(&s->mu);
+		if (open > (int)s->cfg.max_connections) {
+			c->over_limit = 1;
+			return error_now(c, 503, "server_error", "too_many_connections", NULL,
+					 "%d connections are open, over the limit of %u (--max-connections); "
+					 "retry later", open, s->cfg.max_connections);
+		}
 		const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND,
 							     "Content-Length");
 		if (cl && strtoull(cl, NULL, 10) > s->cfg.max_body)
@@ -556,6 +572,19 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 	free(c);
 }
 
+/* MHD accepts up to conn_limit connections; those beyond --max-connections get a 503 for their
+ * first request (with Connection: close) instead of being dropped without a word. */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+			  enum MHD_ConnectionNotificationCode toe)
+{
+	struct srt_serve *s = cls;
+	(void)mc;
+	(void)socket_context;
+	pthread_mutex_lock(&s->mu);
+	s->n_conns += toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1;
+	pthread_mutex_unlock(&s->mu);
+}
+
 /* --- start / stop ------------------------------------------------------------------------ */
 
 int srt_serve_start(struct srt_engine *e, struct srt_sched *sched,
@@ -575,6 +604,9 @@ int srt_serve_start(struct srt_engine *e, struct srt_sched *sched,
 		s->cfg.max_body = (size_t)8 << 20;
 	if (!s->cfg.max_connections)
 		s->cfg.max_connections = 1024;
+	/* room to answer the overflow with a 503: an eighth more, at least 8, at most 1024 */
+	unsigned margin = s->cfg.max_connections / 8;
+	s->conn_limit = s->cfg.max_connections + (margin < 8 ? 8 : margin > 1024 ? 1024 : margin);
 	if (!s->cfg.threads)
 		s->cfg.threads = 2;
 	if (!s->cfg.idle_timeout_s)
@@ -599,10 +631,11 @@ int srt_serve_start(struct srt_engine *e, struct srt_sched *sched,
 			(cfg->verbose ? MHD_USE_ERROR_LOG : 0),
 		0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.threads,
-		MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+		MHD_OPTION_CONNECTION_LIMIT, s->conn_limit,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s,
 		MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_END);
 	if (!s->d) {
 		snprintf(err, errlen, "cannot listen on %s:%d (address in use, or not allowed)",
 			 host, cfg->port);
@@ -718,9 +751,11 @@ char *srt_serve_metrics(struct srt_serve *s, const struct srt_sched_stats *st)
 		return NULL;
 	b.p[0] = 0;
 	uint64_t codes[MAX_CODES], disc;
+	int conns;
 	pthread_mutex_lock(&s->mu);
 	memcpy(codes, s->codes, sizeof(codes));
 	disc = s->disconnects;
+	conns = s->n_conns;
 	pthread_mutex_unlock(&s->mu);
 
 	metric(&b, "shadowrt_requests_total", "counter",
@@ -742,6 +777,9 @@ char *srt_serve_metrics(struct srt_serve *s, const struct srt_sched_stats *st)
 	metric(&b, "shadowrt_client_disconnects_total", "counter",
 	       "Clients that went away before their request was done (request cancelled).");
 	bprintf(&b, "shadowrt_client_disconnects_total %llu\n", (unsigned long long)disc);
+	metric(&b, "shadowrt_http_open_connections", "gauge",
+	       "Open HTTP connections (those beyond --max-connections are answered 503).");
+	bprintf(&b, "shadowrt_http_open_connections %d\n", conns);
 	metric(&b, "shadowrt_queue_depth", "gauge", "Requests waiting for admission.");
 	bprintf(&b, "shadowrt_queue_depth %llu\n", (unsigned long long)st->waiting);
 	metric(&b, "shadowrt_running_sequences", "gauge", "Sequences running in the batch.");

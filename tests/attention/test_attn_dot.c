@@ -121,6 +121,56 @@ START_TEST(pv_f32_equals_the_ascending_float_loop_bitwise)
 }
 END_TEST
 
+/* The two-head kernels give each head exactly the one-head kernel's bits (which the tests
+ * above tie to the loops): tile counts around the 4-tile pass, outputs around the 64- and
+ * 16-wide passes. */
+START_TEST(two_head_kernels_equal_two_one_head_calls_bitwise)
+{
+	static const size_t Ks[] = {512, 100, 1};
+	for (size_t ki = 0; ki < 3; ki++) {
+		size_t K = Ks[ki];
+		for (size_t nt = 1; nt <= 13; nt += 2) {
+			float *x = malloc(sizeof(float) * 2 * K), *t = malloc(sizeof(float) * nt * K * 8);
+			float *y = malloc(sizeof(float) * nt * 8 * 4);
+			for (size_t i = 0; i < 2 * K; i++)
+				x[i] = wide();
+			for (size_t i = 0; i < nt * K * 8; i++)
+				t[i] = wide();
+			srt_attn_dot_tiles_f32_2(x, x + K, t, K, nt, y, y + nt * 8);
+			srt_attn_dot_tiles_f32(x, t, K, nt, y + 2 * nt * 8);
+			srt_attn_dot_tiles_f32(x + K, t, K, nt, y + 3 * nt * 8);
+			for (size_t i = 0; i < 2 * nt * 8; i++)
+				ck_assert_msg(same(y[i], y[2 * nt * 8 + i]), "K %zu nt %zu: head %zu y[%zu] %a vs %a",
+					      K, nt, i / (nt * 8), i % (nt * 8), y[i], y[2 * nt * 8 + i]);
+			free(x);
+			free(t);
+			free(y);
+		}
+	}
+	static const size_t ns[] = {512, 200, 67, 17, 3};
+	for (size_t ni = 0; ni < 5; ni++) {
+		size_t n = ns[ni], ld = n + 5;
+		for (size_t K = 1; K <= 50; K += 7) {
+			float *p = malloc(sizeof(float) * 2 * K), *v = malloc(sizeof(float) * K * ld);
+			float *y = malloc(sizeof(float) * 4 * n);
+			for (size_t i = 0; i < 2 * K; i++)
+				p[i] = wide();
+			for (size_t i = 0; i < K * ld; i++)
+				v[i] = wide();
+			srt_attn_pv_f32_2(p, p + K, v, ld, n, K, y, y + n);
+			srt_attn_pv_f32(p, v, ld, n, K, y + 2 * n);
+			srt_attn_pv_f32(p + K, v, ld, n, K, y + 3 * n);
+			for (size_t i = 0; i < 2 * n; i++)
+				ck_assert_msg(same(y[i], y[2 * n + i]), "n %zu K %zu: head %zu y[%zu] %a vs %a",
+					      n, K, i / n, i % n, y[i], y[2 * n + i]);
+			free(p);
+			free(v);
+			free(y);
+		}
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("attn_dot");
@@ -128,6 +178,7 @@ int main(void)
 	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
+	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -26,6 +26,20 @@ for v in nan inf; do
 	[ "$rc" -eq 2 ] || fail "--top-p $v: exit $rc: $(cat "$T/o")"
 done
 
+# the engine options of run, serve, generate and chat: one parser, one message, exit 2
+for cmd in run serve generate chat; do
+	for opt in "--threads x" "--threads 4097" "--profile bf16"; do
+		rc=0; "$BIN" $cmd $opt >"$T/o" 2>&1 </dev/null || rc=$?
+		[ "$rc" -eq 2 ] || fail "$cmd $opt: exit $rc: $(cat "$T/o")"
+		case $opt in
+		--threads*) want="expected an integer in \[0, 4096\]" ;;
+		*) want="expected reference or f32" ;;
+		esac
+		grep -q "shadowrt $cmd: ${opt%% *} '${opt#* }': $want" "$T/o" ||
+			fail "$cmd $opt: $(cat "$T/o")"
+	done
+done
+
 # --prompt-tokens "": a usage error, and nothing leaked
 rc=0; "$BIN" generate --model tiny --prompt-tokens "" >"$T/o" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || fail "--prompt-tokens '': exit $rc: $(cat "$T/o")"

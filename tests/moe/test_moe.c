@@ -301,6 +301,39 @@ START_TEST(test_batch_rows_equal_each_row_alone_bitwise)
 }
 END_TEST
 
+/* A prefill-sized batch (300 rows: two row chunks, the wide column tasks, work units weighted
+ * by each expert group's rows, the M >= 8 GEMM kernels) gives the bits of the same rows sent
+ * 20 at a time (narrow column tasks, small groups): no task is lost or run with other
+ * columns, whatever the split between the 2 host threads. */
+START_TEST(test_prefill_batch_equals_small_batches_bitwise)
+{
+	enum { N = 300, S = 20 };
+	uint32_t profile = _i % 2 ? SRT_PROFILE_F32 : SRT_PROFILE_REFERENCE;
+	int32_t layer = _i / 2 ? F.cfg.num_hidden_layers - 1 : 0;
+	int64_t d = F.cfg.hidden_size;
+	float *x = malloc(N * d * sizeof(float)), *y = malloc(N * d * sizeof(float));
+	float *ys = malloc(N * d * sizeof(float));
+	int32_t tok[N];
+	char why[256] = "";
+	struct srt_instance *in = tfx_instance(&F, SRT_KIND_MOE, "fp4", profile, &layer, 1);
+
+	tfx_rand(x, N * d, 91, 2.0f, profile == SRT_PROFILE_REFERENCE);
+	rand_tokens(tok, N, 13, F.cfg.vocab_size);
+	ck_assert_msg(forward(in, layer, N, 64, tok, x, y, why, sizeof(why)) == 0, "%s", why);
+	for (int i = 0; i < N; i += S)
+		ck_assert_msg(forward(in, layer, S, S, tok + i, x + i * d, ys + i * d, why,
+				      sizeof(why)) == 0, "%s", why);
+	for (int64_t i = 0; i < N * d; i++)
+		ck_assert_msg(memcmp(&y[i], &ys[i], sizeof(float)) == 0,
+			      "layer %d profile %u: row %lld channel %lld: batched %a, in 20s %a",
+			      layer, profile, (long long)(i / d), (long long)(i % d), y[i], ys[i]);
+	srt_instance_destroy(in);
+	free(x);
+	free(y);
+	free(ys);
+}
+END_TEST
+
 /* Hash layers: tokens with the same tid2eid row give the same output for the same x; tokens
  * with different rows give different outputs. */
 START_TEST(test_hash_routing_follows_tid2eid)
@@ -435,6 +468,7 @@ static Suite *moe_suite(void)
 	tcase_add_test(tc, test_f32_profile_matches_double_reference_hash_routed);
 	tcase_add_loop_test(tc, test_reference_profile_is_bf16_and_near_unquantised_math, 0, 3);
 	tcase_add_loop_test(tc, test_batch_rows_equal_each_row_alone_bitwise, 0, 4);
+	tcase_add_loop_test(tc, test_prefill_batch_equals_small_batches_bitwise, 0, 4);
 	tcase_add_test(tc, test_hash_routing_follows_tid2eid);
 	tcase_add_test(tc, test_errors_name_the_problem);
 	suite_add_tcase(s, tc);

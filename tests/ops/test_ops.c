@@ -839,6 +839,126 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 }
 END_TEST
 
+/* The M > 1 (prefill) kernels: register blocks of 4 (pair tiles) and 3 (16-feature tiles,
+ * REFERENCE FP8/FP4 from M = 8) rows with rows left over, row chunks of 128 (M = 131 spans
+ * two), output ranges off the tile grids, and, in REFERENCE mode,
+ * quantized activations whose blocks fail the exact-product check in some rows only (those
+ * row blocks multiply then add, the others use fused multiply-adds): every kernel set gives
+ * the generic set's bits. */
+START_TEST(gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails)
+{
+	/* M, column range: pair tiles, 16-feature tiles (M >= 8) with pair-tile and 1-7 tails */
+	static const size_t Ms[][3] = {{2, 0, 53}, {4, 1, 48}, {6, 2, 53}, {8, 0, 44},
+				       {9, 3, 50}, {131, 1, 53}};
+	static const enum srt_wtype types[] = {SRT_WT_F32, SRT_WT_BF16, SRT_WT_FP8, SRT_WT_FP4};
+	enum { N = 53, MMAX = 131, K = 384 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float *x = malloc(sizeof(float) * MMAX * K), *xq = malloc(sizeof(float) * MMAX * K);
+	float *xs = malloc(sizeof(float) * MMAX * (K / 128));
+	float *y0 = malloc(sizeof(float) * MMAX * N), *y1 = malloc(sizeof(float) * MMAX * N);
+	for (size_t i = 0; i < MMAX * K; i++)
+		x[i] = i % 97 == 0 ? -0.0f : frand() * (float)(1 + i % 7);
+	for (size_t m = 0; m < MMAX; m++)
+		srt_gemm_quant_row(x + m * K, K, xq + m * K, xs + m * (K / 128));
+	/* rows 1, 6, 7 and 129: one block with more than 8 significant bits or out of range */
+	for (size_t j = 0; j < 128; j++) {
+		xq[1 * K + 128 + j] *= 1.0009765625f;
+		xq[6 * K + j] = x[6 * K + j];
+		xq[7 * K + 256 + j] *= 0x1p-110f;
+		xq[129 * K + 128 + j] = x[129 * K + 128 + j] * 0x1p105f;
+	}
+	for (size_t ti = 0; ti < N_OF(types); ti++) {
+		struct wtest t;
+		make_raw_weight(&t, types[ti], N, K, false);
+		for (int mode = 0; mode < 2; mode++)
+			for (size_t mi = 0; mi < N_OF(Ms); mi++) {
+				const size_t M = Ms[mi][0], n0 = Ms[mi][1], n1 = Ms[mi][2];
+				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+					memset(y, 0x7F, sizeof(float) * MMAX * N);
+					ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+					if (mode == 0)
+						srt_gemm_exact(&t.w, x, M, K, y, N, n0, n1);
+					else
+						srt_gemm_ref(&t.w, xq, xs, M, K, y, N, n0, n1);
+					if (isa == SRT_GEMM_ISA_GENERIC)
+						continue;
+					for (size_t i = 0; i < M * N; i++)
+						ck_assert_msg(same_float(y0[i], y1[i]),
+							      "%s type %d mode %d M %zu: y[%zu][%zu] %a vs generic %a",
+							      srt_gemm_isa_name((enum srt_gemm_isa)isa), types[ti],
+							      mode, M, i / N, i % N, y1[i], y0[i]);
+				}
+			}
+		free_weight(&t);
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(xq);
+	free(xs);
+	free(y0);
+	free(y1);
+}
+END_TEST
+
+/* srt_gemm_quant_row gives the same xq and scales with every kernel set: blocks spanning many
+ * binades, values on the E4M3 subnormal grid and at its rounding ties, saturating ratios,
+ * zeros of both signs, all-zero blocks (the amax floor), subnormal inputs, and blocks with a
+ * NaN or an infinity (the portable path), in place and out of place. */
+START_TEST(gemm_quant_row_is_bitwise_identical_for_every_kernel_set)
+{
+	enum { K = 128 * 12 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float *x = malloc(sizeof(float) * K), *q0 = malloc(sizeof(float) * K);
+	float *q1 = malloc(sizeof(float) * K), s0[K / 128], s1[K / 128];
+	for (int round = 0; round < 40; round++) {
+		for (size_t i = 0; i < K; i++) {
+			const size_t b = i / 128;
+			float v = frand() * ldexpf(1.0f, (int)((b * 29 + (size_t)round * 7) % 60) - 30);
+			if (b == 1)
+				v = (float)((int)(i % 40) - 20) * 0x1p-10f * (float)(1 + round % 3);
+			if (b == 2)
+				v = i % 2 ? -0.0f : 0.0f;
+			if (b == 3 && i % 128 == 5)
+				v = 448.0f * (1.0f + 0x1p-20f) * (float)(1 + round);
+			if (b == 4)
+				v = frand() * 0x1p-135f;
+			if (b == 5 && i % 128 == (size_t)round)
+				v = round % 2 ? NAN : -INFINITY;
+			if (b == 6)
+				v = u2f(f2u(1.0f + (float)(i % 8) / 8.0f + 0x1p-4f) ^ (i % 3 ? 0u : 0x80000000u)) *
+				    ldexpf(1.0f, round % 20 - 10);
+			x[i] = v;
+		}
+		for (int inplace = 0; inplace < 2; inplace++)
+			for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+				float *q = isa == SRT_GEMM_ISA_GENERIC ? q0 : q1, *sc = isa == SRT_GEMM_ISA_GENERIC ? s0 : s1;
+				ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+				if (inplace) {
+					memcpy(q, x, sizeof(float) * K);
+					srt_gemm_quant_row(q, K, q, sc);
+				} else {
+					srt_gemm_quant_row(x, K, q, sc);
+				}
+				if (isa == SRT_GEMM_ISA_GENERIC)
+					continue;
+				for (size_t b = 0; b < K / 128; b++)
+					ck_assert_msg(same_float(s0[b], s1[b]), "%s round %d block %zu: scale %a vs %a",
+						      srt_gemm_isa_name((enum srt_gemm_isa)isa), round, b, s1[b], s0[b]);
+				for (size_t i = 0; i < K; i++)
+					ck_assert_msg(same_float(q0[i], q1[i]),
+						      "%s round %d: xq[%zu] (x %a) %a vs generic %a",
+						      srt_gemm_isa_name((enum srt_gemm_isa)isa), round, i, x[i],
+						      q1[i], q0[i]);
+			}
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(q0);
+	free(q1);
+}
+END_TEST
+
 START_TEST(gemm_isa_selection_refuses_sets_the_cpu_lacks)
 {
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
@@ -897,6 +1017,8 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_results_are_bitwise_identical_for_chunked_and_one_shot_runs);
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
+	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);
+	tcase_add_test(tc, gemm_quant_row_is_bitwise_identical_for_every_kernel_set);
 	tcase_add_test(tc, gemm_isa_selection_refuses_sets_the_cpu_lacks);
 	suite_add_tcase(s, tc);
 	return s;

@@ -7,6 +7,8 @@
  *  - the same under an L1 budget too small for all of them: requests queue and are preempted
  *    (the test asserts that preemption happened) and still give the same tokens;
  *  - identical concurrent prefixes are computed once (the second request hits the first's);
+ *  - with an L2, requests whose prefix must be loaded are admitted while it loads and join the
+ *    batch a step later (the load overlaps the forward); the tokens are the same;
  *  - cancellation frees the sequence at once (no live cache request remains);
  *  - max_tokens, eos / stop ids, and bad requests (ids out of range, empty, over the context).
  */
@@ -272,6 +274,61 @@ START_TEST(identical_concurrent_prefixes_computed_once)
 }
 END_TEST
 
+/*
+ * Requests whose prefix is in L2 are admitted while their pages load and join the batch a step
+ * later (the load overlaps the other requests' forward); their tokens do not change.
+ */
+START_TEST(tokens_unchanged_when_l2_loads_overlap_the_forward)
+{
+	struct srt_engine *e0 = open_engine(NULL, 64);
+	struct spec sp[NREQ];
+	struct result alone[NREQ], tiered[NREQ];
+	make_specs(sp, srt_engine_model(e0)->vocab_size);
+	run_alone(e0, sp, alone);
+	srt_engine_close(e0);
+	char dir[4096], cfg[4200], err[2048];
+	snprintf(dir, sizeof(dir), "%s/models/tiny", env_or("SRT_BUILD_DIR", "."));
+	snprintf(cfg, sizeof(cfg), "%s/tests/sched_l2_%d.ini", env_or("SRT_BUILD_DIR", "."),
+		 (int)getpid());
+	FILE *f = fopen(cfg, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("[tier.l2]\nplugin = host\nbudget = 64MiB\n[tier.l3]\nplugin = none\n"
+	      "[cache]\nprefetch = on\n", f);
+	ck_assert_int_eq(fclose(f), 0);
+	struct srt_engine_opts o = {.model = dir, .config_path = cfg, .threads = 2, .profile = -1,
+				    .chunk = 64, .quiet = 1, .tiers = 1};
+	struct srt_engine *e = NULL;
+	ck_assert_msg(!srt_engine_open(&o, &e, err, sizeof(err)), "%s", err);
+	remove(cfg);
+	run_alone(e, sp, tiered); /* fills L1 (and L2, write-through) */
+	assert_same(alone, tiered, "first pass with tiers");
+	struct srt_rdx_cache *c = srt_engine_cache(e);
+	for (uint32_t p = 0; p < srt_rdx_pool_count(c); p++)
+		srt_rdx_evict(c, p, 0, NULL); /* every prefix now in L2 only */
+	struct srt_sched_config sc = {.token_budget = 96, .max_running = 5};
+	struct srt_sched *s;
+	struct srt_sched_req *h[NREQ];
+	ck_assert_msg(!srt_sched_create(e, &sc, &s, err, sizeof(err)), "%s", err);
+	for (int i = 0; i < NREQ; i++)
+		h[i] = submit(s, &sp[i]);
+	for (int i = 0; i < NREQ; i++) {
+		collect(h[i], &tiered[i]);
+		srt_sched_release(h[i]);
+	}
+	struct srt_sched_stats st;
+	srt_sched_stats(s, &st);
+	srt_sched_destroy(s);
+	assert_same(alone, tiered, "L2 hits, loads overlapping the forward");
+	fprintf(stderr, "L2 pass: %llu tokens from L2, %llu admissions loaded during a forward\n",
+		(unsigned long long)st.hit_tokens[1], (unsigned long long)st.overlapped_loads);
+	ck_assert_uint_gt(st.hit_tokens[1], 0);
+	ck_assert_uint_gt(st.overlapped_loads, 0);
+	ck_assert_msg(!srt_rdx_cache_check(c, err, sizeof(err)), "%s", err);
+	free_specs(sp);
+	srt_engine_close(e);
+}
+END_TEST
+
 START_TEST(cancel_frees_the_sequence)
 {
 	struct srt_engine *e = open_engine(NULL, 64);
@@ -367,6 +424,7 @@ static Suite *suite(void)
 	tcase_add_test(tc, tokens_independent_of_arrival_order_and_batching);
 	tcase_add_test(tc, tokens_unchanged_under_memory_pressure_with_preemption);
 	tcase_add_test(tc, identical_concurrent_prefixes_computed_once);
+	tcase_add_test(tc, tokens_unchanged_when_l2_loads_overlap_the_forward);
 	tcase_add_test(tc, cancel_frees_the_sequence);
 	tcase_add_test(tc, limits_and_bad_requests);
 	suite_add_tcase(s, tc);

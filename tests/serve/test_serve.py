@@ -357,6 +357,35 @@ def run_checks(srv, port, client):
     r = client.completions.create(model="tiny", prompt=p0, max_tokens=8, temperature=0)
     check(r.choices[0].model_extra["token_ids"] == ids, "served after a connection flood")
 
+    # exactly --max-connections (300) idle connections open: a new one is answered 503
+    # too_many_connections with Connection: close (not dropped without a status); once they
+    # close, requests are served again
+    idle = []
+    for i in range(300):
+        c = socket.create_connection(("127.0.0.1", port))
+        idle.append(c)
+
+    def refused():
+        try:
+            with socket.create_connection(("127.0.0.1", port)) as c:
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                got = b""
+                while d := c.recv(4096):
+                    got += d
+                return got if got.startswith(b"HTTP/1.1 503") else None
+        except OSError:
+            return None
+    got = wait_for(refused, "a 503 beyond --max-connections")
+    head = got.split(b"\r\n\r\n")[0].lower()
+    check(b"too_many_connections" in got and b"connection: close" in head
+          and b"retry-after: 1" in head, f"over-limit answer: {got[:400]!r}")
+    for c in idle:
+        c.close()
+    wait_for(lambda: http(port, "GET", "/health")[0] == 200, "served again after the idle close")
+    fams = metrics(port)
+    openc = sample_value(fams, "shadowrt_http_open_connections", "shadowrt_http_open_connections")
+    check(openc is not None and 1 <= openc < 300, f"open connections gauge {openc}")
+
     # text, chat and stop strings need a tokenizer; this model has none
     st, j = http(port, "POST", "/v1/completions", body={"prompt": "Hello"})
     check(st == 400 and "tokenizer" in j["error"]["message"], f"text prompt: {st} {j}")

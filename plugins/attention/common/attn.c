@@ -149,7 +149,15 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 	a->kv_bytes = kv_entry_bytes(a->kv_store, m->head_dim, m->qk_rope_head_dim);
 	a->pool_win = a->pool_comp = a->pool_ix = a->pool_state = -1;
 	a->pool_win = (int)a->n_pools;
-	pool(a, "window", 1, SRT_RETAIN_TAIL, (uint32_t)m->sliding_window, a->kv_bytes);
+	/* window KV: a page keeps a ring of the last W rows of its P tokens (what a resume at
+	 * its end reads), declared as ratio P / W so that the core sizes the page W entries;
+	 * the rows of a call live in its scratch until its attention is done (attn_forward.c).
+	 * A window that does not divide the page size keeps one entry per token. */
+	uint32_t W = (uint32_t)m->sliding_window, wr = 1;
+	if (a->P && W && a->P % W == 0)
+		wr = a->P / W;
+	a->win_ring = a->P / wr;
+	pool(a, "window", wr, SRT_RETAIN_TAIL, W, a->kv_bytes);
 	if (a->ratio == 4) {
 		a->ix_bytes = ix_entry_bytes(a->ix_store, m->index_head_dim);
 		a->state_bytes = srt_attn_ring_bytes(a, 4, m->head_dim) +
@@ -455,6 +463,7 @@ void srt_attn_destroy(struct srt_attn *a)
 		h->free(a->lw);
 	}
 	h->free(a->scratch);
+	h->free(a->wscr);
 	h->free(a->freqs);
 	h->free(a->layers);
 	h->free(a);

@@ -97,6 +97,9 @@ struct srt_attn {
 	struct srt_pool_decl pools[4];
 	uint32_t n_pools;
 	int pool_win, pool_comp, pool_ix, pool_state; /* index in pools, -1 if none */
+	/* window entries per page: a ring of the page's last win_ring rows (P / the window
+	 * pool's declared ratio; = P when the window does not divide P) */
+	uint32_t win_ring;
 	struct srt_attn_lw *lw;           /* [n_layers]; NULL when created without weights */
 	float *freqs;                     /* [rope/2] RoPE frequencies of this layer type */
 	/*
@@ -107,6 +110,11 @@ struct srt_attn {
 	/* forward's scratch, kept between calls (grown on demand; one call at a time) */
 	uint8_t *scratch;
 	size_t scratch_bytes;
+	/* the window rows of a block of forward, encoded as in the pages ([rows][kv_bytes]; grown
+	 * on demand), and while its attention runs, that buffer: entry() then gives the rows of
+	 * the block from it instead of from the pages' rings (attn_forward.c) */
+	uint8_t *wscr, *win_cur;
+	size_t wscr_bytes;
 };
 
 /*

@@ -318,6 +318,117 @@ __attribute__((target("avx512f"))) static void pv_f32_avx512(const float *p, con
 }
 #endif
 
+#ifdef ATTN_X86
+/* Two heads, four tiles (32 keys) per pass: each tile vector loaded once for both heads;
+ * every output is the chain of tiles_f32_avx (0, then + x[c]·t[c] in c order). */
+__attribute__((target("avx2"))) static void tiles_f32_2_avx(const float *x0, const float *x1,
+							    const float *t, size_t K, size_t nt,
+							    float *y0, float *y1)
+{
+	size_t j = 0;
+	for (; j + 4 <= nt; j += 4) {
+		__m256 a[4], b[4];
+		for (int i = 0; i < 4; i++)
+			a[i] = b[i] = _mm256_setzero_ps();
+		const float *tj = t + j * K * 8;
+		for (size_t c = 0; c < K; c++) {
+			const __m256 xa = _mm256_broadcast_ss(x0 + c), xb = _mm256_broadcast_ss(x1 + c);
+			for (int i = 0; i < 4; i++) {
+				const __m256 w = _mm256_loadu_ps(tj + ((size_t)i * K + c) * 8);
+				a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(xa, w));
+				b[i] = _mm256_add_ps(b[i], _mm256_mul_ps(xb, w));
+			}
+		}
+		for (int i = 0; i < 4; i++) {
+			_mm256_storeu_ps(y0 + (j + (size_t)i) * 8, a[i]);
+			_mm256_storeu_ps(y1 + (j + (size_t)i) * 8, b[i]);
+		}
+	}
+	for (; j < nt; j++) {
+		__m256 a = _mm256_setzero_ps(), b = a;
+		for (size_t c = 0; c < K; c++) {
+			const __m256 w = _mm256_loadu_ps(t + (j * K + c) * 8);
+			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_broadcast_ss(x0 + c), w));
+			b = _mm256_add_ps(b, _mm256_mul_ps(_mm256_broadcast_ss(x1 + c), w));
+		}
+		_mm256_storeu_ps(y0 + j * 8, a);
+		_mm256_storeu_ps(y1 + j * 8, b);
+	}
+}
+
+/* Two heads, 64 outputs per pass (4 x 16 lanes each), then 16, then single outputs: each
+ * value vector loaded once for both heads; every output is pv_f32_avx512's chain. */
+__attribute__((target("avx512f"))) static void pv_f32_2_avx512(const float *p0, const float *p1,
+								const float *v, size_t ld, size_t n,
+								size_t K, float *y0, float *y1)
+{
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__m512 a[4], b[4];
+		for (int q = 0; q < 4; q++)
+			a[q] = b[q] = _mm512_setzero_ps();
+		for (size_t k = 0; k < K; k++) {
+			const __m512 pa = _mm512_set1_ps(p0[k]), pb = _mm512_set1_ps(p1[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 4; q++) {
+				const __m512 w = _mm512_loadu_ps(r + 16 * q);
+				a[q] = _mm512_add_ps(a[q], _mm512_mul_ps(pa, w));
+				b[q] = _mm512_add_ps(b[q], _mm512_mul_ps(pb, w));
+			}
+		}
+		for (int q = 0; q < 4; q++) {
+			_mm512_storeu_ps(y0 + i + 16 * (size_t)q, a[q]);
+			_mm512_storeu_ps(y1 + i + 16 * (size_t)q, b[q]);
+		}
+	}
+	for (; i + 16 <= n; i += 16) {
+		__m512 a = _mm512_setzero_ps(), b = a;
+		for (size_t k = 0; k < K; k++) {
+			const __m512 w = _mm512_loadu_ps(v + k * ld + i);
+			a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p0[k]), w));
+			b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(p1[k]), w));
+		}
+		_mm512_storeu_ps(y0 + i, a);
+		_mm512_storeu_ps(y1 + i, b);
+	}
+	for (; i < n; i++) {
+		float s0 = 0, s1 = 0;
+		for (size_t k = 0; k < K; k++) {
+			s0 += p0[k] * v[k * ld + i];
+			s1 += p1[k] * v[k * ld + i];
+		}
+		y0[i] = s0;
+		y1[i] = s1;
+	}
+}
+#endif
+
+void srt_attn_dot_tiles_f32_2(const float *x0, const float *x1, const float *t, size_t k,
+			      size_t nt, float *y0, float *y1)
+{
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		tiles_f32_2_avx(x0, x1, t, k, nt, y0, y1);
+		return;
+	}
+#endif
+	srt_attn_dot_tiles_f32(x0, t, k, nt, y0);
+	srt_attn_dot_tiles_f32(x1, t, k, nt, y1);
+}
+
+void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t ld, size_t n,
+		       size_t k, float *y0, float *y1)
+{
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		pv_f32_2_avx512(p0, p1, v, ld, n, k, y0, y1);
+		return;
+	}
+#endif
+	srt_attn_pv_f32(p0, v, ld, n, k, y0);
+	srt_attn_pv_f32(p1, v, ld, n, k, y1);
+}
+
 void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y)
 {
 #ifdef ATTN_X86

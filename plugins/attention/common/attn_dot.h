@@ -73,6 +73,13 @@ void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k,
  */
 void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y);
 void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t k, float *y);
+/* The same for two query heads over the same keys (each key vector is loaded once for both):
+ * y0, y1 get exactly what srt_attn_dot_tiles_f32 / srt_attn_pv_f32 give for x0 / p0 and
+ * x1 / p1. */
+void srt_attn_dot_tiles_f32_2(const float *x0, const float *x1, const float *t, size_t k,
+			      size_t nt, float *y0, float *y1);
+void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t ld, size_t n,
+		       size_t k, float *y0, float *y1);
 
 /*
  * Many queries' heads against many keys (the lightning indexer's q·k): y[e·nh + h] =

@@ -201,13 +201,28 @@ static void hadamard(float *x, size_t n, int ref)
 
 /* ---- pages -------------------------------------------------------------------------------- */
 
-/* Entry `idx` of pool p for sequence s (NULL if its page is absent). */
+/* Tokens (window pool) or entries (others) of pool p that one page covers. */
+static uint64_t page_span(const struct srt_attn *a, int p)
+{
+	const struct srt_pool_decl *d = &a->pools[p];
+	return p == a->pool_win ? a->P : a->P / (d->ratio ? d->ratio : a->P);
+}
+
+/*
+ * Entry `idx` of pool p for sequence s (NULL if its page is absent). The window pool is a
+ * ring: position idx is on page idx / P in slot idx % win_ring, which holds the page's last
+ * win_ring positions once the page is complete. While a block's attention runs (a->win_cur
+ * set), the window rows of the block itself come from its scratch: their ring slots may
+ * still hold rows 128 positions earlier that the block's first rows read (see run_block).
+ */
 static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, int p,
 		      uint32_t slot, int64_t idx)
 {
+	if (p == a->pool_win && a->win_cur && idx >= s->pos && idx < s->pos + s->n_tokens)
+		return a->win_cur + (size_t)(s->first_row + (idx - s->pos)) * a->kv_bytes;
 	const struct srt_pool_decl *d = &a->pools[p];
 	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
-	uint64_t page = (uint64_t)idx / epp;
+	uint64_t page = (uint64_t)idx / page_span(a, p);
 	const struct srt_page_table *pt = &s->pools[p];
 	if (idx < 0 || page >= pt->n_pages || !pt->pages[page])
 		return NULL;
@@ -241,7 +256,7 @@ static int need(const struct srt_attn *a, const struct srt_seq_view *s, int p, u
 		int64_t lo, int64_t hi, int32_t layer, const char *what, char *why, size_t why_len)
 {
 	const struct srt_pool_decl *d = &a->pools[p];
-	uint64_t r = d->ratio ? d->ratio : a->P, epp = a->P / r;
+	uint64_t epp = page_span(a, p);
 	for (int64_t i = lo; i < hi;) {
 		if (!entry(a, s, p, slot, i)) {
 			uint64_t page = (uint64_t)i / epp;
@@ -325,6 +340,8 @@ static void pj_gemm(struct fwd *f, const struct srt_weight *w, const float *x, c
 		srt_gemm_exact(w, x, n, K, y, N, n0, n1);
 }
 
+#define PJ_RB 64 /* rows per batched product in pj_tiles (reference profile) */
+
 /* A double-accumulated projection with tiled weights (compressors, weights_proj): tiles
  * [t0, t1) for every row; four tiles at a time so the weights stay in cache across rows. */
 static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t t0, size_t t1)
@@ -337,25 +354,32 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
 	float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
 	double y[32];
-	float y32[32];
+	float y32[PJ_RB * 32];
 	/* reference profile: the reference's fp32 / bf16 linears accumulate in float32, here
 	 * in srt_gemm's fixed order on the stored matrix; f32 profile: double tiles */
 	const int f32acc = a->ref && wt->w.data && wt->w.rows == nf && wt->w.cols == d;
 	for (size_t c0 = t0; c0 < t1; c0 += 4) {
 		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
+		const struct srt_weight sub = {
+			.type = wt->w.type, .rows = no, .cols = d,
+			.data = f32acc ? (const uint8_t *)wt->w.data +
+						 o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)
+				       : NULL};
 		for (int64_t r = 0; r < f->N; r++) {
 			int64_t pos = f->rpos[r];
+			if (f32acc && r % PJ_RB == 0) {
+				/* rows [r, r + PJ_RB) in one batched product (srt_gemm's bits do
+				 * not depend on the number of rows); rows without a position are
+				 * computed and ignored */
+				size_t nr = (size_t)(f->N - r < PJ_RB ? f->N - r : PJ_RB);
+				srt_gemm_exact(&sub, f->xa + (size_t)r * d, nr, d, y32, no, 0, no);
+			}
 			if (pos < 0)
 				continue;
 			if (f32acc) {
-				const struct srt_weight sub = {
-					.type = wt->w.type, .rows = no, .cols = d,
-					.data = (const uint8_t *)wt->w.data +
-						o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)};
-				srt_gemm_exact(&sub, f->xa + (size_t)r * d, 1, d, y32, no, 0, no);
 				for (size_t i = 0; i < no; i++)
-					y[i] = (double)y32[i];
+					y[i] = (double)y32[(size_t)(r % PJ_RB) * no + i];
 			} else {
 				srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
 			}
@@ -869,36 +893,60 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 	for (int64_t u = b; u < e; u++) {
 		int64_t gr = u / (int64_t)H, r = f->cg0 + gr, t = f->rpos[r], nk = f->cnk[gr];
 		size_t h = (size_t)(u % (int64_t)H);
+		/* reference profile: heads h and h + 1 of the row together when both are in this
+		 * range (each key loaded once for both; every value as for one head) */
+		const size_t nh = a->ref && h % 2 == 0 && h + 1 < H && u + 1 < e ? 2 : 1;
 		const float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
 		const float *kt = f->ckt + (size_t)gr * (size_t)f->kmax8 * hd;
+		if (nh == 2)
+			u++;
 		if (t < 0)
 			continue;
-		const float *q = f->q + r * H * hd + h * hd;
-		float *oh = f->o + r * H * hd + h * hd;
 		if (nk < 0) { /* a discarded row of a rematerialization */
-			memset(oh, 0, hd * sizeof(float));
+			memset(f->o + r * H * hd + h * hd, 0, nh * hd * sizeof(float));
 			continue;
 		}
-		double mx = -INFINITY, den = 0;
 		if (a->ref) {
 			/* the reference accumulates q.k and p.v in float32 (tilelang sparse_attn):
-			 * float32 sums in ascending key dims / keys, a fixed order */
-			float *scf = (float *)sc, *pvf = (float *)pv, mxf = -INFINITY;
-			srt_attn_dot_tiles_f32(q, kt, hd, (size_t)(nk + 7) / 8, scf);
-			for (int64_t k = 0; k < nk; k++) {
-				scf[k] = scf[k] * scale_f;
-				mxf = scf[k] > mxf ? scf[k] : mxf;
+			 * float32 sums in ascending key dims / keys, a fixed order; two heads use
+			 * the two halves of the scratch (kmax8 and hd doubles hold 2x floats) */
+			float *scf[2] = {(float *)sc, (float *)sc + f->kmax8};
+			float *pvf[2] = {(float *)pv, (float *)pv + hd};
+			float denf[2];
+			const float *q = f->q + r * H * hd + h * hd;
+			if (nh == 2)
+				srt_attn_dot_tiles_f32_2(q, q + hd, kt, hd, (size_t)(nk + 7) / 8, scf[0],
+							 scf[1]);
+			else
+				srt_attn_dot_tiles_f32(q, kt, hd, (size_t)(nk + 7) / 8, scf[0]);
+			for (size_t i = 0; i < nh; i++) {
+				float *sf = scf[i], mxf = -INFINITY;
+				double den = 0;
+				for (int64_t k = 0; k < nk; k++) {
+					sf[k] = sf[k] * scale_f;
+					mxf = sf[k] > mxf ? sf[k] : mxf;
+				}
+				for (int64_t k = 0; k < nk; k++) {
+					float ev = expf(sf[k] - mxf);
+					den += ev;
+					sf[k] = srt_round_bf16(ev);
+				}
+				denf[i] = (float)den + expf(lw->sink[h + i] - mxf);
 			}
-			for (int64_t k = 0; k < nk; k++) {
-				float ev = expf(scf[k] - mxf);
-				den += ev;
-				scf[k] = srt_round_bf16(ev);
+			if (nh == 2)
+				srt_attn_pv_f32_2(scf[0], scf[1], keys, hd, hd, (size_t)nk, pvf[0], pvf[1]);
+			else
+				srt_attn_pv_f32(scf[0], keys, hd, hd, (size_t)nk, pvf[0]);
+			for (size_t i = 0; i < nh; i++) {
+				float *oh = f->o + r * H * hd + (h + i) * hd;
+				for (size_t c = 0; c < hd; c++)
+					oh[c] = srt_round_bf16(pvf[i][c] / denf[i]);
+				rope(a, oh + nope, t, 1);
 			}
-			float denf = (float)den + expf(lw->sink[h] - mxf);
-			srt_attn_pv_f32(scf, keys, hd, hd, (size_t)nk, pvf);
-			for (size_t i = 0; i < hd; i++)
-				oh[i] = srt_round_bf16(pvf[i] / denf);
 		} else {
+			const float *q = f->q + r * H * hd + h * hd;
+			float *oh = f->o + r * H * hd + h * hd;
+			double mx = -INFINITY, den = 0;
 			srt_attn_dot_tiles(q, kt, hd, (size_t)(nk + 7) / 8, sc);
 			for (int64_t k = 0; k < nk; k++) {
 				sc[k] = sc[k] * scale_d;
@@ -912,8 +960,8 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
 			for (size_t i = 0; i < hd; i++)
 				oh[i] = (float)(pv[i] / den);
+			rope(a, oh + nope, t, 1);
 		}
-		rope(a, oh + nope, t, 1);
 	}
 }
 
@@ -1158,16 +1206,24 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
 		const struct srt_seq_view *s = &f->b->seqs[i];
 		const struct vinfo *vi = &f->vi[i];
-		for (int32_t k = 0; k < s->n_tokens; k++)
-			if (!ro_entry(vi, a->pool_win, s->pos + k))
-				srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd,
-						   entry(a, s, a->pool_win, f->slot, s->pos + k));
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			/* the block's window rows into its scratch; zeroed first: the encoding may
+			 * leave padding bytes, and pages start zeroed. A read-only row is the page's. */
+			uint8_t *we = a->wscr + (size_t)(s->first_row + k) * a->kv_bytes;
+			if (ro_entry(vi, a->pool_win, s->pos + k)) {
+				memcpy(we, entry(a, s, a->pool_win, f->slot, s->pos + k), a->kv_bytes);
+				continue;
+			}
+			memset(we, 0, a->kv_bytes);
+			srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd, we);
+		}
 		if (a->ratio)
 			run_comp(f, s, vi, 0, ringbuf);
 		if (a->ratio == 4)
 			run_comp(f, s, vi, 1, ringbuf);
 	}
 	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
+	a->win_cur = a->wscr; /* attention reads the block's own window rows from there */
 	{
 		size_t H = (size_t)a->m->num_attention_heads, G = (size_t)a->m->o_groups;
 		size_t tg = ((size_t)a->m->o_lora_rank + 7) / 8;
@@ -1184,6 +1240,21 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
+	}
+	a->win_cur = NULL;
+	/* the window rows into their pages' rings, each page keeping its last win_ring rows
+	 * (a row that a later row of this block overwrites is skipped) */
+	for (uint32_t i = 0; i < f->b->n_seqs; i++) {
+		const struct srt_seq_view *s = &f->b->seqs[i];
+		int64_t R = (int64_t)a->win_ring, end = s->pos + s->n_tokens;
+		for (int32_t k = 0; k < s->n_tokens; k++) {
+			int64_t t = s->pos + k;
+			if (ro_entry(&f->vi[i], a->pool_win, t) ||
+			    (t + R < end && (t + R) / a->P == t / a->P))
+				continue;
+			memcpy(entry(a, s, a->pool_win, f->slot, t),
+			       a->wscr + (size_t)(s->first_row + k) * a->kv_bytes, a->kv_bytes);
+		}
 	}
 	if (f->N < h->nthreads)
 		h->parallel_for(h, h->nthreads, phase_d_cols, f);
@@ -1313,6 +1384,19 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.xas = f.xaq + B * d;
 	f.qrq = f.xas + B * (d / 128);
 	f.qrs = f.qrq + B * ql;
+
+	/* the block's window rows (entry(), run_block) */
+	if (B * (size_t)a->kv_bytes > a->wscr_bytes) {
+		h->free(a->wscr);
+		a->wscr = h->alloc(B * (size_t)a->kv_bytes, 64);
+		a->wscr_bytes = a->wscr ? B * (size_t)a->kv_bytes : 0;
+		if (!a->wscr) {
+			srt_attn_why(why, why_len, "%s: layer %d: out of memory for the window rows "
+				     "of %zu rows", a->name, layer, B);
+			return SRT_ENOMEM;
+		}
+	}
+	a->win_cur = NULL;
 
 	/* every page of the whole call first: a failed call writes nothing */
 	f.b = batch;

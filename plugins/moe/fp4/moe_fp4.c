@@ -19,7 +19,10 @@
  * expert's weights in one srt_gemm call per column range, so every weight streams once per call
  * (per chunk of MOE_ROW_CHUNK rows). srt_gemm results do not depend on the number of rows or the
  * column range, and a row's expert outputs are summed in ascending expert id (shared last), so a
- * row's result is bitwise independent of the other rows in the batch.
+ * row's result is bitwise independent of the other rows in the batch. Column ranges are
+ * MOE_NCOL wide (MOE_NCOL_BIG from MOE_BIG_ROWS rows, prefill), and the parallel tasks are
+ * weighted by their group's rows (run_tasks) so both threads get the same work although the
+ * shared expert's group holds every row of the chunk.
  */
 #include <shadowrt/shadowrt.h>
 
@@ -39,6 +42,8 @@
 #define MOE_NAME "fp4"
 #define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
 #define MOE_NCOL 64       /* output columns per parallel task (a decode GEMV call each) */
+#define MOE_NCOL_BIG 128  /* the same from MOE_BIG_ROWS rows (prefill): fewer, larger GEMMs */
+#define MOE_BIG_ROWS 64
 #define MOE_QB 128        /* activation quantisation block */
 
 /* Phase timings for benchmarks (core/ops/prof.h). */
@@ -99,7 +104,8 @@ struct moe_inst {
 	struct moe_group *groups; /* [E + 1] */
 	int32_t n_groups;
 	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
-	int64_t task0;            /* first task of the up_gate / down call (profiling splits) */
+	int64_t ncol;             /* columns per task: MOE_NCOL or MOE_NCOL_BIG */
+	int64_t task0;            /* first work unit of the up_gate / down call (profiling splits) */
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -608,46 +614,74 @@ static void gemm(const struct moe_inst *in, const struct srt_weight *w, const fl
 		srt_gemm_exact(w, x, (size_t)count, w->cols, y, ldy, n0, n1);
 }
 
-/* Phase 3, per (group, block of MOE_NCOL inner channels): h = weight * silu(gate) * up. */
+/*
+ * Work units of the up_gate / down steps: task (group g, column block q) of a step with `per`
+ * blocks per group is worth the group's row count, so its first unit is per·first_g +
+ * q·count_g (groups hold consecutive entries) and a step has per·(entries) units. The host
+ * splits units into equal contiguous ranges; a range runs the tasks whose first unit it holds,
+ * so threads get about the same rows x columns even though the shared expert's group has
+ * every row of the chunk and a routed group a few. Calls fn for those tasks of units
+ * [in->task0 + begin, in->task0 + end).
+ */
+static void run_tasks(struct moe_inst *in, int64_t per, int64_t begin, int64_t end,
+		      void (*fn)(struct moe_inst *in, const struct moe_group *g, size_t n0))
+{
+	const int64_t lo = in->task0 + begin, hi = in->task0 + end;
+	for (int32_t gi = 0; gi < in->n_groups; gi++) {
+		const struct moe_group *g = &in->groups[gi];
+		const int64_t c = g->count, u0 = per * g->first;
+		if (c <= 0 || u0 + per * c <= lo)
+			continue;
+		if (u0 >= hi)
+			break;
+		int64_t q0 = lo > u0 ? (lo - u0 + c - 1) / c : 0;
+		int64_t q1 = (hi - u0 + c - 1) / c;
+		for (int64_t q = q0; q < (q1 < per ? q1 : per); q++)
+			fn(in, g, (size_t)(q * in->ncol));
+	}
+}
+
+/* Phase 3 task: group g, inner channels [n0, n0 + ncol): h = weight * silu(gate) * up. */
+static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t n0)
+{
+	const int64_t d = in->d, I = in->inter;
+	const int ref = in->profile == SRT_PROFILE_REFERENCE;
+	const float L = in->limit;
+	size_t n1 = n0 + (size_t)in->ncol;
+	const float *x = in->gx + (int64_t)g->first * d;
+	const float *xs = in->gs + (int64_t)g->first * (d / MOE_QB);
+	if (n1 > (size_t)I)
+		n1 = (size_t)I;
+	gemm(in, &g->w[0], x, xs, g->count, in->gate + (int64_t)g->first * I, (size_t)I, n0,
+	     n1);
+	gemm(in, &g->w[2], x, xs, g->count, in->up + (int64_t)g->first * I, (size_t)I, n0,
+	     n1);
+	for (int32_t e = g->first; e < g->first + g->count; e++) {
+		for (size_t n = n0; n < n1; n++) {
+			float gt = in->gate[(int64_t)e * I + (int64_t)n];
+			float up = in->up[(int64_t)e * I + (int64_t)n], hv;
+			if (ref) { /* w1(x), w3(x) return bf16 tensors */
+				gt = srt_round_bf16(gt);
+				up = srt_round_bf16(up);
+			}
+			if (L > 0.0f) {
+				up = fminf(fmaxf(up, -L), L);
+				gt = fminf(gt, L);
+			}
+			hv = srt_silu(gt) * up;
+			if (g->routed)
+				hv = in->wt[(int64_t)in->ent_row[e] * in->topk + in->ent_slot[e]] *
+				     hv;
+			in->hq[(int64_t)e * I + (int64_t)n] = hv;
+		}
+	}
+}
+
 static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
-	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_up;
-	const int ref = in->profile == SRT_PROFILE_REFERENCE;
-	const float L = in->limit;
 	(void)tid;
-
-	for (int64_t j = begin + in->task0; j < end + in->task0; j++) {
-		const struct moe_group *g = &in->groups[j / per];
-		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
-		const float *x = in->gx + (int64_t)g->first * d;
-		const float *xs = in->gs + (int64_t)g->first * (d / MOE_QB);
-		if (n1 > (size_t)I)
-			n1 = (size_t)I;
-		gemm(in, &g->w[0], x, xs, g->count, in->gate + (int64_t)g->first * I, (size_t)I, n0,
-		     n1);
-		gemm(in, &g->w[2], x, xs, g->count, in->up + (int64_t)g->first * I, (size_t)I, n0,
-		     n1);
-		for (int32_t e = g->first; e < g->first + g->count; e++) {
-			for (size_t n = n0; n < n1; n++) {
-				float gt = in->gate[(int64_t)e * I + (int64_t)n];
-				float up = in->up[(int64_t)e * I + (int64_t)n], hv;
-				if (ref) { /* w1(x), w3(x) return bf16 tensors */
-					gt = srt_round_bf16(gt);
-					up = srt_round_bf16(up);
-				}
-				if (L > 0.0f) {
-					up = fminf(fmaxf(up, -L), L);
-					gt = fminf(gt, L);
-				}
-				hv = srt_silu(gt) * up;
-				if (g->routed)
-					hv = in->wt[(int64_t)in->ent_row[e] * in->topk + in->ent_slot[e]] *
-					     hv;
-				in->hq[(int64_t)e * I + (int64_t)n] = hv;
-			}
-		}
-	}
+	run_tasks(in, in->n_tasks_per_group_up, begin, end, up_gate_task);
 }
 
 /* Phase 4, per entry (reference only): h rounded to bf16, then quantised to FP8 per 128. */
@@ -663,21 +697,23 @@ static void quant_h(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-/* Phase 5, per (group, block of MOE_NCOL output channels): o = W2 . h. */
+/* Phase 5 task: group g, output channels [n0, n0 + ncol): o = W2 . h. */
+static void down_task(struct moe_inst *in, const struct moe_group *g, size_t n0)
+{
+	const int64_t d = in->d, I = in->inter;
+	size_t n1 = n0 + (size_t)in->ncol;
+	if (n1 > (size_t)d)
+		n1 = (size_t)d;
+	gemm(in, &g->w[1], in->hq + (int64_t)g->first * I,
+	     in->hs + (int64_t)g->first * (I / MOE_QB), g->count, in->o + (int64_t)g->first * d,
+	     (size_t)d, n0, n1);
+}
+
 static void down(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
-	const int64_t d = in->d, I = in->inter, per = in->n_tasks_per_group_down;
 	(void)tid;
-	for (int64_t j = begin + in->task0; j < end + in->task0; j++) {
-		const struct moe_group *g = &in->groups[j / per];
-		size_t n0 = (size_t)(j % per) * MOE_NCOL, n1 = n0 + MOE_NCOL;
-		if (n1 > (size_t)d)
-			n1 = (size_t)d;
-		gemm(in, &g->w[1], in->hq + (int64_t)g->first * I,
-		     in->hs + (int64_t)g->first * (I / MOE_QB), g->count,
-		     in->o + (int64_t)g->first * d, (size_t)d, n0, n1);
-	}
+	run_tasks(in, in->n_tasks_per_group_down, begin, end, down_task);
 }
 
 /* Phase 6, per row: sum its experts' outputs in ascending expert id, shared last. */
@@ -788,8 +824,9 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 	in->cur = l;
 	in->x = x;
 	in->out = out;
-	in->n_tasks_per_group_up = (in->inter + MOE_NCOL - 1) / MOE_NCOL;
-	in->n_tasks_per_group_down = (in->d + MOE_NCOL - 1) / MOE_NCOL;
+	in->ncol = n >= MOE_BIG_ROWS ? MOE_NCOL_BIG : MOE_NCOL;
+	in->n_tasks_per_group_up = (in->inter + in->ncol - 1) / in->ncol;
+	in->n_tasks_per_group_down = (in->d + in->ncol - 1) / in->ncol;
 	for (int64_t r0 = 0; r0 < n; r0 += MOE_ROW_CHUNK) {
 		int64_t n_ent;
 		in->row0 = r0;
@@ -803,7 +840,8 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		in->task0 = 0;
 		if (t0) {
 			/* profiling: the routed groups, then the shared one (the last group) */
-			const int64_t nr = in->n_groups - 1, pu = in->n_tasks_per_group_up;
+			/* units: routed entries first, the shared group's m entries last */
+			const int64_t nr = n_ent - in->m, pu = in->n_tasks_per_group_up;
 			const int64_t pd = in->n_tasks_per_group_down;
 			h->parallel_for(h, nr * pu, up_gate, in);
 			if (in->profile == SRT_PROFILE_REFERENCE)
@@ -811,19 +849,19 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 			h->parallel_for(h, nr * pd, down, in);
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_EXPERTS, t0);
 			in->task0 = nr * pu;
-			h->parallel_for(h, pu, up_gate, in);
+			h->parallel_for(h, pu * in->m, up_gate, in);
 			in->task0 = 0;
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				quant_h(in, n_ent - in->m, n_ent, 0);
 			in->task0 = nr * pd;
-			h->parallel_for(h, pd, down, in);
+			h->parallel_for(h, pd * in->m, down, in);
 			in->task0 = 0;
 			t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_SHARED, t0);
 		} else {
-			h->parallel_for(h, in->n_groups * in->n_tasks_per_group_up, up_gate, in);
+			h->parallel_for(h, n_ent * in->n_tasks_per_group_up, up_gate, in);
 			if (in->profile == SRT_PROFILE_REFERENCE)
 				h->parallel_for(h, n_ent, quant_h, in);
-			h->parallel_for(h, in->n_groups * in->n_tasks_per_group_down, down, in);
+			h->parallel_for(h, n_ent * in->n_tasks_per_group_down, down, in);
 		}
 		h->parallel_for(h, in->m, combine, in);
 		srt_prof_add(&moe_prof, SRT_PROF_MOE_COMBINE, t0);

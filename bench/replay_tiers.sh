@@ -125,9 +125,9 @@ for m in "${modes[@]}"; do
 	row seg "+ L3 file, segments, fsync on ($m)" "${tiers[@]}" "${w[@]}" --l3 file \
 		--l3-path "$dir/store" --l3-opt layout=segments
 	row files "+ L3 file, files, fsync on ($m)" "${tiers[@]}" "${w[@]}" --l3 file \
-		--l3-path "$dir/store"
+		--l3-path "$dir/store" --l3-opt layout=files
 	row nofsync "+ L3 file, files, fsync off ($m)" "${tiers[@]}" "${w[@]}" --l3 file \
-		--l3-path "$dir/store" --l3-opt fsync=off
+		--l3-path "$dir/store" --l3-opt layout=files --l3-opt fsync=off
 	row sqlite "+ L3 sqlite ($m)" "${tiers[@]}" "${w[@]}" --l3 sqlite --l3-path "$dir/l3.db"
 	redis_row redis "+ L3 redis ($m)" "${tiers[@]}" "${w[@]}"
 done

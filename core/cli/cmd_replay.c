@@ -68,8 +68,10 @@ static void replay_usage(FILE *out)
 		"  --l3 NAME|none     L3 store plugin: file, sqlite, redis\n"
 		"  --l3-path P        L3 location (file: directory, sqlite: database file)\n"
 		"  --l3-budget B      L3 bytes (default unbounded)\n"
-		"  --l3-opt K=V       another L3 plugin option (host=, port=, layout=segments for the\n"
-		"                     file store's appended logs, fsync=off, ...); repeatable\n"
+		"  --l3-opt K=V       another L3 plugin option (host=, port=, fsync=off, layout=files\n"
+		"                     for the file store's one-file-per-object tree that several\n"
+		"                     processes share; with --l3 file a replay, one process, uses\n"
+		"                     layout=segments unless told), repeatable\n"
 		"  --write-policy P   write_through | write_through_after_2 | write_back\n"
 		"  --prefetch on|off  L3 loads in a background thread (default on)\n"
 		"  --remat on|off     window rematerialization (default on, as in the engine): a\n"
@@ -381,6 +383,16 @@ int srt_cmd_replay(int argc, char **argv)
 						 .n_pools = g->n_pools, .page_tokens = (uint32_t)page,
 						 .model_ident = ident, .payload_bytes = (uint32_t)payload,
 						 .tail_stride = (uint32_t)stride};
+		/* --l3 file: a replay is one process, so the file store's appended segment logs
+		 * (one write + one fdatasync per batch) unless a layout was asked for */
+		int has_layout = 0;
+		for (int k = 0; k < n_l3opt; k++)
+			has_layout |= !strcmp(ov.l3_opts[k][0], "layout");
+		if (ov.l3_plugin && !strcmp(ov.l3_plugin, "file") && !has_layout &&
+		    n_l3opt < SRT_TIER_STACK_MAX_OPTS - 1) {
+			ov.l3_opts[n_l3opt][0] = "layout";
+			ov.l3_opts[n_l3opt++][1] = "segments";
+		}
 		if (srt_tier_stack_open(&so, &ts, err, sizeof(err))) {
 			fprintf(stderr, "replay: %s\n", err);
 			goto out;

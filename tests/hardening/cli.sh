@@ -65,6 +65,15 @@ XDG_CACHE_HOME="$T/xdg" "$BIN" generate --model tiny --prompt-tokens 1,2 --max-n
 [ -d "$cache/tiny.tmp.$$" ] || fail "the directory of a live process was removed"
 [ -f "$cache/tiny/config.json" ] || fail "no generated checkpoint"
 
+# replay --l3 file: one process, so the segment layout unless --l3-opt layout= says otherwise
+printf '{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]}\n{"timestamp": 1, "input_length": 1536, "output_length": 4, "hash_ids": [1, 2, 3]}\n' >"$T/t.jsonl"
+"$BIN" replay "$T/t.jsonl" --budget 4GiB --l2 none --l3 file --l3-path "$T/l3s" >"$T/o" 2>&1 ||
+	fail "replay --l3 file: $(cat "$T/o")"
+[ -d "$T/l3s/seg" ] || fail "replay --l3 file did not use the segment layout: $(ls -R "$T/l3s")"
+"$BIN" replay "$T/t.jsonl" --budget 4GiB --l2 none --l3 file --l3-path "$T/l3f" \
+	--l3-opt layout=files >"$T/o" 2>&1 || fail "replay --l3-opt layout=files: $(cat "$T/o")"
+[ ! -e "$T/l3f/seg" ] || fail "--l3-opt layout=files was overridden"
+
 # config --model DIR with a FIFO config.json: refused at once
 mkdir "$T/fifo"
 mkfifo "$T/fifo/config.json"

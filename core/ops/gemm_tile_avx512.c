@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "ops/fp.h"
+#include "ops/gemm_avx512_pairs.h"
 #include "ops/gemm_isa.h"
 
 #define KB 128      /* K block */
@@ -36,69 +37,6 @@
 #define RB 4        /* activation rows per register block */
 #define RC 128      /* activation rows per chunk (one weight decode per chunk and block) */
 #define NBMAX 128   /* K blocks whose exactness flags are kept (K <= 16384); larger K: no FMA */
-
-static inline __m512 pair_f32(const float *a, const float *b)
-{
-	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(_mm256_loadu_ps(a))),
-						   _mm256_castps_pd(_mm256_loadu_ps(b)), 1));
-}
-
-static inline __m512 pair_bf16(const uint16_t *a, const uint16_t *b)
-{
-	__m256i v = _mm256_inserti128_si256(
-		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
-		_mm_loadu_si128((const __m128i *)(const void *)b), 1);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
-
-/* E4M3 codes placed as IEEE halves and converted: the code value times 2^-8, exact (see
- * gemm_avx512.c's header). */
-static inline __m512 pair_fp8_half(const uint8_t *a, const uint8_t *b)
-{
-	__m128i v = _mm_unpacklo_epi64(_mm_loadl_epi64((const __m128i *)(const void *)a),
-				       _mm_loadl_epi64((const __m128i *)(const void *)b));
-	__m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(v), 7),
-				     _mm256_set1_epi16((short)0xBF80));
-	return _mm512_cvtph_ps(h);
-}
-
-/* 8 E2M1 values of row a (lanes 0-7) and of row b (lanes 8-15): each lane's nibble shifted
- * down, looked up (sign included) by vpermps, which reads the low 4 index bits only. */
-static inline __m512 pair_fp4(const uint8_t *a, const uint8_t *b)
-{
-	int32_t ua, ub;
-	memcpy(&ua, a, 4);
-	memcpy(&ub, b, 4);
-	const __m512i v = _mm512_mask_set1_epi32(_mm512_set1_epi32(ua), (__mmask16)0xFF00, ub);
-	const __m512i idx = _mm512_srlv_epi32(
-		v, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
-	const __m512 tab = _mm512_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, -0.0f,
-					  -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f);
-	return _mm512_permutexvar_ps(idx, tab);
-}
-
-static inline __m512 pair_set(float sa, float sb)
-{
-	return _mm512_mask_blend_ps((__mmask16)0xFF00, _mm512_set1_ps(sa), _mm512_set1_ps(sb));
-}
-
-/* The 8 results of 4 pair accumulators, each ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)) as gemm.c's
- * dot_blk combines its lanes (the same network as gemm_avx512.c's reduce8). */
-static inline __m256 reduce8(const __m512 *acc)
-{
-	__m512 h[NP];
-	for (int p = 0; p < NP; p++)
-		h[p] = _mm512_add_ps(acc[p], _mm512_shuffle_f32x4(acc[p], acc[p], _MM_SHUFFLE(2, 3, 0, 1)));
-	const __m512 ab = _mm512_add_ps(_mm512_shuffle_ps(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
-					_mm512_shuffle_ps(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
-	const __m512 cd = _mm512_add_ps(_mm512_shuffle_ps(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)),
-					_mm512_shuffle_ps(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)));
-	const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-				       _mm512_shuffle_ps(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
-	const __m128 even = _mm512_castps512_ps128(r), odd = _mm512_extractf32x4_ps(r, 2);
-	return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_unpacklo_ps(even, odd)),
-				    _mm_unpackhi_ps(even, odd), 1);
-}
 
 /* True when each of the 128 floats at x is 0 or has at most 8 significant bits (low 16
  * mantissa bits clear) with a magnitude in [2^-100, 2^101): its product with any E4M3 code

@@ -112,6 +112,10 @@ START_TEST(fp8_row_equals_the_scalar_decode_bitwise)
 		srt_attn_fp8_row(codes, scales, n, v);
 		for (size_t i = 0; i < n; i++) {
 			w[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
+			/* a NaN code times a NaN scale: which NaN's sign the product carries is not
+			 * defined (compilers may swap the operands; the sanitizer build does) */
+			if (isnan(v[i]) && isnan(w[i]) && isnan(srt_e8m0_to_f32(scales[i / 64])))
+				continue;
 			ck_assert_msg(memcmp(&v[i], &w[i], 4) == 0, "rep %d: v[%zu] (code 0x%02x scale %u) %a vs %a",
 				      rep, i, codes[i], scales[i / 64], v[i], w[i]);
 		}

@@ -27,6 +27,7 @@
 
 #include <shadowrt/plugin.h>
 
+#include "check/diverge.h"
 #include "exec/engine.h"
 #include "radix/radix.h"
 #include "tier/manager.h"
@@ -37,20 +38,12 @@ static const char *env_or(const char *name, const char *dflt)
 	return v && *v ? v : dflt;
 }
 
-static uint64_t rng(uint64_t *s)
-{
-	*s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
-	return *s;
-}
-
-/* deterministic prompt: ids in [2, vocab) */
+/* deterministic prompt: ids in [2, vocab), the generator of core/check/diverge.h */
 static int32_t *make_prompt(uint64_t n, int32_t vocab, uint64_t seed)
 {
 	int32_t *t = malloc(sizeof(int32_t) * n);
 	ck_assert_ptr_nonnull(t);
-	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (uint64_t i = 0; i < n; i++)
-		t[i] = 2 + (int32_t)(rng(&s) % (uint64_t)(vocab - 2));
+	srt_div_prompt(t, n, vocab, seed);
 	return t;
 }
 

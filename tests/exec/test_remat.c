@@ -28,6 +28,7 @@
 
 #include <shadowrt/plugin.h>
 
+#include "check/diverge.h"
 #include "exec/engine.h"
 #include "radix/radix.h"
 #include "radix/remat.h"
@@ -63,9 +64,7 @@ static int32_t *make_prompt(uint64_t n, int32_t vocab, uint64_t seed)
 {
 	int32_t *t = malloc(sizeof(int32_t) * n);
 	ck_assert_ptr_nonnull(t);
-	uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-	for (uint64_t i = 0; i < n; i++)
-		t[i] = 2 + (int32_t)(rng(&s) % (uint64_t)(vocab - 2));
+	srt_div_prompt(t, n, vocab, seed); /* core/check/diverge.h: the same xorshift */
 	return t;
 }
 

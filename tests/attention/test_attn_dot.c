@@ -8,10 +8,13 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "attn_dot.h"
+#include "attn_ix.h"
+#include "ops/quant.h"
 #include "ops/fp.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -296,6 +299,98 @@ START_TEST(two_head_kernels_equal_two_one_head_calls_bitwise)
 }
 END_TEST
 
+/* Uniform in (-1, 1): dense FP4 codes after quantization (wide() is mostly below a block's
+ * smallest code). */
+static float unit(void)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	return (float)((int64_t)(rng >> 40) - (1 << 23)) / (float)(1 << 23);
+}
+
+/* One FP4 key of d dims from x (srt_quant_fp4: packed codes, then the scale codes). */
+static void fp4_key(const float *x, size_t d, uint8_t *e)
+{
+	srt_quant_fp4(x, d, e, e + d / 2);
+}
+
+/*
+ * The exact FP4 path of the indexer (attn_ix.h) against the double loop that defines the
+ * bits: FP4-fake-quantized queries with per-head magnitudes 2^-30 .. 2^30 and some all-zero
+ * blocks, FP4 keys of per-key magnitudes, plus keys whose block scales span exactly the
+ * allowed 38 binades (done, and equal: the bound is not too loose) and 39 (left to the caller).
+ */
+START_TEST(qk_fp4_equals_the_double_loop_bitwise)
+{
+	const size_t d = 128, nb = d / 32, ke = d / 2 + d / 32;
+	static const size_t nhs[] = {16, 64};
+	if (!srt_attn_qk_fp4_ready(16, d)) {
+		fprintf(stderr, "qk_fp4: no AVX-512 VNNI here, the double loop runs instead\n");
+		return;
+	}
+	for (size_t hi = 0; hi < 2; hi++) {
+		const size_t nh = nhs[hi], ne = 40;
+		float *iq = malloc(sizeof(float) * nh * d), *kf = malloc(sizeof(float) * ne * d);
+		double *qt = malloc(sizeof(double) * d * nh), *y = malloc(sizeof(double) * ne * nh);
+		double *yr = malloc(sizeof(double) * ne * nh);
+		uint8_t *keys = malloc(ke * ne), ok[40];
+		const uint8_t *kp[40];
+		void *buf = malloc(srt_attn_ixq_bytes(nh, d));
+		for (size_t h = 0; h < nh; h++) {
+			float mag = ldexpf(1.0f, (int)(h * 7 % 61) - 30);
+			/* |values| < 6·mag, the first of each block 6·mag: every block's scale is
+			 * mag, so a head's nonzero blocks span no binade (q.spread 0) */
+			for (size_t c = 0; c < d; c++)
+				iq[h * d + c] = (h % 5 == 3 && c / 32 == 1) ? 0.0f
+						: c % 32 == 0 ? (c & 64 ? -6.0f : 6.0f) * mag
+						: unit() * 6.0f * mag;
+			srt_quant_fp4_fake(iq + h * d, iq + h * d, d);
+		}
+		for (size_t e = 0; e < ne; e++) {
+			float x[128];
+			for (size_t c = 0; c < d; c++)
+				x[c] = unit() * ldexpf(1.0f, (int)(e % 23) - 11);
+			if (e == 7 || e == 8) /* block 0 far above the others: 38 and 39 binades */
+				for (size_t c = 0; c < d; c++)
+					x[c] = (c < 32 ? ldexpf(1.0f, e == 7 ? 38 : 39) : 1.0f) *
+					       (c % 32 ? 6.0f * unit() : 6.0f);
+			fp4_key(x, d, keys + e * ke);
+			kp[e] = keys + e * ke;
+			srt_attn_fp4_row(kp[e], kp[e] + d / 2, d, kf + e * d);
+		}
+		struct srt_attn_ixq q;
+		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
+		for (size_t h = 0; h < nh; h++)
+			for (size_t c = 0; c < d; c++)
+				qt[c * nh + h] = (double)iq[h * d + c];
+		srt_attn_qk_heads(qt, nh, kf, d, ne, yr);
+		size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
+		ck_assert_uint_ge(done, ne - 8);
+		for (size_t e = 0; e < ne; e++) {
+			if (!ok[e])
+				continue;
+			for (size_t h = 0; h < nh; h++)
+				ck_assert_msg(memcmp(&y[e * nh + h], &yr[e * nh + h], sizeof(double)) == 0,
+					      "nh %zu key %zu head %zu: %a vs the double loop %a", nh, e, h,
+					      y[e * nh + h], yr[e * nh + h]);
+		}
+		ck_assert_int_eq(q.spread, 0);
+		ck_assert_int_eq(ok[7], 1);
+		ck_assert_int_eq(ok[8], 0);
+		(void)nb;
+		/* a query that is not FP4 values: not prepared */
+		iq[5] = 1.0f + 0x1p-20f;
+		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 0);
+		free(iq);
+		free(kf);
+		free(qt);
+		free(y);
+		free(yr);
+		free(keys);
+		free(buf);
+	}
+}
+END_TEST
+
 int main(void)
 {
 	Suite *s = suite_create("attn_dot");
@@ -308,6 +403,7 @@ int main(void)
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);
+	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);
 	srunner_run_all(sr, CK_NORMAL);

@@ -45,6 +45,7 @@
 #include <string.h>
 
 #include "attn.h"
+#include "attn_ix.h"
 #include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
@@ -700,6 +701,12 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct v
 
 /* ---- phase C: attention per row ------------------------------------------------------------ */
 
+/* The prepared query's bytes in phase_ix's buffer, rounded to pointer alignment. */
+static size_t ix_qbytes(size_t ih, size_t idim)
+{
+	return (srt_attn_ixq_bytes(ih, idim) + 7) & ~(size_t)7;
+}
+
 /* Decode indexer key `e` into v (as srt_attn_ix_decode: the same floats), FP4 vectorised. */
 static void ix_key(const struct srt_attn *a, const uint8_t *e, float *v)
 {
@@ -728,7 +735,14 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 	double *qt = (double *)(f->tbuf + (size_t)tid * f->tfloats);
 	double *y = qt + ih * idim;
 	float *keys = (float *)(y + ATTN_IXB * ih);
-	int64_t qrow = -1;
+	/* the exact FP4 path (attn_ix.h): the prepared query, the keys' entries, their flags */
+	void *ixqb = keys + ATTN_IXB * idim;
+	const uint8_t **kp = (const uint8_t **)(void *)((char *)ixqb + ix_qbytes(ih, idim));
+	uint8_t *kok = (uint8_t *)(kp + ATTN_IXB);
+	const int fast = a->ix_store == SRT_ATTN_ST_FP4 && srt_attn_qk_fp4_ready(ih, idim);
+	struct srt_attn_ixq ixq;
+	int64_t qrow = -1, prow = -1;
+	int qfp4 = 0;
 
 	for (int64_t u = b; u < e; u++) {
 		int64_t ur = u / nblk, j0 = (u % nblk) * ATTN_IXB, r = f->cg0 + ur, t = f->rpos[r];
@@ -742,15 +756,34 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
 		const float *iq = f->iq + r * (int64_t)(ih * idim), *iw = f->iw + r * (int64_t)ih;
-		if (qrow != r) { /* the row's query, transposed: [dim][head] */
+		const size_t nk = (size_t)(j1 - j0);
+		size_t done = 0;
+		if (fast && prow != r) {
+			qfp4 = srt_attn_ixq_prepare(iq, ih, idim, ixqb, &ixq);
+			prow = r;
+		}
+		if (fast && qfp4) {
+			for (int64_t j = j0; j < j1; j++)
+				kp[j - j0] = entry(a, s, a->pool_ix, f->slot, j);
+			done = srt_attn_qk_fp4(&ixq, kp, nk, y, kok);
+		}
+		if (done < nk && qrow != r) { /* the row's query, transposed: [dim][head] */
 			for (size_t h = 0; h < ih; h++)
 				for (size_t c = 0; c < idim; c++)
 					qt[c * ih + h] = (double)iq[h * idim + c];
 			qrow = r;
 		}
-		for (int64_t j = j0; j < j1; j++)
-			ix_key(a, entry(a, s, a->pool_ix, f->slot, j), keys + (size_t)(j - j0) * idim);
-		srt_attn_qk_heads(qt, ih, keys, idim, (size_t)(j1 - j0), y);
+		if (done == 0) {
+			for (int64_t j = j0; j < j1; j++)
+				ix_key(a, entry(a, s, a->pool_ix, f->slot, j), keys + (size_t)(j - j0) * idim);
+			srt_attn_qk_heads(qt, ih, keys, idim, nk, y);
+		} else if (done < nk) { /* keys outside the exact range: the double loop */
+			for (size_t i = 0; i < nk; i++)
+				if (!kok[i]) {
+					ix_key(a, kp[i], keys);
+					srt_attn_qk_heads(qt, ih, keys, idim, 1, y + i * ih);
+				}
+		}
 		double *out = f->isc + ur * f->c4max;
 		for (int64_t j = j0; j < j1; j++) {
 			const double *qk = y + (size_t)(j - j0) * ih;
@@ -1350,8 +1383,10 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.tfloats = 2 * ((size_t)f.kmax8 + hd) /* doubles */ +
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
 		    idim + 16;
-	if (a->ratio == 4 && f.tfloats < 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim)
-		f.tfloats = 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim; /* phase_ix */
+	size_t ixf = 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim + /* phase_ix */
+		     (ix_qbytes(ih, idim) + ATTN_IXB * (sizeof(void *) + 1)) / sizeof(float) + 1;
+	if (a->ratio == 4 && f.tfloats < ixf)
+		f.tfloats = ixf;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;

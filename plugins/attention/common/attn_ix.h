@@ -1,0 +1,60 @@
+/*
+ * The lightning indexer's q·k for FP4 queries against FP4 keys (the reference profile) by
+ * exact integer block sums.
+ *
+ * In the reference profile both sides are E2M1 values times a power of two per 32 dims, so
+ * over one block every product is a small integer (2·E2M1 in [-12, 12] on each side) times
+ * one power of two, and the block's sum Σ q·k is an exact integer I (|I| <= 4608) times that
+ * power. srt_attn_qk_heads (attn_dot.h) defines the bits: the double sum of the products in
+ * ascending dims. When none of that loop's partial sums rounds, its result is the exact sum,
+ * and so is ((B0 + B1) + B2) + ... of the exact block values B = I·2^e: the same double. A
+ * partial sum cannot round when the block exponents of a (head, key) pair span at most 38
+ * binades (every partial sum is below 2^15 of the largest block unit and a multiple of the
+ * smallest); srt_attn_qk_fp4 checks that per key and leaves the keys outside it to the
+ * caller (the double loop), so its outputs are always that loop's bits.
+ *
+ * The block sums run as int8 dot products (AVX-512 VNNI: 64 products per instruction, 16
+ * heads in the lanes); without VNNI srt_attn_qk_fp4_ready says no and callers keep the double
+ * loop. SRT_GEMM_ISA=generic|avx2 turns it off too (tests of the portable paths).
+ */
+#ifndef SRT_ATTN_IX_H
+#define SRT_ATTN_IX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* One row's query heads, prepared (the layout is private to attn_ix.c). */
+struct srt_attn_ixq {
+	size_t nh, d;
+	int8_t *q;     /* [d/32][8][nh][4] 2·E2M1 values, dims in the order of the key bytes */
+	int32_t *corr; /* [d/32][nh] -12·Σ q over the block (the key bytes carry +12) */
+	double *qs;    /* [d/32][nh] the unit 2^(e-128) of the block, 0 for an all-zero block */
+	int spread;    /* max over heads of the span of its nonzero blocks' exponent codes */
+};
+
+/* True when this CPU and build run srt_attn_qk_fp4 for nh heads of d dims (nh a multiple
+ * of 16, d a multiple of 32 up to 512, AVX-512 VNNI, not steered off by SRT_GEMM_ISA). */
+int srt_attn_qk_fp4_ready(size_t nh, size_t d);
+
+/* Bytes of the buffer srt_attn_ixq_prepare lays the query out in. */
+size_t srt_attn_ixq_bytes(size_t nh, size_t d);
+
+/*
+ * Prepare the query iq [nh][d] (floats) in buf (srt_attn_ixq_bytes, 8-byte aligned). Returns
+ * 1 when every 32-dim block of every head is exactly an E2M1 code times a UE8M0 power of two
+ * (what srt_quant_fp4_fake writes) with finite values, else 0: then use the double loop.
+ */
+int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf,
+			 struct srt_attn_ixq *q);
+
+/*
+ * y[e·nh + h] = the q·k of head h and key e, bitwise srt_attn_qk_heads of the decoded floats,
+ * for the keys e in [0, ne) with ok[e] = 1; keys is an array of ne pointers to FP4 keys (d/2
+ * packed E2M1 bytes, low nibble first, then d/32 UE8M0 scale codes). A key whose scales fall
+ * outside the exact range gets ok[e] = 0 and its outputs are not written. Returns the number
+ * of keys done. Only when srt_attn_qk_fp4_ready(q->nh, q->d).
+ */
+size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
+		       double *y, uint8_t *ok);
+
+#endif

@@ -264,7 +264,8 @@ START_TEST(two_head_kernels_equal_two_one_head_calls_bitwise)
 				x[i] = wide();
 			for (size_t i = 0; i < nt * K * 8; i++)
 				t[i] = wide();
-			srt_attn_dot_tiles_f32_2(x, x + K, t, K, nt, y, y + nt * 8);
+			srt_attn_dot_tiles_f32_2(x, x + K, t, K, nt, y, y + nt * 8,
+						 srt_attn_bf16_exact(t, nt * K * 8));
 			srt_attn_dot_tiles_f32(x, t, K, nt, y + 2 * nt * 8);
 			srt_attn_dot_tiles_f32(x + K, t, K, nt, y + 3 * nt * 8);
 			for (size_t i = 0; i < 2 * nt * 8; i++)
@@ -285,7 +286,7 @@ START_TEST(two_head_kernels_equal_two_one_head_calls_bitwise)
 				p[i] = wide();
 			for (size_t i = 0; i < K * ld; i++)
 				v[i] = wide();
-			srt_attn_pv_f32_2(p, p + K, v, ld, n, K, y, y + n);
+			srt_attn_pv_f32_2(p, p + K, v, ld, n, K, y, y + n, srt_attn_bf16_exact(v, K * ld));
 			srt_attn_pv_f32(p, v, ld, n, K, y + 2 * n);
 			srt_attn_pv_f32(p + K, v, ld, n, K, y + 3 * n);
 			for (size_t i = 0; i < 2 * n; i++)
@@ -295,6 +296,77 @@ START_TEST(two_head_kernels_equal_two_one_head_calls_bitwise)
 			free(v);
 			free(y);
 		}
+	}
+}
+END_TEST
+
+/* bf16 values of 1 .. 8 significant bits over 2^-20 .. 2^20, signs mixed, some zeros: the
+ * float32 chains round often, every product is exact. */
+static float bf16ish(void)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	if (rng % 17 == 0)
+		return rng % 2 ? 0.0f : -0.0f;
+	float v = ldexpf((float)(1 + (rng >> 8) % 255), (int)((rng >> 20) % 41) - 27);
+	return srt_round_bf16(rng & 0x100000000ull ? -v : v);
+}
+
+/* srt_attn_bf16_exact's bounds, and the two-head kernels on operands that pass it (fused
+ * multiply-adds) against two one-head calls (multiplication then addition). */
+START_TEST(two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise)
+{
+	const float ok[] = {0.0f, -0.0f, 0x1p-60f, -0x1p-60f, 0x1.fep60f, 1.5f, -0x1.02p-3f};
+	const float bad[] = {0x1p-61f, 0x1p61f, 1.0f + 0x1p-16f, INFINITY, NAN, 0x1p-130f};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+		ck_assert_msg(srt_attn_bf16_exact(&ok[i], 1), "%a should pass", ok[i]);
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		float v[40];
+		for (size_t j = 0; j < 40; j++)
+			v[j] = 1.0f;
+		ck_assert_msg(!srt_attn_bf16_exact(&bad[i], 1), "%a should fail", bad[i]);
+		v[i * 7] = bad[i]; /* in the vector part and the scalar tail */
+		ck_assert_msg(!srt_attn_bf16_exact(v, 40), "%a at %zu should fail", bad[i], i * 7);
+		v[i * 7] = 1.0f;
+		v[39] = bad[i];
+		ck_assert_msg(!srt_attn_bf16_exact(v, 40), "%a at 39 should fail", bad[i]);
+	}
+	const size_t K = 512;
+	for (size_t nt = 1; nt <= 13; nt += 3) {
+		float *x = malloc(sizeof(float) * 2 * K), *t = malloc(sizeof(float) * nt * K * 8);
+		float *y = malloc(sizeof(float) * nt * 8 * 4);
+		for (size_t i = 0; i < 2 * K; i++)
+			x[i] = bf16ish();
+		for (size_t i = 0; i < nt * K * 8; i++)
+			t[i] = bf16ish();
+		ck_assert(srt_attn_bf16_exact(x, 2 * K) && srt_attn_bf16_exact(t, nt * K * 8));
+		srt_attn_dot_tiles_f32_2(x, x + K, t, K, nt, y, y + nt * 8, 1);
+		srt_attn_dot_tiles_f32(x, t, K, nt, y + 2 * nt * 8);
+		srt_attn_dot_tiles_f32(x + K, t, K, nt, y + 3 * nt * 8);
+		for (size_t i = 0; i < 2 * nt * 8; i++)
+			ck_assert_msg(same(y[i], y[2 * nt * 8 + i]), "qk nt %zu: y[%zu] %a vs %a", nt, i,
+				      y[i], y[2 * nt * 8 + i]);
+		free(x);
+		free(t);
+		free(y);
+	}
+	static const size_t ns[] = {512, 200, 67};
+	for (size_t ni = 0; ni < 3; ni++) {
+		size_t n = ns[ni], ld = n + 3, Kp = 384;
+		float *p = malloc(sizeof(float) * 2 * Kp), *v = malloc(sizeof(float) * Kp * ld);
+		float *y = malloc(sizeof(float) * 4 * n);
+		for (size_t i = 0; i < 2 * Kp; i++)
+			p[i] = fabsf(bf16ish());
+		for (size_t i = 0; i < Kp * ld; i++)
+			v[i] = bf16ish();
+		srt_attn_pv_f32_2(p, p + Kp, v, ld, n, Kp, y, y + n, 1);
+		srt_attn_pv_f32(p, v, ld, n, Kp, y + 2 * n);
+		srt_attn_pv_f32(p + Kp, v, ld, n, Kp, y + 3 * n);
+		for (size_t i = 0; i < 2 * n; i++)
+			ck_assert_msg(same(y[i], y[2 * n + i]), "pv n %zu: y[%zu] %a vs %a", n, i, y[i],
+				      y[2 * n + i]);
+		free(p);
+		free(v);
+		free(y);
 	}
 }
 END_TEST
@@ -403,6 +475,7 @@ int main(void)
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);
+	tcase_add_test(tc, two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
 	suite_add_tcase(s, tc);
 	SRunner *sr = srunner_create(s);

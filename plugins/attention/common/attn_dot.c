@@ -5,8 +5,9 @@
  * (the products of two floats are exact in double; the adds run in k order), so every kernel
  * set gives the bits of that loop: the AVX-512 paths only put 8 outputs in the 8 lanes of a
  * vector. No fused multiply-add is used (explicit mul then add; -ffp-contract=off), except
- * in srt_attn_qk_heads when every query value is a float (then each product is exact and one
- * fused multiply-add rounds the same sum).
+ * in srt_attn_qk_heads when every query value is a float, and in the two-head float32 kernels
+ * on srt_attn_bf16_exact operands (then each product is exact and one fused multiply-add
+ * rounds the same sum).
  * SRT_GEMM_ISA=generic or avx2 in the environment selects the portable loops (tests).
  */
 #include "attn_dot.h"
@@ -557,28 +558,157 @@ __attribute__((target("avx512f"))) static void pv_f32_2_avx512(const float *p0, 
 }
 #endif
 
+#ifdef ATTN_X86
+/*
+ * The two-head kernels above with fused multiply-adds, for operands srt_attn_bf16_exact
+ * passed: every product x·t is then an exact normal float, so round(acc + x·t) in one step
+ * is the bits of the multiplication then addition, at half the floating-point operations.
+ * Same chains, same order.
+ */
+__attribute__((target("avx2,fma"))) static void tiles_f32_2_fma(const float *x0, const float *x1,
+								const float *t, size_t K, size_t nt,
+								float *y0, float *y1)
+{
+	size_t j = 0;
+	for (; j + 4 <= nt; j += 4) {
+		__m256 a[4], b[4];
+		for (int i = 0; i < 4; i++)
+			a[i] = b[i] = _mm256_setzero_ps();
+		const float *tj = t + j * K * 8;
+		for (size_t c = 0; c < K; c++) {
+			const __m256 xa = _mm256_broadcast_ss(x0 + c), xb = _mm256_broadcast_ss(x1 + c);
+			for (int i = 0; i < 4; i++) {
+				const __m256 w = _mm256_loadu_ps(tj + ((size_t)i * K + c) * 8);
+				a[i] = _mm256_fmadd_ps(xa, w, a[i]);
+				b[i] = _mm256_fmadd_ps(xb, w, b[i]);
+			}
+		}
+		for (int i = 0; i < 4; i++) {
+			_mm256_storeu_ps(y0 + (j + (size_t)i) * 8, a[i]);
+			_mm256_storeu_ps(y1 + (j + (size_t)i) * 8, b[i]);
+		}
+	}
+	for (; j < nt; j++) {
+		__m256 a = _mm256_setzero_ps(), b = a;
+		for (size_t c = 0; c < K; c++) {
+			const __m256 w = _mm256_loadu_ps(t + (j * K + c) * 8);
+			a = _mm256_fmadd_ps(_mm256_broadcast_ss(x0 + c), w, a);
+			b = _mm256_fmadd_ps(_mm256_broadcast_ss(x1 + c), w, b);
+		}
+		_mm256_storeu_ps(y0 + j * 8, a);
+		_mm256_storeu_ps(y1 + j * 8, b);
+	}
+}
+
+__attribute__((target("avx512f"))) static void pv_f32_2_fma512(const float *p0, const float *p1,
+								const float *v, size_t ld, size_t n,
+								size_t K, float *y0, float *y1)
+{
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__m512 a[4], b[4];
+		for (int q = 0; q < 4; q++)
+			a[q] = b[q] = _mm512_setzero_ps();
+		for (size_t k = 0; k < K; k++) {
+			const __m512 pa = _mm512_set1_ps(p0[k]), pb = _mm512_set1_ps(p1[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 4; q++) {
+				const __m512 w = _mm512_loadu_ps(r + 16 * q);
+				a[q] = _mm512_fmadd_ps(pa, w, a[q]);
+				b[q] = _mm512_fmadd_ps(pb, w, b[q]);
+			}
+		}
+		for (int q = 0; q < 4; q++) {
+			_mm512_storeu_ps(y0 + i + 16 * (size_t)q, a[q]);
+			_mm512_storeu_ps(y1 + i + 16 * (size_t)q, b[q]);
+		}
+	}
+	if (i < n) /* the rest as the unfused kernel (same bits) */
+		pv_f32_2_avx512(p0, p1, v + i, ld, n - i, K, y0 + i, y1 + i);
+}
+
+static int have_fma(void)
+{
+	static int v = -1;
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		__builtin_cpu_init();
+		r = __builtin_cpu_supports("fma") ? 1 : 0;
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r;
+}
+
+/* srt_attn_bf16_exact's test for 16 floats: low 16 bits clear, and 0 or a biased exponent
+ * in [127 - 60, 127 + 60] */
+__attribute__((target("avx512f"))) static int bf16_exact_avx512(const float *x, size_t n)
+{
+	__mmask16 bad = 0;
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16) {
+		const __m512i u = _mm512_loadu_si512((const void *)(x + i));
+		const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+		const __m512i e = _mm512_srli_epi32(a, 23);
+		const __mmask16 out = _mm512_cmpge_epu32_mask(_mm512_sub_epi32(e, _mm512_set1_epi32(67)),
+							      _mm512_set1_epi32(121));
+		bad |= _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xFFFF)) |
+		       (out & _mm512_test_epi32_mask(a, a));
+	}
+	if (bad)
+		return 0;
+	for (; i < n; i++)
+		if (!srt_attn_bf16_exact(x + i, 1))
+			return 0;
+	return 1;
+}
+#endif
+
+int srt_attn_bf16_exact(const float *x, size_t n)
+{
+#ifdef ATTN_X86
+	if (n >= 16 && have_avx512())
+		return bf16_exact_avx512(x, n);
+#endif
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof u);
+		const uint32_t e = (u & 0x7FFFFFFFu) >> 23;
+		if ((u & 0xFFFFu) || ((u & 0x7FFFFFFFu) && (e < 67 || e > 187)))
+			return 0;
+	}
+	return 1;
+}
+
 void srt_attn_dot_tiles_f32_2(const float *x0, const float *x1, const float *t, size_t k,
-			      size_t nt, float *y0, float *y1)
+			      size_t nt, float *y0, float *y1, int t_exact)
 {
 #ifdef ATTN_X86
 	if (have_avx512()) {
-		tiles_f32_2_avx(x0, x1, t, k, nt, y0, y1);
+		if (t_exact && have_fma() && srt_attn_bf16_exact(x0, k) && srt_attn_bf16_exact(x1, k))
+			tiles_f32_2_fma(x0, x1, t, k, nt, y0, y1);
+		else
+			tiles_f32_2_avx(x0, x1, t, k, nt, y0, y1);
 		return;
 	}
 #endif
+	(void)t_exact;
 	srt_attn_dot_tiles_f32(x0, t, k, nt, y0);
 	srt_attn_dot_tiles_f32(x1, t, k, nt, y1);
 }
 
 void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t ld, size_t n,
-		       size_t k, float *y0, float *y1)
+		       size_t k, float *y0, float *y1, int v_exact)
 {
 #ifdef ATTN_X86
 	if (have_avx512()) {
-		pv_f32_2_avx512(p0, p1, v, ld, n, k, y0, y1);
+		if (v_exact && srt_attn_bf16_exact(p0, k) && srt_attn_bf16_exact(p1, k))
+			pv_f32_2_fma512(p0, p1, v, ld, n, k, y0, y1);
+		else
+			pv_f32_2_avx512(p0, p1, v, ld, n, k, y0, y1);
 		return;
 	}
 #endif
+	(void)v_exact;
 	srt_attn_pv_f32(p0, v, ld, n, k, y0);
 	srt_attn_pv_f32(p1, v, ld, n, k, y1);
 }

@@ -75,11 +75,20 @@ void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt,
 void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t k, float *y);
 /* The same for two query heads over the same keys (each key vector is loaded once for both):
  * y0, y1 get exactly what srt_attn_dot_tiles_f32 / srt_attn_pv_f32 give for x0 / p0 and
- * x1 / p1. */
+ * x1 / p1. t_exact / v_exact: the caller found srt_attn_bf16_exact true for every value of
+ * t (all nt tiles) / of the k rows of v (each n wide); when the query / probabilities pass it
+ * too (checked here), the kernels use fused multiply-adds, which give the same bits. */
 void srt_attn_dot_tiles_f32_2(const float *x0, const float *x1, const float *t, size_t k,
-			      size_t nt, float *y0, float *y1);
+			      size_t nt, float *y0, float *y1, int t_exact);
 void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t ld, size_t n,
-		       size_t k, float *y0, float *y1);
+		       size_t k, float *y0, float *y1, int v_exact);
+
+/* 1 when every x[i] is ±0 or a bf16 value (low 16 mantissa bits clear) of magnitude in
+ * [2^-60, 2^61), else 0: the product of two such values is an exact normal float (at most
+ * 16 significant bits, no underflow, no overflow). The reference profile's queries, keys
+ * (E4M3 times a power of two, or bf16) and probabilities (bf16) are such values unless
+ * extreme. */
+int srt_attn_bf16_exact(const float *x, size_t n);
 
 /*
  * Many queries' heads against many keys (the lightning indexer's q·k): y[e·nh + h] =

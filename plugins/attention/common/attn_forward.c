@@ -92,6 +92,7 @@ struct fwd {
 	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
+	uint8_t *ckx; /* per (group row, key block of phase_c1k): srt_attn_bf16_exact of its keys */
 	int64_t row0; /* first batch row of the block being computed */
 	struct vinfo *vi; /* [n_seqs] of f->b */
 	int err;
@@ -931,6 +932,9 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 		for (int64_t k = k0; k < k1; k++)
 			srt_attn_kv_decode(a, src[k], keys + (size_t)k * hd);
 		srt_attn_tile(keys + (size_t)k0 * hd, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
+		if (a->ref)
+			f->ckx[u] = (uint8_t)srt_attn_bf16_exact(keys + (size_t)k0 * hd,
+								 (size_t)(k1 - k0) * hd);
 	}
 }
 
@@ -971,9 +975,14 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			float *pvf[2] = {(float *)pv, (float *)pv + hd};
 			float denf[2];
 			const float *q = f->q + r * H * hd + h * hd;
+			/* the row's keys allow fused multiply-adds (attn_dot.h) when all blocks do */
+			const int64_t nkb = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
+			int kx = 1;
+			for (int64_t kb = 0; kb * ATTN_KGB < nk; kb++)
+				kx &= f->ckx[gr * nkb + kb];
 			if (nh == 2)
 				srt_attn_dot_tiles_f32_2(q, q + hd, kt, hd, (size_t)(nk + 7) / 8, scf[0],
-							 scf[1]);
+							 scf[1], kx);
 			else
 				srt_attn_dot_tiles_f32(q, kt, hd, (size_t)(nk + 7) / 8, scf[0]);
 			for (size_t i = 0; i < nh; i++) {
@@ -992,7 +1001,8 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				denf[i] = (float)den + expf(lw->sink[h + i] - mxf);
 			}
 			if (nh == 2)
-				srt_attn_pv_f32_2(scf[0], scf[1], keys, hd, hd, (size_t)nk, pvf[0], pvf[1]);
+				srt_attn_pv_f32_2(scf[0], scf[1], keys, hd, hd, (size_t)nk, pvf[0], pvf[1],
+						  kx);
 			else
 				srt_attn_pv_f32(scf[0], keys, hd, hd, (size_t)nk, pvf[0]);
 			for (size_t i = 0; i < nh; i++) {
@@ -1082,8 +1092,8 @@ static void phase_c3(void *ctx, int64_t b, int64_t e, int tid)
 		size_t g = (size_t)u / tg, j0 = (size_t)u % tg, nt = tg - j0;
 		if ((int64_t)nt > e - u)
 			nt = (size_t)(e - u);
-		if (nt > 4)
-			nt = 4;
+		if (nt > 4 && !f->lw->wo_a8_ok)
+			nt = 4; /* the tiles decoded at once below; srt_gemm takes the whole range */
 		u += (int64_t)nt;
 		if (f->lw->wo_a8_ok) {
 			woa_f32(f, g, j0 * 8, (j0 + nt) * 8 < ol ? (j0 + nt) * 8 : ol, dec);
@@ -1396,7 +1406,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[13] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t sz[14] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
@@ -1404,9 +1414,10 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			(size_t)h->nthreads * 32 * gk * sizeof(float),
 			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
 			2 * (batch->n_seqs + 1) * sizeof(struct vinfo),
-			ATTN_CROWS * (size_t)f.kmax * sizeof(const uint8_t *)};
-	size_t off[13], total = 0;
-	for (int i = 0; i < 13; i++) {
+			ATTN_CROWS * (size_t)f.kmax * sizeof(const uint8_t *),
+			ATTN_CROWS * (size_t)((f.kmax + ATTN_KGB - 1) / ATTN_KGB)};
+	size_t off[14], total = 0;
+	for (int i = 0; i < 14; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1433,6 +1444,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.isc = (double *)(void *)(a->scratch + off[10]);
 	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
 	f.csrc = (const uint8_t **)(void *)(a->scratch + off[12]);
+	f.ckx = (uint8_t *)(a->scratch + off[13]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
 	f.xa = buf;
 	f.qr = f.xa + B * d;

@@ -41,7 +41,8 @@
 
 #define MOE_NAME "fp4"
 #define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
-#define MOE_NCOL 64       /* output columns per parallel task (a decode GEMV call each) */
+#define MOE_NCOL 256      /* output columns per parallel task (a decode GEMV call each: long
+			   * enough that the GEMV's set-up and prefetch ramp are a small part) */
 #define MOE_NCOL_BIG 128  /* the same from MOE_BIG_ROWS rows (prefill): fewer, larger GEMMs */
 #define MOE_BIG_ROWS 64
 #define MOE_QB 128        /* activation quantisation block */

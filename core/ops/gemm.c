@@ -188,6 +188,8 @@ static bool run_isa(const struct srt_weight *w, const float *x, const float *xs,
 			return true;
 		return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
 	case SRT_GEMM_ISA_AVX2:
+		if (m >= 2 && srt_gemmt_avx2(w, x, xs, m, ldx, y, ldy, n0, n1))
+			return true;
 		return srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n0, n1);
 #endif
 	default:

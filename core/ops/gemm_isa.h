@@ -29,6 +29,12 @@ bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *x
 bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
 
+/* M >= 2 (prefill) on AVX2 + F16C (FMA only where the CPU has it, checked inside):
+ * register-blocked rows against decoded weight tiles (gemm_tile_avx2.c). Same contract;
+ * false for a shape it does not handle (the caller then runs srt_gemmk_avx2). */
+bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+
 /* One 128 block of srt_gemm_quant_row (same floats); false for a block with NaN or inf. */
 bool srt_gemm_quant_blk_avx512(const float *x, float *xq, float *xs);
 

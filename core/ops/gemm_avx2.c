@@ -25,11 +25,13 @@
  *    8-entry float table by vpermps (which reads the low 3 bits), the sign bit or-ed in.
  */
 #include <immintrin.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "ops/fp.h"
+#include "ops/gemm_avx2_common.h"
 #include "ops/gemm_isa.h"
 
 #define KB 128      /* K block */
@@ -292,9 +294,315 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, 1);
 }
 
+/* ==== decode (M = 1): REFERENCE FP8 / FP4 and EXACT bf16, full 8-row tiles ====================
+ *
+ * The same operations as tile() for M = 1 (so the same bits), arranged for a GEMV as
+ * gemm_avx512.c's gemv_ref: the activation vectors are built once per call for the whole K
+ * (FP8: times 2^8 per block when exact), a tile is 8 output features whose 8 block (or
+ * sub-block) results are combined by one transposed lane reduction, y of a tile stays in a
+ * register across the K blocks and is stored once, and the tile after next is prefetched into
+ * L2 as one sequential stream (one line per 64 bytes consumed). Where the products are exact
+ * (x_exact_products) the multiply-adds are fused, which rounds the same real number once.
+ *
+ * FP4 and bf16 use a "pair" layout: one 8-float register holds lanes 0-3 of row a and lanes
+ * 0-3 of row b (lo), another lanes 4-7 of both (hi); the activations are repeated in both
+ * halves. Every decode step then stays inside 128-bit lanes: a [row a 16 bytes | row b 16
+ * bytes] register is split into nibbles, looked up by vpshufb as the high and low bytes of the
+ * bf16 value (E2M1 values are exact bf16), interleaved into bf16 words and unpacked against
+ * zero into floats. Each lane still adds its products in k order.
+ */
+#define GEMV_KMAX 8192 /* K of the on-stack activation vectors (64 KiB); larger K: tile() */
+
+static bool cpu_fma(void)
+{
+	static _Atomic int have = -1;
+	int h = atomic_load_explicit(&have, memory_order_relaxed);
+	if (h < 0) {
+		__builtin_cpu_init();
+		h = __builtin_cpu_supports("fma") ? 1 : 0;
+		atomic_store_explicit(&have, h, memory_order_relaxed);
+	}
+	return h == 1;
+}
+
+#define GEMV_TARGET __attribute__((target("avx2,f16c,fma")))
+
+/* acc + x·w: one fused multiply-add when `fused` (exact products only). */
+GEMV_TARGET static inline __attribute__((always_inline)) __m256 madd(__m256 acc, __m256 x, __m256 w,
+								      bool fused)
+{
+	return fused ? _mm256_fmadd_ps(x, w, acc) : _mm256_add_ps(acc, _mm256_mul_ps(x, w));
+}
+
+/* The 8 row results of pair accumulators lo[p], hi[p] (rows p and p + 4), each combined as
+ * ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)): lo + hi gives s_j = l_j + l_j+4 of both rows, two
+ * rounds of hadd (s0+s1, s2+s3, then their sum) leave rows 0-3 in the low half, 4-7 in the
+ * high half. */
+GEMV_TARGET static inline __m256 reduce_pairs(const __m256 *lo, const __m256 *hi)
+{
+	const __m256 s0 = _mm256_add_ps(lo[0], hi[0]), s1 = _mm256_add_ps(lo[1], hi[1]);
+	const __m256 s2 = _mm256_add_ps(lo[2], hi[2]), s3 = _mm256_add_ps(lo[3], hi[3]);
+	return _mm256_hadd_ps(_mm256_hadd_ps(s0, s1), _mm256_hadd_ps(s2, s3));
+}
+
+/* The same for 8 row accumulators (row t's 8 lanes in acc[t]): rows t and t + 4 are first
+ * gathered into one pair as [t lanes 0-3 | t+4 lanes 0-3] and [t 4-7 | t+4 4-7]. */
+GEMV_TARGET static inline __m256 reduce_rows(const __m256 *acc)
+{
+	__m256 lo[4], hi[4];
+	for (int t = 0; t < 4; t++) {
+		lo[t] = _mm256_permute2f128_ps(acc[t], acc[t + 4], 0x20);
+		hi[t] = _mm256_permute2f128_ps(acc[t], acc[t + 4], 0x31);
+	}
+	return reduce_pairs(lo, hi);
+}
+
+/* Activation vectors of the pair layout: xl[g] = x[8g .. 8g+3] twice, xh[g] = x[8g+4 .. 8g+7]
+ * twice, for g < nv. */
+GEMV_TARGET static void x_pair_vecs(const float *x, size_t nv, __m256 *xl, __m256 *xh)
+{
+	for (size_t g = 0; g < nv; g++) {
+		xl[g] = _mm256_broadcast_ps((const __m128 *)(const void *)(x + 8 * g));
+		xh[g] = _mm256_broadcast_ps((const __m128 *)(const void *)(x + 8 * g + 4));
+	}
+}
+
+/* One FP8 block of a tile: acc[t] += x·w over the block's 16 vectors of row t, in order;
+ * x256: the activations carry 2^8 (else the weights do); fused: exact products. */
+GEMV_TARGET static inline __attribute__((always_inline)) void
+fp8_blk(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc, bool x256,
+	bool fused, const char *pf)
+{
+	const __m256 f256 = _mm256_set1_ps(256.0f);
+	const __m256i hmask = _mm256_set1_epi16((short)0xBF80);
+	for (size_t v = 0; v < NV; v += 2)
+		for (int t = 0; t < 8; t++) {
+			if (pf && t % 4 == 0) /* 128 bytes a step: two lines */
+				_mm_prefetch(pf + b * (8 * KB) + (v / 2) * 128 + (size_t)(t / 4) * 64,
+					     _MM_HINT_T1);
+			const __m256i h = _mm256_and_si256(
+				_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(
+							  (const __m128i *)(const void *)(rows[t] + b * KB + v * 8))),
+						  7),
+				hmask);
+			__m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+			__m256 w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+			if (!x256) {
+				w0 = _mm256_mul_ps(w0, f256);
+				w1 = _mm256_mul_ps(w1, f256);
+			}
+			acc[t] = madd(acc[t], xb[v], w0, fused);
+			acc[t] = madd(acc[t], xb[v + 1], w1, fused);
+		}
+}
+
+/* The 4 pair vectors of 32 FP4 weights of rows a and b, as bf16 words: w[0] = k 0-7 of both
+ * rows ([a | b]), w[1] = k 8-15, w[2] = 16-23, w[3] = 24-31. */
+GEMV_TARGET static inline __attribute__((always_inline)) void
+fp4_words(const uint8_t *a, const uint8_t *b, __m256i *w)
+{
+	const __m256i tab_hi = _mm256_setr_epi8(0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40, 0x40, (char)0x80,
+						(char)0xBF, (char)0xBF, (char)0xBF, (char)0xC0, (char)0xC0,
+						(char)0xC0, (char)0xC0, 0x00, 0x3F, 0x3F, 0x3F, 0x40, 0x40, 0x40,
+						0x40, (char)0x80, (char)0xBF, (char)0xBF, (char)0xBF, (char)0xC0,
+						(char)0xC0, (char)0xC0, (char)0xC0);
+	const __m256i tab_lo = _mm256_setr_epi8(0x00, 0x00, (char)0x80, (char)0xC0, 0x00, 0x40, (char)0x80,
+						(char)0xC0, 0x00, 0x00, (char)0x80, (char)0xC0, 0x00, 0x40,
+						(char)0x80, (char)0xC0, 0x00, 0x00, (char)0x80, (char)0xC0, 0x00,
+						0x40, (char)0x80, (char)0xC0, 0x00, 0x00, (char)0x80, (char)0xC0,
+						0x00, 0x40, (char)0x80, (char)0xC0);
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	const __m256i v = _mm256_inserti128_si256(
+		_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)a)),
+		_mm_loadu_si128((const __m128i *)(const void *)b), 1);
+	const __m256i lo = _mm256_and_si256(v, m4);                        /* even k */
+	const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4); /* odd k */
+	const __m256i n0 = _mm256_unpacklo_epi8(lo, hi);                   /* k 0-15 */
+	const __m256i n1 = _mm256_unpackhi_epi8(lo, hi);                   /* k 16-31 */
+	const __m256i h0 = _mm256_shuffle_epi8(tab_hi, n0), l0 = _mm256_shuffle_epi8(tab_lo, n0);
+	const __m256i h1 = _mm256_shuffle_epi8(tab_hi, n1), l1 = _mm256_shuffle_epi8(tab_lo, n1);
+	w[0] = _mm256_unpacklo_epi8(l0, h0);
+	w[1] = _mm256_unpackhi_epi8(l0, h0);
+	w[2] = _mm256_unpacklo_epi8(l1, h1);
+	w[3] = _mm256_unpackhi_epi8(l1, h1);
+}
+
+/* Rows [n0, n0 + 8·ntiles) of y = W·x (REFERENCE, FP8 or FP4, one row of prepared
+ * activations). */
+GEMV_TARGET static inline __attribute__((always_inline)) void
+gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs, float *y,
+	 size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	_Alignas(32) float xbuf[KB];
+	__m256 xa[GEMV_KMAX / 8], xh[GEMV_KMAX / 8];
+	bool x256[GEMV_KMAX / KB]; /* FP8: block b's activations carry the 2^8 */
+	bool xfma[GEMV_KMAX / KB]; /* block b's products are exact: fused multiply-adds */
+	for (size_t b = 0; b < nb; b++) {
+		if (type == SRT_WT_FP8) {
+			x256[b] = x_prep(xq + b * KB, NV, true, 256.0f, true, xbuf);
+			if (!x256[b])
+				x_prep(xq + b * KB, NV, false, 1.0f, false, xbuf);
+			for (size_t v = 0; v < NV; v++)
+				xa[b * NV + v] = _mm256_load_ps(xbuf + v * 8);
+		} else {
+			x256[b] = false;
+			x_pair_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
+		}
+		xfma[b] = (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
+	}
+	const __m256i zero = _mm256_setzero_si256();
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
+		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * rowbytes : NULL;
+		const uint8_t *rows[8];
+		for (int t = 0; t < 8; t++)
+			rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * rowbytes;
+		__m256 yacc = _mm256_setzero_ps();
+		if (type == SRT_WT_FP8) {
+			size_t srow[8]; /* the scale block row of each of the 8 rows */
+			for (int t = 0; t < 8; t++)
+				srow[t] = ((n + (size_t)t) / KB) * nb;
+			for (size_t b = 0; b < nb; b++) {
+				__m256 acc[8];
+				for (int t = 0; t < 8; t++)
+					acc[t] = _mm256_setzero_ps();
+				const __m256 *xb = xa + b * NV;
+				if (xfma[b])
+					fp8_blk(rows, b, xb, acc, true, true, pf);
+				else if (x256[b])
+					fp8_blk(rows, b, xb, acc, true, false, pf);
+				else
+					fp8_blk(rows, b, xb, acc, false, false, pf);
+				int32_t ev[8];
+				for (int t = 0; t < 8; t++)
+					ev[t] = w->scales[srow[t] + b];
+				const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)ev);
+				const __m256 f = _mm256_mul_ps(_mm256_set1_ps(xs[b]), e8m0_v(e));
+				yacc = _mm256_add_ps(yacc, _mm256_mul_ps(reduce_rows(acc), f));
+			}
+		} else {
+			const uint8_t *sc[8];
+			for (int t = 0; t < 8; t++)
+				sc[t] = w->scales + (n + (size_t)t) * (K / 32);
+			for (size_t b = 0; b < nb; b++) {
+				/* the 4 scale bytes of each row: sub-block s of row t in byte s of lane t */
+				int32_t sw[8];
+				for (int t = 0; t < 8; t++)
+					memcpy(&sw[t], sc[t] + b * 4, 4);
+				const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
+				const __m256 sa = _mm256_set1_ps(xs[b]);
+				for (int sub = 0; sub < 4; sub++) {
+					const size_t g0 = b * NV + (size_t)sub * 4;
+					__m256 lo[4], hi[4];
+					if (pf) /* 8 x 16 bytes a sub-block */
+						for (int l = 0; l < 2; l++)
+							_mm_prefetch(pf + b * (4 * KB) + (size_t)sub * 128 +
+									     (size_t)l * 64, _MM_HINT_T1);
+					for (int p = 0; p < 4; p++) {
+						__m256i wv[4];
+						fp4_words(rows[p] + b * 64 + sub * 16, rows[p + 4] + b * 64 + sub * 16, wv);
+						lo[p] = _mm256_setzero_ps();
+						hi[p] = _mm256_setzero_ps();
+						for (int q = 0; q < 4; q++) {
+							const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wv[q]));
+							const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wv[q]));
+							if (xfma[b]) {
+								lo[p] = madd(lo[p], xa[g0 + q], wl, true);
+								hi[p] = madd(hi[p], xh[g0 + q], wh, true);
+							} else {
+								lo[p] = madd(lo[p], xa[g0 + q], wl, false);
+								hi[p] = madd(hi[p], xh[g0 + q], wh, false);
+							}
+						}
+					}
+					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
+									   _mm256_set1_epi32(0xFF));
+					const __m256 da = _mm256_mul_ps(reduce_pairs(lo, hi), sa);
+					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, e8m0_v(e)));
+				}
+			}
+		}
+		_mm256_storeu_ps(y + n, yacc);
+	}
+}
+
+/* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, bf16 weights, one row of activations, K a
+ * multiple of 128 (the pair layout above: 32 bytes of each row of a pair, vperm2i128 into
+ * [a k 0-7 | b k 0-7] and [a 8-15 | b 8-15], unpacked against zero into floats). */
+GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, float *y, size_t n0,
+				  size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	__m256 xa[GEMV_KMAX / 8], xh[GEMV_KMAX / 8];
+	x_pair_vecs(x, K / 8, xa, xh);
+	const __m256i zero = _mm256_setzero_si256();
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const uint16_t *rows[8];
+		for (int t = 0; t < 8; t++)
+			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
+		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		__m256 yacc = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m256 lo[4], hi[4];
+			for (int p = 0; p < 4; p++)
+				lo[p] = hi[p] = _mm256_setzero_ps();
+			for (size_t v = 0; v < NV; v += 2) {
+				if (pf) /* 256 bytes a step */
+					for (int l = 0; l < 4; l++)
+						_mm_prefetch(pf + b * (16 * KB) + (v / 2) * 256 + (size_t)l * 64,
+							     _MM_HINT_T1);
+				for (int p = 0; p < 4; p++) {
+					const __m256i ra = _mm256_loadu_si256(
+						(const __m256i *)(const void *)(rows[p] + b * KB + v * 8));
+					const __m256i rb = _mm256_loadu_si256(
+						(const __m256i *)(const void *)(rows[p + 4] + b * KB + v * 8));
+					for (int q = 0; q < 2; q++) {
+						const __m256i pw = _mm256_permute2x128_si256(ra, rb, q ? 0x31 : 0x20);
+						const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, pw));
+						const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, pw));
+						const size_t g = b * NV + v + (size_t)q;
+						lo[p] = _mm256_add_ps(lo[p], _mm256_mul_ps(xa[g], wl));
+						hi[p] = _mm256_add_ps(hi[p], _mm256_mul_ps(xh[g], wh));
+					}
+				}
+			}
+			yacc = _mm256_add_ps(yacc, reduce_pairs(lo, hi));
+		}
+		_mm256_storeu_ps(y + n, yacc);
+	}
+}
+
+GEMV_TARGET static void gemv_ref_fp8(const struct srt_weight *w, const float *xq, const float *xs,
+				     float *y, size_t n0, size_t ntiles)
+{
+	gemv_ref(w, SRT_WT_FP8, xq, xs, y, n0, ntiles);
+}
+
+GEMV_TARGET static void gemv_ref_fp4(const struct srt_weight *w, const float *xq, const float *xs,
+				     float *y, size_t n0, size_t ntiles)
+{
+	gemv_ref(w, SRT_WT_FP4, xq, xs, y, n0, ntiles);
+}
+
 bool srt_gemmk_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
+	if (m == 1 && w->cols % KB == 0 && w->cols <= GEMV_KMAX && n1 - n0 >= 8 && cpu_fma() &&
+	    ((!xs && w->type == SRT_WT_BF16) || (xs && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4)))) {
+		const size_t nt = (n1 - n0) / 8, n = n0 + nt * 8;
+		if (w->type == SRT_WT_BF16)
+			gemv_bf16(w, x, y, n0, nt);
+		else if (w->type == SRT_WT_FP8)
+			gemv_ref_fp8(w, x, xs, y, n0, nt);
+		else
+			gemv_ref_fp4(w, x, xs, y, n0, nt);
+		if (n < n1)
+			srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n, n1);
+		return true;
+	}
 	switch (w->type) {
 	case SRT_WT_F32:
 		if (w->cols % 8 != 0)

@@ -36,6 +36,7 @@
 
 #include "ops/fp.h"
 #include "ops/gemm_avx512_pairs.h"
+#include "ops/gemm_avx2_common.h"
 #include "ops/gemm_isa.h"
 
 #define KB 128        /* K block */
@@ -378,17 +379,6 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
  */
 #define GEMV_KMAX 8192 /* K of the on-stack activation pairs (64 KiB); larger K: tile() */
 
-/* UE8M0 codes (one per 32-bit lane, < 256) -> float, as srt_e8m0_to_f32. */
-static inline __m256 e8m0_v(__m256i e)
-{
-	__m256i u = _mm256_slli_epi32(e, 23);
-	u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x00400000),
-			       _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
-	u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x7FC00000),
-			       _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
-	return _mm256_castsi256_ps(u);
-}
-
 /* The 4 pair vectors of FP4 sub-block (32 weights) of rows a and b. */
 static inline void pair_fp4_sub(const uint8_t *a, const uint8_t *b, __m512 *out)
 {
@@ -403,30 +393,6 @@ static inline void pair_fp4_sub(const uint8_t *a, const uint8_t *b, __m512 *out)
 		const __m512i nib = _mm512_srlv_epi32(_mm512_permutexvar_epi32(idx, v), sh);
 		out[q] = _mm512_permutexvar_ps(nib, tab);
 	}
-}
-
-/*
- * True when every x of the block has at most 8 significant bits (the low 16 mantissa bits
- * clear, as E4M3 and bf16 values have) and is 0 or in [2^-100, 2^101). Then each product
- * with a weight code value (E2M1: 2 bits in [0.5, 6]; E4M3·2^-8 times x·2^8: 4 bits in
- * [2^-17, 1.75]) is an exact normal float (at most 12 bits), so round(acc + x·w) by one fused
- * multiply-add is the bit-identical result of the separate multiplication and addition.
- */
-static inline bool x_exact_products(const float *x)
-{
-	__m256i bad = _mm256_setzero_si256();
-	for (int i = 0; i < KB; i += 8) {
-		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
-		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-		const __m256i e = _mm256_srli_epi32(a, 23);
-		const __m256i low = _mm256_and_si256(u, _mm256_set1_epi32(0x0000FFFF));
-		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
-						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
-		const __m256i nz = _mm256_xor_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()),
-						    _mm256_set1_epi32(-1));
-		bad = _mm256_or_si256(bad, _mm256_or_si256(low, _mm256_and_si256(out, nz)));
-	}
-	return _mm256_testz_si256(bad, bad);
 }
 
 /* acc + x·w: one fused multiply-add when `fused` (exact products only, see above). */

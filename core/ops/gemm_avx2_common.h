@@ -1,0 +1,51 @@
+/*
+ * core/ops/gemm_avx2_common.h — AVX2 helpers shared by the M = 1 kernels of both x86 kernel
+ * sets (gemm_avx2.c, gemm_avx512.c): block checks and scale conversion. Included only by
+ * files compiled for AVX2 (+ F16C); static inline, so each file keeps its own copy.
+ */
+#ifndef SRT_OPS_GEMM_AVX2_COMMON_H
+#define SRT_OPS_GEMM_AVX2_COMMON_H
+
+#include <immintrin.h>
+#include <stdbool.h>
+
+#ifndef KB
+#define KB 128
+#endif
+
+/* UE8M0 codes (one per 32-bit lane, < 256) -> float, as srt_e8m0_to_f32. */
+static inline __m256 e8m0_v(__m256i e)
+{
+	__m256i u = _mm256_slli_epi32(e, 23);
+	u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x00400000),
+			       _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+	u = _mm256_blendv_epi8(u, _mm256_set1_epi32(0x7FC00000),
+			       _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+	return _mm256_castsi256_ps(u);
+}
+
+/*
+ * True when every x of the block has at most 8 significant bits (the low 16 mantissa bits
+ * clear, as E4M3 and bf16 values have) and is 0 or in [2^-100, 2^101). Then each product
+ * with a weight code value (E2M1: 2 bits in [0.5, 6]; E4M3·2^-8 times x·2^8: 4 bits in
+ * [2^-17, 1.75]) is an exact normal float (at most 12 bits), so round(acc + x·w) by one fused
+ * multiply-add is the bit-identical result of the separate multiplication and addition.
+ */
+static inline bool x_exact_products(const float *x)
+{
+	__m256i bad = _mm256_setzero_si256();
+	for (int i = 0; i < KB; i += 8) {
+		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+		const __m256i e = _mm256_srli_epi32(a, 23);
+		const __m256i low = _mm256_and_si256(u, _mm256_set1_epi32(0x0000FFFF));
+		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
+						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
+		const __m256i nz = _mm256_xor_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()),
+						    _mm256_set1_epi32(-1));
+		bad = _mm256_or_si256(bad, _mm256_or_si256(low, _mm256_and_si256(out, nz)));
+	}
+	return _mm256_testz_si256(bad, bad);
+}
+
+#endif /* SRT_OPS_GEMM_AVX2_COMMON_H */

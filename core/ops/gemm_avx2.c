@@ -357,6 +357,36 @@ GEMV_TARGET static inline __m256 reduce_rows(const __m256 *acc)
 	return reduce_pairs(lo, hi);
 }
 
+/* The 8 row results of FP4 accumulators in the even/odd pair layout (fp4_words): ev[p] holds
+ * lanes 0, 2, 4, 6 of rows p (low half) and p + 4 (high half), od[p] lanes 1, 3, 5, 7. The
+ * same adds as reduce_pairs: s0 = l0+l4 and s2 = l2+l6 are neighbours two apart in ev, s1
+ * and s3 in od; then (s0+s1) and (s2+s3), then their sum. */
+GEMV_TARGET static inline __m256 reduce_eo(const __m256 *ev, const __m256 *od)
+{
+	__m256 u[4];
+	for (int p = 0; p < 4; p++) {
+		const __m256 e = _mm256_add_ps(ev[p], _mm256_permute_ps(ev[p], _MM_SHUFFLE(1, 0, 3, 2)));
+		const __m256 o = _mm256_add_ps(od[p], _mm256_permute_ps(od[p], _MM_SHUFFLE(1, 0, 3, 2)));
+		u[p] = _mm256_add_ps(e, o); /* [s0+s1, s2+s3, .., ..] of both rows */
+	}
+	/* [u0 total, -, u1 total, -] per half, then the totals of all four pairs in order */
+	const __m256 h01 = _mm256_hadd_ps(u[0], u[1]), h23 = _mm256_hadd_ps(u[2], u[3]);
+	return _mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(2, 0, 2, 0));
+}
+
+/* Activation vectors of the even/odd pair layout: xe[g] = x[8g], x[8g+2], x[8g+4], x[8g+6]
+ * twice, xo[g] the odd ones, for g < nv. */
+GEMV_TARGET static void x_eo_vecs(const float *x, size_t nv, __m256 *xe, __m256 *xo)
+{
+	for (size_t g = 0; g < nv; g++) {
+		const __m128 a = _mm_loadu_ps(x + 8 * g), b = _mm_loadu_ps(x + 8 * g + 4);
+		const __m128 e = _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0));
+		const __m128 o = _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+		xe[g] = _mm256_set_m128(e, e);
+		xo[g] = _mm256_set_m128(o, o);
+	}
+}
+
 /* Activation vectors of the pair layout: xl[g] = x[8g .. 8g+3] twice, xh[g] = x[8g+4 .. 8g+7]
  * twice, for g < nv. */
 GEMV_TARGET static void x_pair_vecs(const float *x, size_t nv, __m256 *xl, __m256 *xh)
@@ -447,11 +477,11 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				xa[b * NV + v] = _mm256_load_ps(xbuf + v * 8);
 		} else {
 			x256[b] = false;
-			x_pair_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
+			x_eo_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
 		}
 		xfma[b] = (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
 	}
-	const __m256i zero = _mm256_setzero_si256();
+	const __m256i himask = _mm256_set1_epi32((int32_t)0xFFFF0000u);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
@@ -506,8 +536,9 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 						lo[p] = _mm256_setzero_ps();
 						hi[p] = _mm256_setzero_ps();
 						for (int q = 0; q < 4; q++) {
-							const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, wv[q]));
-							const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, wv[q]));
+							/* dword = [k even | k odd] bf16: even by a shift, odd by a mask */
+							const __m256 wl = _mm256_castsi256_ps(_mm256_slli_epi32(wv[q], 16));
+							const __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(wv[q], himask));
 							if (xfma[b]) {
 								lo[p] = madd(lo[p], xa[g0 + q], wl, true);
 								hi[p] = madd(hi[p], xh[g0 + q], wh, true);
@@ -519,7 +550,7 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 					}
 					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
 									   _mm256_set1_epi32(0xFF));
-					const __m256 da = _mm256_mul_ps(reduce_pairs(lo, hi), sa);
+					const __m256 da = _mm256_mul_ps(reduce_eo(lo, hi), sa);
 					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, e8m0_v(e)));
 				}
 			}

@@ -231,11 +231,13 @@ void srt_gemm_quant_row(const float *x, size_t k, float *xq, float *xs)
 	assert(k % KB == 0);
 	uint8_t codes[KB];
 #if defined(SRT_OPS_X86)
-	const bool v512 = srt_gemm_isa_current() == SRT_GEMM_ISA_AVX512;
+	const enum srt_gemm_isa isa = srt_gemm_isa_current();
 #endif
 	for (size_t b = 0; b < k / KB; b++) {
 #if defined(SRT_OPS_X86)
-		if (v512 && srt_gemm_quant_blk_avx512(x + b * KB, xq + b * KB, &xs[b]))
+		if (isa == SRT_GEMM_ISA_AVX512 && srt_gemm_quant_blk_avx512(x + b * KB, xq + b * KB, &xs[b]))
+			continue;
+		if (isa == SRT_GEMM_ISA_AVX2 && srt_gemm_quant_blk_avx2(x + b * KB, xq + b * KB, &xs[b]))
 			continue;
 #endif
 		srt_quant_act(x + b * KB, KB, codes, &xs[b]);

@@ -666,3 +666,49 @@ bool srt_gemmk_avx2(const struct srt_weight *w, const float *x, const float *xs,
 	}
 	return false;
 }
+
+/* One 128 block of srt_gemm_quant_row, as srt_gemm_quant_blk_avx512 (same floats): amax,
+ * the power-of-two scale, then each x / scale clamped to 448 and rounded to E4M3 — normals by
+ * adding half an ulp of a 3-bit mantissa (ties to even) and truncating, subnormals (below
+ * 2^-6) to the nearest multiple of 2^-9. False for a block with NaN or inf. */
+bool srt_gemm_quant_blk_avx2(const float *x, float *xq, float *xs)
+{
+	const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
+	__m256 amax = _mm256_setzero_ps();
+	__m256 bad = _mm256_setzero_ps();
+	for (int i = 0; i < KB; i += 8) {
+		const __m256 v = _mm256_loadu_ps(x + i);
+		const __m256 a = _mm256_castsi256_ps(_mm256_and_si256(_mm256_castps_si256(v), absm));
+		bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, _mm256_set1_ps(__builtin_inff()), _CMP_NLT_UQ));
+		amax = _mm256_max_ps(amax, a);
+	}
+	if (_mm256_movemask_ps(bad))
+		return false;
+	__m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+	m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+	m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+	float m = _mm_cvtss_f32(m4);
+	m = m > 1e-4f ? m : 1e-4f; /* SRT_QUANT_FP8_AMAX_FLOOR */
+	const float sc = srt_pow2_ceil(m * (float)(1.0 / 448.0));
+	const __m256 vs = _mm256_set1_ps(sc);
+	for (int i = 0; i < KB; i += 8) {
+		const __m256i q = _mm256_castps_si256(_mm256_div_ps(_mm256_loadu_ps(x + i), vs));
+		const __m256i sign = _mm256_andnot_si256(absm, q);
+		const __m256 a = _mm256_min_ps(_mm256_castsi256_ps(_mm256_and_si256(q, absm)),
+					       _mm256_set1_ps(448.0f));
+		__m256i u = _mm256_castps_si256(a);
+		u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFFF),
+							 _mm256_and_si256(_mm256_srli_epi32(u, 20),
+									  _mm256_set1_epi32(1))));
+		u = _mm256_and_si256(u, _mm256_set1_epi32((int)0xFFF00000u));
+		const __m256 sub = _mm256_mul_ps(
+			_mm256_round_ps(_mm256_mul_ps(a, _mm256_set1_ps(512.0f)),
+					_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+			_mm256_set1_ps(1.0f / 512.0f));
+		const __m256 small = _mm256_cmp_ps(a, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ);
+		const __m256 r = _mm256_blendv_ps(_mm256_castsi256_ps(u), sub, small);
+		_mm256_storeu_ps(xq + i, _mm256_or_ps(r, _mm256_castsi256_ps(sign)));
+	}
+	*xs = sc;
+	return true;
+}

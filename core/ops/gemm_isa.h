@@ -37,5 +37,6 @@ bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs,
 
 /* One 128 block of srt_gemm_quant_row (same floats); false for a block with NaN or inf. */
 bool srt_gemm_quant_blk_avx512(const float *x, float *xq, float *xs);
+bool srt_gemm_quant_blk_avx2(const float *x, float *xq, float *xs);
 
 #endif /* SRT_OPS_GEMM_ISA_H */

@@ -359,19 +359,21 @@ GEMV_TARGET static inline __m256 reduce_rows(const __m256 *acc)
 
 /* The 8 row results of FP4 accumulators in the even/odd pair layout (fp4_words): ev[p] holds
  * lanes 0, 2, 4, 6 of rows p (low half) and p + 4 (high half), od[p] lanes 1, 3, 5, 7. The
- * same adds as reduce_pairs: s0 = l0+l4 and s2 = l2+l6 are neighbours two apart in ev, s1
- * and s3 in od; then (s0+s1) and (s2+s3), then their sum. */
+ * same adds as reduce_pairs, two pairs at a time: [l0 l2 | l0 l2] + [l4 l6 | l4 l6] of pairs
+ * p and q gives s0 = l0+l4 and s2 = l2+l6 of both (s1, s3 likewise from od), adding those
+ * gives (s0+s1) and (s2+s3), and one hadd of pairs 0-1 and 2-3 their sums in row order. */
 GEMV_TARGET static inline __m256 reduce_eo(const __m256 *ev, const __m256 *od)
 {
-	__m256 u[4];
-	for (int p = 0; p < 4; p++) {
-		const __m256 e = _mm256_add_ps(ev[p], _mm256_permute_ps(ev[p], _MM_SHUFFLE(1, 0, 3, 2)));
-		const __m256 o = _mm256_add_ps(od[p], _mm256_permute_ps(od[p], _MM_SHUFFLE(1, 0, 3, 2)));
-		u[p] = _mm256_add_ps(e, o); /* [s0+s1, s2+s3, .., ..] of both rows */
+	__m256 u[2];
+	for (int h = 0; h < 2; h++) {
+		const __m256 ep = ev[2 * h], eq = ev[2 * h + 1], op = od[2 * h], oq = od[2 * h + 1];
+		const __m256 e = _mm256_add_ps(_mm256_shuffle_ps(ep, eq, _MM_SHUFFLE(1, 0, 1, 0)),
+					       _mm256_shuffle_ps(ep, eq, _MM_SHUFFLE(3, 2, 3, 2)));
+		const __m256 o = _mm256_add_ps(_mm256_shuffle_ps(op, oq, _MM_SHUFFLE(1, 0, 1, 0)),
+					       _mm256_shuffle_ps(op, oq, _MM_SHUFFLE(3, 2, 3, 2)));
+		u[h] = _mm256_add_ps(e, o); /* [p: s0+s1, s2+s3, q: s0+s1, s2+s3] of both rows */
 	}
-	/* [u0 total, -, u1 total, -] per half, then the totals of all four pairs in order */
-	const __m256 h01 = _mm256_hadd_ps(u[0], u[1]), h23 = _mm256_hadd_ps(u[2], u[3]);
-	return _mm256_shuffle_ps(h01, h23, _MM_SHUFFLE(2, 0, 2, 0));
+	return _mm256_hadd_ps(u[0], u[1]);
 }
 
 /* Activation vectors of the even/odd pair layout: xe[g] = x[8g], x[8g+2], x[8g+4], x[8g+6]
@@ -523,6 +525,10 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 					memcpy(&sw[t], sc[t] + b * 4, 4);
 				const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
 				const __m256 sa = _mm256_set1_ps(xs[b]);
+				/* scale codes 1..254 are 2^(e-127) by a shift alone (e8m0_v: 0 and 255) */
+				const bool plain = _mm256_movemask_epi8(_mm256_or_si256(
+					_mm256_cmpeq_epi8(e4, _mm256_setzero_si256()),
+					_mm256_cmpeq_epi8(e4, _mm256_set1_epi8((char)0xFF)))) == 0;
 				for (int sub = 0; sub < 4; sub++) {
 					const size_t g0 = b * NV + (size_t)sub * 4;
 					__m256 lo[4], hi[4];
@@ -551,7 +557,8 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
 									   _mm256_set1_epi32(0xFF));
 					const __m256 da = _mm256_mul_ps(reduce_eo(lo, hi), sa);
-					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, e8m0_v(e)));
+					const __m256 sb = plain ? _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)) : e8m0_v(e);
+					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, sb));
 				}
 			}
 		}

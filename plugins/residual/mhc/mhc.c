@@ -107,6 +107,15 @@ static inline float dot(const float *a, const float *b, int64_t n)
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+/* The hot loops below also get an AVX2 build (GCC function multi-versioning, picked at load
+ * by cpuid): the same operations in the same order, only wider vectors (no FMA: the avx2
+ * target does not enable it, so nothing is contracted), hence the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define MHC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MHC_CLONES
+#endif
+
 static inline float sigmoidf(float v)
 {
 	return 1.0f / (1.0f + expf(-v));
@@ -314,7 +323,7 @@ static void mixes(const struct mhc_inst *in, const float *fn, int64_t nmix, cons
 
 /* One-row calls, per task k: in->dots[k] = fn_k . x (k < nd), x . x (k = nd), the same dot
  * products mixes() computes, so the same bits. */
-static void row_dots(void *ctx, int64_t begin, int64_t end, int tid)
+MHC_CLONES static void row_dots(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct mhc_inst *in = ctx;
 	int64_t n = in->S * in->d;
@@ -324,7 +333,7 @@ static void row_dots(void *ctx, int64_t begin, int64_t end, int tid)
 }
 
 /* u[d] = sum_i pre_i X_i, accumulated stream by stream. */
-static void collapse(const struct mhc_inst *in, const float *pre, const float *x, float *u)
+MHC_CLONES static void collapse(const struct mhc_inst *in, const float *pre, const float *x, float *u)
 {
 	int ref = in->profile == SRT_PROFILE_REFERENCE;
 	for (int64_t c = 0; c < in->d; c++) {
@@ -385,7 +394,7 @@ static void pre_rows(void *ctx, int64_t begin, int64_t end, int tid)
 }
 
 /* X' = post * f + comb^T X for channels [c0, c1) of row i. */
-static void post_row(const struct mhc_inst *in, int64_t i, int64_t c0, int64_t c1)
+MHC_CLONES static void post_row(const struct mhc_inst *in, int64_t i, int64_t c0, int64_t c1)
 {
 	int64_t S = in->S, d = in->d;
 	int ref = in->profile == SRT_PROFILE_REFERENCE;

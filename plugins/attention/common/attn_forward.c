@@ -144,7 +144,8 @@ static void rmsnorm_w(float *x, const float *w, size_t n, double eps, int ref)
 		float var = (float)(ss / (double)n);
 		float r = 1.0f / sqrtf(var + (float)eps);
 		for (size_t i = 0; i < n; i++)
-			x[i] = srt_round_bf16(w[i] * (x[i] * r));
+			x[i] = w[i] * (x[i] * r);
+		srt_round_bf16_n(x, n); /* the library's vector loop, same bits */
 	} else {
 		double r = 1.0 / sqrt(ss / (double)n + eps);
 		for (size_t i = 0; i < n; i++)
@@ -157,12 +158,21 @@ static void head_norm(float *q, size_t n, double eps, int ref)
 {
 	double ss = 0;
 	if (ref) {
-		for (size_t i = 0; i < n; i++)
-			ss += srt_round_bf16(q[i] * q[i]);
+		/* bf16(q·q) summed in order; the roundings by the library's vector loop */
+		float sq[256];
+		for (size_t i0 = 0; i0 < n; i0 += 256) {
+			const size_t len = n - i0 < 256 ? n - i0 : 256;
+			for (size_t i = 0; i < len; i++)
+				sq[i] = q[i0 + i] * q[i0 + i];
+			srt_round_bf16_n(sq, len);
+			for (size_t i = 0; i < len; i++)
+				ss += sq[i];
+		}
 		float mean = srt_round_bf16((float)(ss / (double)n));
 		float r = srt_round_bf16(1.0f / sqrtf(srt_round_bf16(mean + (float)eps)));
 		for (size_t i = 0; i < n; i++)
-			q[i] = srt_round_bf16(q[i] * r);
+			q[i] = q[i] * r;
+		srt_round_bf16_n(q, n);
 	} else {
 		for (size_t i = 0; i < n; i++)
 			ss += (double)q[i] * q[i];
@@ -206,7 +216,9 @@ static void hadamard(float *x, size_t n, int ref)
 			}
 	double sc = pow((double)n, -0.5);
 	for (size_t i = 0; i < n; i++)
-		x[i] = ref ? srt_round_bf16((float)y[i] * (float)sc) : (float)(y[i] * sc);
+		x[i] = ref ? (float)y[i] * (float)sc : (float)(y[i] * sc);
+	if (ref)
+		srt_round_bf16_n(x, n);
 }
 
 /* ---- pages -------------------------------------------------------------------------------- */

@@ -507,11 +507,7 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 					fp8_blk(rows, b, xb, acc, true, false, pf);
 				else
 					fp8_blk(rows, b, xb, acc, false, false, pf);
-				int32_t ev[8];
-				for (int t = 0; t < 8; t++)
-					ev[t] = w->scales[srow[t] + b];
-				const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)ev);
-				const __m256 f = _mm256_mul_ps(_mm256_set1_ps(xs[b]), e8m0_v(e));
+				const __m256 f = fp8_tile_factors(w->scales, srow, b, xs[b]);
 				yacc = _mm256_add_ps(yacc, _mm256_mul_ps(reduce_rows(acc), f));
 			}
 		} else {

@@ -8,6 +8,8 @@
 
 #include <immintrin.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 #ifndef KB
 #define KB 128
@@ -46,6 +48,18 @@ static inline bool x_exact_products(const float *x)
 		bad = _mm256_or_si256(bad, _mm256_or_si256(low, _mm256_and_si256(out, nz)));
 	}
 	return _mm256_testz_si256(bad, bad);
+}
+
+/* The REFERENCE FP8 factors sa·sb of a GEMV tile's 8 rows for K block b: sa the block's
+ * activation scale, sb the UE8M0 scale of each row's 128x128 block (row t's block row starts
+ * at scales[srow[t]]). */
+static inline __m256 fp8_tile_factors(const uint8_t *scales, const size_t *srow, size_t b, float sa)
+{
+	int32_t ev[8];
+	for (int t = 0; t < 8; t++)
+		ev[t] = scales[srow[t] + b];
+	const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)ev);
+	return _mm256_mul_ps(_mm256_set1_ps(sa), e8m0_v(e));
 }
 
 #endif /* SRT_OPS_GEMM_AVX2_COMMON_H */

@@ -1,9 +1,10 @@
 /*
- * attn_dot kernels against the scalar loops that define their bits (attn_dot.h): whatever
- * kernel set this CPU runs (AVX-512 here when present, else the portable loops), every output
- * of srt_attn_qk_heads, srt_attn_dot_tiles_f32 and srt_attn_pv_f32 equals the loop's result
- * bit for bit. The operands span many binades, so a different summation order (another lane
- * assignment, a tree sum, a fused multiply-add) changes results and fails these tests.
+ * attn_dot kernels against the scalar loops that define their bits (attn_dot.h): under every
+ * kernel set this CPU has (main runs the suite with SRT_GEMM_ISA=generic, avx2 and the best:
+ * the portable loops, the AVX2 kernels, the AVX-512 ones), every output of the kernels equals
+ * the loop's result bit for bit. The operands span many binades, so a different summation
+ * order (another lane assignment, a tree sum, a fused multiply-add) changes results and fails
+ * these tests.
  */
 #include <check.h>
 #include <math.h>
@@ -35,7 +36,7 @@ static int same(float a, float b)
 
 START_TEST(qk_heads_equals_the_per_head_double_loop_bitwise)
 {
-	static const size_t nhs[] = {8, 16, 24, 64, 12};
+	static const size_t nhs[] = {8, 16, 24, 64, 12, 4, 20, 3};
 	const size_t K = 128;
 	for (size_t hi = 0; hi < sizeof(nhs) / sizeof(nhs[0]); hi++) {
 		size_t nh = nhs[hi];
@@ -371,6 +372,160 @@ START_TEST(two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise)
 }
 END_TEST
 
+/* The double-accumulated tile product (srt_attn_dot_tiles) against its loop: tile counts
+ * around the 4-tile pass, column counts with odd tails. */
+START_TEST(dot_tiles_equals_the_ascending_double_loop_bitwise)
+{
+	static const size_t Ks[] = {512, 100, 7, 1};
+	for (size_t ki = 0; ki < 4; ki++) {
+		size_t K = Ks[ki];
+		for (size_t nt = 1; nt <= 11; nt++) {
+			float *x = malloc(sizeof(float) * K), *t = malloc(sizeof(float) * nt * K * 8);
+			double *y = malloc(sizeof(double) * nt * 8);
+			for (size_t i = 0; i < K; i++)
+				x[i] = wide();
+			for (size_t i = 0; i < nt * K * 8; i++)
+				t[i] = wide();
+			srt_attn_dot_tiles(x, t, K, nt, y);
+			for (size_t j = 0; j < nt; j++)
+				for (size_t l = 0; l < 8; l++) {
+					double s = 0;
+					for (size_t c = 0; c < K; c++)
+						s += (double)x[c] * (double)t[(j * K + c) * 8 + l];
+					ck_assert_msg(memcmp(&s, &y[j * 8 + l], sizeof s) == 0,
+						      "K %zu nt %zu: y[%zu] %a vs loop %a", K, nt, j * 8 + l,
+						      y[j * 8 + l], s);
+				}
+			free(x);
+			free(t);
+			free(y);
+		}
+	}
+}
+END_TEST
+
+/* probabilities·values in double (srt_attn_pv): widths around the 32- and 4-wide passes. */
+START_TEST(pv_equals_the_ascending_double_loop_bitwise)
+{
+	static const size_t ns[] = {512, 130, 37, 33, 4, 3};
+	for (size_t ni = 0; ni < 6; ni++) {
+		size_t n = ns[ni], ld = n + 5;
+		for (size_t K = 1; K <= 50; K += 7) {
+			double *p = malloc(sizeof(double) * K), *y = malloc(sizeof(double) * n);
+			float *v = malloc(sizeof(float) * K * ld);
+			for (size_t i = 0; i < K; i++)
+				p[i] = (double)wide() * (1.0 + 0x1p-40);
+			for (size_t i = 0; i < K * ld; i++)
+				v[i] = wide();
+			srt_attn_pv(p, v, ld, n, K, y);
+			for (size_t i = 0; i < n; i++) {
+				double s = 0;
+				for (size_t c = 0; c < K; c++)
+					s += p[c] * (double)v[c * ld + i];
+				ck_assert_msg(memcmp(&s, &y[i], sizeof s) == 0,
+					      "n %zu K %zu: y[%zu] %a vs loop %a", n, K, i, y[i], s);
+			}
+			free(p);
+			free(v);
+			free(y);
+		}
+	}
+}
+END_TEST
+
+static void *t_alloc(size_t size, size_t align)
+{
+	void *p = NULL;
+	return posix_memalign(&p, align, size) ? NULL : p;
+}
+
+/*
+ * A constant matrix (srt_attn_tm_dot) stored as float, bf16 and E4M3 tiles, each against the
+ * double loop over its values: row counts with a partial last tile, tile ranges starting
+ * past 0, counts around the 4-tile (float, bf16) and 2-tile (E4M3) passes.
+ */
+START_TEST(tm_dot_equals_the_double_loop_bitwise_for_every_tile_format)
+{
+	const struct srt_host host = {.alloc = t_alloc, .free = free};
+	static const size_t ks[] = {256, 128, 100, 7};
+	for (int fmt = 0; fmt < 3; fmt++) /* 0 float, 1 bf16, 2 E4M3 */
+		for (size_t ki = 0; ki < 4; ki++) {
+			size_t k = ks[ki];
+			if (fmt == 2 && k % 128)
+				continue;
+			for (size_t n = 3; n <= 83; n += 16) {
+				float *w = malloc(sizeof(float) * n * k), *x = malloc(sizeof(float) * k);
+				uint8_t *codes = malloc(n * k), scales[8 * 2];
+				size_t nt = (n + 7) / 8, sb = k / 128;
+				double *y = malloc(sizeof(double) * nt * 8);
+				for (size_t i = 0; i < 16; i++)
+					scales[i] = (uint8_t)(118 + (i * 5) % 19);
+				for (size_t i = 0; i < n * k; i++) {
+					if (fmt == 2) {
+						rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+						codes[i] = (uint8_t)(rng >> 24);
+						if ((codes[i] & 0x7F) == 0x7F) /* no NaN */
+							codes[i] ^= 1;
+						w[i] = srt_fp8_e4m3_to_f32(codes[i]) *
+						       srt_e8m0_to_f32(scales[(i / k / 128) * sb + i % k / 128]);
+					} else {
+						w[i] = fmt ? srt_round_bf16(wide()) : wide();
+					}
+				}
+				for (size_t i = 0; i < k; i++)
+					x[i] = wide();
+				struct srt_attn_tm m;
+				memset(&m, 0, sizeof m);
+				if (fmt == 2)
+					ck_assert_int_eq(srt_attn_tm_make_fp8(&host, codes, scales, sb, 0, n, k,
+									     w, &m), 0);
+				else
+					ck_assert_int_eq(srt_attn_tm_make(&host, w, n, k, &m), 0);
+				ck_assert_int_eq(m.bf16, fmt == 1);
+				ck_assert_int_eq(m.fp8, fmt == 2);
+				for (size_t t0 = 0; t0 < nt && t0 < 2; t0++) {
+					srt_attn_tm_dot(&m, x, t0, nt - t0, y);
+					for (size_t r = t0 * 8; r < nt * 8; r++) {
+						double s = 0;
+						for (size_t c = 0; c < k && r < n; c++)
+							s += (double)x[c] * (double)w[r * k + c];
+						ck_assert_msg(memcmp(&s, &y[r - t0 * 8], sizeof s) == 0,
+							      "format %d k %zu n %zu t0 %zu: row %zu %a vs loop %a",
+							      fmt, k, n, t0, r, y[r - t0 * 8], s);
+					}
+				}
+				srt_attn_tm_free(&host, &m);
+				free(w);
+				free(x);
+				free(codes);
+				free(y);
+			}
+		}
+}
+END_TEST
+
+/* srt_attn_bf16_exact against its definition at every length 1 .. 40 (vector parts and
+ * tails), one offending value at each position in turn. */
+START_TEST(bf16_exact_equals_its_definition_at_every_length_and_position)
+{
+	const float bad[] = {0x1p-61f, 0x1p61f, 1.0f + 0x1p-16f, INFINITY, NAN, 0x1p-130f, 0x1p-67f};
+	for (size_t n = 1; n <= 40; n++) {
+		float v[40];
+		for (size_t i = 0; i < n; i++)
+			v[i] = bf16ish();
+		ck_assert_msg(srt_attn_bf16_exact(v, n), "n %zu: bf16 values should pass", n);
+		for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+			for (size_t i = 0; i < n; i++) {
+				float keep = v[i];
+				v[i] = bad[b];
+				ck_assert_msg(!srt_attn_bf16_exact(v, n), "n %zu: %a at %zu should fail", n,
+					      bad[b], i);
+				v[i] = keep;
+			}
+	}
+}
+END_TEST
+
 /* Uniform in (-1, 1): dense FP4 codes after quantization (wide() is mostly below a block's
  * smallest code). */
 static float unit(void)
@@ -463,9 +618,9 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 }
 END_TEST
 
-int main(void)
+static Suite *attn_dot_suite(const char *name)
 {
-	Suite *s = suite_create("attn_dot");
+	Suite *s = suite_create(name);
 	TCase *tc = tcase_create("kernels");
 	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
 	tcase_add_test(tc, fp4_row_equals_the_scalar_decode_bitwise);
@@ -477,10 +632,37 @@ int main(void)
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);
 	tcase_add_test(tc, two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
+	tcase_add_test(tc, dot_tiles_equals_the_ascending_double_loop_bitwise);
+	tcase_add_test(tc, pv_equals_the_ascending_double_loop_bitwise);
+	tcase_add_test(tc, tm_dot_equals_the_double_loop_bitwise_for_every_tile_format);
+	tcase_add_test(tc, bf16_exact_equals_its_definition_at_every_length_and_position);
 	suite_add_tcase(s, tc);
-	SRunner *sr = srunner_create(s);
-	srunner_run_all(sr, CK_NORMAL);
-	int failed = srunner_ntests_failed(sr);
-	srunner_free(sr);
+	return s;
+}
+
+/* The suite under each kernel set of this CPU in turn: SRT_GEMM_ISA=generic (the portable
+ * loops), avx2 (the AVX2 kernels where the CPU has AVX2), unset (the best, AVX-512 where
+ * present). attn_dot.c reads SRT_GEMM_ISA once per process and each test runs in a fresh
+ * fork, so the setting reaches it; with CK_FORK=no only the best set runs. */
+int main(void)
+{
+	static const char *const isas[] = {"generic", "avx2", NULL};
+	static const char *const names[] = {"attn_dot SRT_GEMM_ISA=generic",
+					    "attn_dot SRT_GEMM_ISA=avx2", "attn_dot (best kernel set)"};
+	int failed = 0;
+	for (size_t i = 0; i < sizeof isas / sizeof isas[0]; i++) {
+		SRunner *sr = srunner_create(attn_dot_suite(names[i]));
+		if (srunner_fork_status(sr) == CK_NOFORK && isas[i]) {
+			srunner_free(sr);
+			continue;
+		}
+		if (isas[i])
+			setenv("SRT_GEMM_ISA", isas[i], 1);
+		else
+			unsetenv("SRT_GEMM_ISA");
+		srunner_run_all(sr, CK_NORMAL);
+		failed += srunner_ntests_failed(sr);
+		srunner_free(sr);
+	}
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
 }

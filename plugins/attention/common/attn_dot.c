@@ -3,12 +3,15 @@
  * (attn_dot.h). Each output is the same sequence of IEEE operations as the scalar loop
  *     s = 0; for (k = 0; k < K; k++) s += (double)a[k] * (double)b[k];
  * (the products of two floats are exact in double; the adds run in k order), so every kernel
- * set gives the bits of that loop: the AVX-512 paths only put 8 outputs in the 8 lanes of a
- * vector. No fused multiply-add is used (explicit mul then add; -ffp-contract=off), except
- * in srt_attn_qk_heads when every query value is a float, and in the two-head float32 kernels
- * on srt_attn_bf16_exact operands (then each product is exact and one fused multiply-add
- * rounds the same sum).
- * SRT_GEMM_ISA=generic or avx2 in the environment selects the portable loops (tests).
+ * set gives the bits of that loop: the AVX-512 and AVX2 paths only put independent outputs in
+ * the lanes of a vector (8 doubles or 16 floats, 4 doubles or 8 floats), each output's own
+ * chain in the loop's order. No fused multiply-add is used (explicit mul then add;
+ * -ffp-contract=off), except in srt_attn_qk_heads when every query value is a float, and in
+ * the two-head float32 kernels on srt_attn_bf16_exact operands (then each product is exact
+ * and one fused multiply-add rounds the same sum).
+ * Kernel sets: AVX-512F when the CPU has it, else AVX2 (FMA, F16C where a kernel needs them),
+ * else the portable loops. SRT_GEMM_ISA=generic in the environment selects the portable loops,
+ * SRT_GEMM_ISA=avx2 at most the AVX2 kernels (tests).
  */
 #include "attn_dot.h"
 
@@ -33,6 +36,33 @@ static int have_avx512(void)
 		__builtin_cpu_init();
 		r = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
 		    (!isa || !strcmp(isa, "avx512")) ? 1 : 0;
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r;
+}
+
+/* AVX2 kernels allowed: the CPU has AVX2 and SRT_GEMM_ISA is not "generic". */
+static int have_avx2(void)
+{
+	static int v = -1;
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		const char *isa = getenv("SRT_GEMM_ISA");
+		__builtin_cpu_init();
+		r = __builtin_cpu_supports("avx2") && (!isa || strcmp(isa, "generic")) ? 1 : 0;
+		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
+	}
+	return r;
+}
+
+/* have_avx2() and the half-float conversions (the FP8 decodes) */
+static int have_avx2_f16c(void)
+{
+	static int v = -1;
+	int r = __atomic_load_n(&v, __ATOMIC_RELAXED);
+	if (r < 0) {
+		__builtin_cpu_init();
+		r = have_avx2() && __builtin_cpu_supports("f16c") ? 1 : 0;
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return r;
@@ -188,6 +218,166 @@ __attribute__((target("avx512f"))) static void pv_avx512(const double *p, const 
 		y[i] = s;
 	}
 }
+
+/*
+ * The AVX2 versions of the four double kernels above: the same outputs in 4-lane halves
+ * (lanes 0-3 and 4-7 of a tile row in two vectors), each lane's chain 0 + x[0]·t[0] + ...
+ * in k order with separate multiplication and addition.
+ */
+#define F4(p) _mm256_cvtps_pd(_mm_loadu_ps(p))
+#define MADD4(a, x, w) ((a) = _mm256_add_pd((a), _mm256_mul_pd((x), (w))))
+
+__attribute__((target("avx2"))) static void tiles_avx2(const float *x, const float *t,
+							size_t K, size_t nt, double *y)
+{
+	size_t j = 0;
+	for (; j + 4 <= nt; j += 4) {
+		const float *t0 = t + j * K * 8;
+		__m256d a[8];
+		for (int i = 0; i < 8; i++)
+			a[i] = _mm256_setzero_pd();
+		for (size_t k = 0; k < K; k++) {
+			const __m256d xv = _mm256_set1_pd((double)x[k]);
+			const float *p = t0 + k * 8;
+			for (int i = 0; i < 4; i++) {
+				MADD4(a[2 * i], xv, F4(p + (size_t)i * K * 8));
+				MADD4(a[2 * i + 1], xv, F4(p + (size_t)i * K * 8 + 4));
+			}
+		}
+		for (int i = 0; i < 8; i++)
+			_mm256_storeu_pd(y + j * 8 + 4 * (size_t)i, a[i]);
+	}
+	for (; j < nt; j++) {
+		const float *t0 = t + j * K * 8;
+		__m256d a0 = _mm256_setzero_pd(), a1 = a0;
+		for (size_t k = 0; k < K; k++) {
+			const __m256d xv = _mm256_set1_pd((double)x[k]);
+			MADD4(a0, xv, F4(t0 + k * 8));
+			MADD4(a1, xv, F4(t0 + k * 8 + 4));
+		}
+		_mm256_storeu_pd(y + j * 8, a0);
+		_mm256_storeu_pd(y + j * 8 + 4, a1);
+	}
+}
+
+/* bf16 tile row: the 8 uint16 widened to float bits (exact), lanes 0-3 / 4-7 to double */
+__attribute__((target("avx2"), always_inline)) static inline __m256 bf8_ps(const uint16_t *p)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(
+		_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
+}
+#define LO4(v) _mm256_cvtps_pd(_mm256_castps256_ps128(v))
+#define HI4(v) _mm256_cvtps_pd(_mm256_extractf128_ps((v), 1))
+
+__attribute__((target("avx2"))) static void tiles_bf16_avx2(const float *x, const uint16_t *t,
+							     size_t K, size_t nt, double *y)
+{
+	size_t j = 0;
+	for (; j + 4 <= nt; j += 4) {
+		const uint16_t *t0 = t + j * K * 8;
+		__m256d a[8];
+		for (int i = 0; i < 8; i++)
+			a[i] = _mm256_setzero_pd();
+		for (size_t k = 0; k < K; k++) {
+			const __m256d xv = _mm256_set1_pd((double)x[k]);
+			const uint16_t *p = t0 + k * 8;
+			for (int i = 0; i < 4; i++) {
+				const __m256 w = bf8_ps(p + (size_t)i * K * 8);
+				MADD4(a[2 * i], xv, LO4(w));
+				MADD4(a[2 * i + 1], xv, HI4(w));
+			}
+		}
+		for (int i = 0; i < 8; i++)
+			_mm256_storeu_pd(y + j * 8 + 4 * (size_t)i, a[i]);
+	}
+	for (; j < nt; j++) {
+		const uint16_t *t0 = t + j * K * 8;
+		__m256d a0 = _mm256_setzero_pd(), a1 = a0;
+		for (size_t k = 0; k < K; k++) {
+			const __m256d xv = _mm256_set1_pd((double)x[k]);
+			const __m256 w = bf8_ps(t0 + k * 8);
+			MADD4(a0, xv, LO4(w));
+			MADD4(a1, xv, HI4(w));
+		}
+		_mm256_storeu_pd(y + j * 8, a0);
+		_mm256_storeu_pd(y + j * 8 + 4, a1);
+	}
+}
+
+/* E4M3 tiles as tiles_fp8_avx512: the same float values (FP8X8 times 2^8 x the scale), then
+ * the same double chains in 4-lane halves */
+__attribute__((target("avx2,f16c"))) static void tiles_fp8_avx2(
+	const float *x, const uint8_t *t, const float *sc, size_t K, size_t nt, double *y)
+{
+	size_t nb = K / 128;
+	for (size_t j = 0; j < nt; j += 2) {
+		size_t m = nt - j < 2 ? nt - j : 2;
+		__m256d acc[4];
+		for (size_t i = 0; i < 4; i++)
+			acc[i] = _mm256_setzero_pd();
+		for (size_t b = 0; b < nb; b++) {
+			__m256 s[2];
+			const uint8_t *p[2];
+			for (size_t i = 0; i < m; i++) {
+				s[i] = _mm256_mul_ps(_mm256_loadu_ps(sc + ((j + i) * nb + b) * 8),
+						     _mm256_set1_ps(256.0f));
+				p[i] = t + ((j + i) * K + b * 128) * 8;
+			}
+#define FP8ACC2(i)                                                                             \
+	do {                                                                                   \
+		const __m256 w_ = _mm256_mul_ps(FP8X8(p[i] + k * 8), s[i]);                    \
+		MADD4(acc[2 * (i)], xv, LO4(w_));                                              \
+		MADD4(acc[2 * (i) + 1], xv, HI4(w_));                                          \
+	} while (0)
+			if (m == 2) {
+				for (size_t k = 0; k < 128; k++) {
+					const __m256d xv = _mm256_set1_pd((double)x[b * 128 + k]);
+					FP8ACC2(0);
+					FP8ACC2(1);
+				}
+			} else {
+				for (size_t k = 0; k < 128; k++) {
+					const __m256d xv = _mm256_set1_pd((double)x[b * 128 + k]);
+					FP8ACC2(0);
+				}
+			}
+#undef FP8ACC2
+		}
+		for (size_t i = 0; i < 2 * m; i++)
+			_mm256_storeu_pd(y + j * 8 + 4 * i, acc[i]);
+	}
+}
+
+__attribute__((target("avx2"))) static void pv_avx2(const double *p, const float *v, size_t ld,
+						     size_t n, size_t K, double *y)
+{
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256d a[8];
+		for (int q = 0; q < 8; q++)
+			a[q] = _mm256_setzero_pd();
+		for (size_t k = 0; k < K; k++) {
+			const __m256d pk = _mm256_set1_pd(p[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 8; q++)
+				MADD4(a[q], pk, F4(r + 4 * q));
+		}
+		for (int q = 0; q < 8; q++)
+			_mm256_storeu_pd(y + i + 4 * (size_t)q, a[q]);
+	}
+	for (; i + 4 <= n; i += 4) {
+		__m256d a0 = _mm256_setzero_pd();
+		for (size_t k = 0; k < K; k++)
+			MADD4(a0, _mm256_set1_pd(p[k]), F4(v + k * ld + i));
+		_mm256_storeu_pd(y + i, a0);
+	}
+	for (; i < n; i++) {
+		double s = 0;
+		for (size_t k = 0; k < K; k++)
+			s += p[k] * (double)v[k * ld + i];
+		y[i] = s;
+	}
+}
 #endif
 
 #ifdef ATTN_X86
@@ -279,6 +469,71 @@ __attribute__((target("avx512f"))) static void qk_heads_avx512(const double *qt,
 	else
 		qk_heads_body(qt, nh, keys, K, ne, y, 0);
 }
+
+/* qk_heads_body with heads in 4-lane vectors (nh a multiple of 4): the same chains, lane by
+ * lane; MADD(acc, q, k) is acc + q·k, fused or not. Instantiated twice (the fused kernel
+ * needs the fma target). */
+#define QK_HEADS_AVX2(name, tgt, MADD)                                                         \
+	__attribute__((target(tgt))) static void name(const double *qt, size_t nh,             \
+						      const float *keys, size_t K, size_t ne,  \
+						      double *y)                               \
+	{                                                                              \
+		size_t e = 0;                                                          \
+		for (; e + 4 <= ne; e += 4) {                                          \
+			const float *k0 = keys + e * K;                                \
+			size_t h = 0;                                                  \
+			for (; h + 8 <= nh; h += 8) {                                  \
+				__m256d a[8];                                          \
+				for (int i = 0; i < 8; i++)                            \
+					a[i] = _mm256_setzero_pd();                    \
+				for (size_t c = 0; c < K; c++) {                       \
+					const __m256d q0 = _mm256_loadu_pd(qt + c * nh + h);     \
+					const __m256d q1 = _mm256_loadu_pd(qt + c * nh + h + 4); \
+					for (int i = 0; i < 4; i++) {                  \
+						const __m256d b = _mm256_set1_pd(      \
+							(double)k0[(size_t)i * K + c]); \
+						a[2 * i] = MADD(a[2 * i], q0, b);      \
+						a[2 * i + 1] = MADD(a[2 * i + 1], q1, b); \
+					}                                              \
+				}                                                      \
+				for (int i = 0; i < 4; i++) {                          \
+					_mm256_storeu_pd(y + (e + (size_t)i) * nh + h, a[2 * i]);     \
+					_mm256_storeu_pd(y + (e + (size_t)i) * nh + h + 4,        \
+							 a[2 * i + 1]);                 \
+				}                                                      \
+			}                                                              \
+			for (; h < nh; h += 4) {                                       \
+				__m256d a[4];                                          \
+				for (int i = 0; i < 4; i++)                            \
+					a[i] = _mm256_setzero_pd();                    \
+				for (size_t c = 0; c < K; c++) {                       \
+					const __m256d q0 = _mm256_loadu_pd(qt + c * nh + h); \
+					for (int i = 0; i < 4; i++)                    \
+						a[i] = MADD(a[i], q0, _mm256_set1_pd(   \
+							(double)k0[(size_t)i * K + c])); \
+				}                                                      \
+				for (int i = 0; i < 4; i++)                            \
+					_mm256_storeu_pd(y + (e + (size_t)i) * nh + h, a[i]); \
+			}                                                              \
+		}                                                                      \
+		for (; e < ne; e++) {                                                  \
+			const float *k0 = keys + e * K;                                \
+			for (size_t h = 0; h < nh; h += 4) {                           \
+				__m256d a0 = _mm256_setzero_pd();                      \
+				for (size_t c = 0; c < K; c++)                         \
+					a0 = MADD(a0, _mm256_loadu_pd(qt + c * nh + h), \
+						  _mm256_set1_pd((double)k0[c]));      \
+				_mm256_storeu_pd(y + e * nh + h, a0);                  \
+			}                                                              \
+		}                                                                      \
+	}
+#define QK_MUL_ADD(acc, a, b) _mm256_add_pd((acc), _mm256_mul_pd((a), (b)))
+#define QK_FMA(acc, a, b) _mm256_fmadd_pd((a), (b), (acc))
+QK_HEADS_AVX2(qk_heads_avx2_sep, "avx2", QK_MUL_ADD)
+QK_HEADS_AVX2(qk_heads_avx2_fma, "avx2,fma", QK_FMA)
+#undef QK_MUL_ADD
+#undef QK_FMA
+#undef QK_HEADS_AVX2
 #endif
 
 #ifdef ATTN_X86
@@ -300,6 +555,35 @@ __attribute__((target("avx512f"))) static void fp4_row_avx512(const uint8_t *cod
 		const __m512i n1 = _mm512_srlv_epi32(_mm512_permutexvar_epi32(hi, w), sh);
 		_mm512_storeu_ps(v + b * 32, _mm512_mul_ps(_mm512_permutexvar_ps(n0, tab), s));
 		_mm512_storeu_ps(v + b * 32 + 16, _mm512_mul_ps(_mm512_permutexvar_ps(n1, tab), s));
+	}
+}
+
+/* fp4_row_avx512 8 values at a time: 4 code bytes to lanes (0,0,1,1,2,2,3,3), shifted by 0 or
+ * 4; vpermps reads the low 3 bits of each, bit 3 (moved to the sign bit) picks the table
+ * half. The same table floats times the same scale. */
+__attribute__((target("avx2"))) static void fp4_row_avx2(const uint8_t *codes,
+							  const uint8_t *scales, size_t d, float *v)
+{
+	const __m256 tlo = _mm256_loadu_ps(srt_fp4_e2m1_table);
+	const __m256 thi = _mm256_loadu_ps(srt_fp4_e2m1_table + 8);
+	const __m256i sh = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+	const __m256i lo = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+	for (size_t b = 0; b < d / 32; b++) {
+		const __m256 s = _mm256_set1_ps(srt_e8m0_to_f32(scales[b]));
+		const __m256i w16 = _mm256_cvtepu8_epi32(
+			_mm_loadl_epi64((const __m128i *)(const void *)(codes + b * 16)));
+		const __m256i w16h = _mm256_cvtepu8_epi32(
+			_mm_loadl_epi64((const __m128i *)(const void *)(codes + b * 16 + 8)));
+		for (int q = 0; q < 4; q++) {
+			/* bytes 4q .. 4q + 3 of the block in lanes 0-3 */
+			const __m256i w = q < 2 ? w16 : w16h;
+			const __m256i idx = _mm256_add_epi32(lo, _mm256_set1_epi32(4 * (q & 1)));
+			const __m256i n = _mm256_srlv_epi32(_mm256_permutevar8x32_epi32(w, idx), sh);
+			const __m256 f = _mm256_blendv_ps(_mm256_permutevar8x32_ps(tlo, n),
+							  _mm256_permutevar8x32_ps(thi, n),
+							  _mm256_castsi256_ps(_mm256_slli_epi32(n, 28)));
+			_mm256_storeu_ps(v + b * 32 + 8 * (size_t)q, _mm256_mul_ps(f, s));
+		}
 	}
 }
 #endif
@@ -338,6 +622,37 @@ __attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const ui
 		}
 	}
 }
+
+/* fp8_row_avx512 with 8-float vectors: the same halves, the same products. */
+__attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *codes,
+							       const uint8_t *scales, size_t n,
+							       float *v)
+{
+	const __m256i m7f = _mm256_set1_epi8(0x7F);
+	for (size_t b = 0; b < n / 64; b++) {
+		const uint8_t *c = codes + b * 64;
+		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
+		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
+		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
+				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		if (nan || scales[b] > 246) {
+			const float s = srt_e8m0_to_f32(scales[b]);
+			for (size_t i = 0; i < 64; i++)
+				v[b * 64 + i] = srt_fp8_e4m3_to_f32(c[i]) * s;
+			continue;
+		}
+		const __m256 f = _mm256_set1_ps(256.0f * srt_e8m0_to_f32(scales[b]));
+		const __m256i mask = _mm256_set1_epi16((short)0xBF80);
+		for (int q = 0; q < 4; q++) {
+			const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
+			const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), mask);
+			_mm256_storeu_ps(v + b * 64 + 16 * q,
+					 _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), f));
+			_mm256_storeu_ps(v + b * 64 + 16 * q + 8,
+					 _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f));
+		}
+	}
+}
 #endif
 
 void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
@@ -345,6 +660,10 @@ void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, flo
 #ifdef ATTN_X86
 	if (n % 64 == 0 && have_avx512()) {
 		fp8_row_avx512(codes, scales, n, v);
+		return;
+	}
+	if (n % 64 == 0 && have_avx2_f16c()) {
+		fp8_row_avx2(codes, scales, n, v);
 		return;
 	}
 #endif
@@ -381,6 +700,18 @@ __attribute__((target("avx512f,avx2"))) static void ix_weigh_avx512(const double
 		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
 	}
 }
+
+__attribute__((target("avx2"))) static void ix_weigh_avx2(const double *qk, const float *w,
+							   size_t nh, float *t)
+{
+	for (size_t h = 0; h < nh; h += 8) {
+		const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(
+				_mm256_loadu_pd(qk + h))), _mm256_cvtpd_ps(_mm256_loadu_pd(qk + h + 4)), 1);
+		const __m256 sc = round_bf16_v8(f);
+		const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
+		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
+	}
+}
 #endif
 
 void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t)
@@ -388,6 +719,10 @@ void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *
 #ifdef ATTN_X86
 	if (nh % 8 == 0 && have_avx512()) {
 		ix_weigh_avx512(qk, w, nh, t);
+		return;
+	}
+	if (nh % 8 == 0 && have_avx2()) {
+		ix_weigh_avx2(qk, w, nh, t);
 		return;
 	}
 #endif
@@ -402,6 +737,10 @@ void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, flo
 #ifdef ATTN_X86
 	if (d % 32 == 0 && have_avx512()) {
 		fp4_row_avx512(codes, scales, d, v);
+		return;
+	}
+	if (d % 32 == 0 && have_avx2()) {
+		fp4_row_avx2(codes, scales, d, v);
 		return;
 	}
 #endif
@@ -463,6 +802,39 @@ __attribute__((target("avx512f"))) static void pv_f32_avx512(const float *p, con
 			a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p[k]),
 							   _mm512_loadu_ps(v + k * ld + i)));
 		_mm512_storeu_ps(y + i, a);
+	}
+	for (; i < n; i++) {
+		float s = 0;
+		for (size_t k = 0; k < K; k++)
+			s += p[k] * v[k * ld + i];
+		y[i] = s;
+	}
+}
+
+/* pv_f32_avx512 in 8-float vectors: 64 outputs per pass, then 8, then single outputs. */
+__attribute__((target("avx2"))) static void pv_f32_avx2(const float *p, const float *v,
+							 size_t ld, size_t n, size_t K, float *y)
+{
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		__m256 a[8];
+		for (int q = 0; q < 8; q++)
+			a[q] = _mm256_setzero_ps();
+		for (size_t k = 0; k < K; k++) {
+			const __m256 pk = _mm256_set1_ps(p[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 8; q++)
+				a[q] = _mm256_add_ps(a[q], _mm256_mul_ps(pk, _mm256_loadu_ps(r + 8 * q)));
+		}
+		for (int q = 0; q < 8; q++)
+			_mm256_storeu_ps(y + i + 8 * (size_t)q, a[q]);
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 a = _mm256_setzero_ps();
+		for (size_t k = 0; k < K; k++)
+			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[k]),
+							   _mm256_loadu_ps(v + k * ld + i)));
+		_mm256_storeu_ps(y + i, a);
 	}
 	for (; i < n; i++) {
 		float s = 0;
@@ -556,6 +928,52 @@ __attribute__((target("avx512f"))) static void pv_f32_2_avx512(const float *p0, 
 		y1[i] = s1;
 	}
 }
+
+/* pv_f32_2_avx512 in 8-float vectors: 32 outputs per pass (4 x 8 lanes each), then 8, then
+ * single outputs. */
+__attribute__((target("avx2"))) static void pv_f32_2_avx2(const float *p0, const float *p1,
+							   const float *v, size_t ld, size_t n,
+							   size_t K, float *y0, float *y1)
+{
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256 a[4], b[4];
+		for (int q = 0; q < 4; q++)
+			a[q] = b[q] = _mm256_setzero_ps();
+		for (size_t k = 0; k < K; k++) {
+			const __m256 pa = _mm256_set1_ps(p0[k]), pb = _mm256_set1_ps(p1[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 4; q++) {
+				const __m256 w = _mm256_loadu_ps(r + 8 * q);
+				a[q] = _mm256_add_ps(a[q], _mm256_mul_ps(pa, w));
+				b[q] = _mm256_add_ps(b[q], _mm256_mul_ps(pb, w));
+			}
+		}
+		for (int q = 0; q < 4; q++) {
+			_mm256_storeu_ps(y0 + i + 8 * (size_t)q, a[q]);
+			_mm256_storeu_ps(y1 + i + 8 * (size_t)q, b[q]);
+		}
+	}
+	for (; i + 8 <= n; i += 8) {
+		__m256 a = _mm256_setzero_ps(), b = a;
+		for (size_t k = 0; k < K; k++) {
+			const __m256 w = _mm256_loadu_ps(v + k * ld + i);
+			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p0[k]), w));
+			b = _mm256_add_ps(b, _mm256_mul_ps(_mm256_set1_ps(p1[k]), w));
+		}
+		_mm256_storeu_ps(y0 + i, a);
+		_mm256_storeu_ps(y1 + i, b);
+	}
+	for (; i < n; i++) {
+		float s0 = 0, s1 = 0;
+		for (size_t k = 0; k < K; k++) {
+			s0 += p0[k] * v[k * ld + i];
+			s1 += p1[k] * v[k * ld + i];
+		}
+		y0[i] = s0;
+		y1[i] = s1;
+	}
+}
 #endif
 
 #ifdef ATTN_X86
@@ -627,6 +1045,33 @@ __attribute__((target("avx512f"))) static void pv_f32_2_fma512(const float *p0, 
 		pv_f32_2_avx512(p0, p1, v + i, ld, n - i, K, y0 + i, y1 + i);
 }
 
+__attribute__((target("avx2,fma"))) static void pv_f32_2_fma(const float *p0, const float *p1,
+							     const float *v, size_t ld, size_t n,
+							     size_t K, float *y0, float *y1)
+{
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		__m256 a[4], b[4];
+		for (int q = 0; q < 4; q++)
+			a[q] = b[q] = _mm256_setzero_ps();
+		for (size_t k = 0; k < K; k++) {
+			const __m256 pa = _mm256_set1_ps(p0[k]), pb = _mm256_set1_ps(p1[k]);
+			const float *r = v + k * ld + i;
+			for (int q = 0; q < 4; q++) {
+				const __m256 w = _mm256_loadu_ps(r + 8 * q);
+				a[q] = _mm256_fmadd_ps(pa, w, a[q]);
+				b[q] = _mm256_fmadd_ps(pb, w, b[q]);
+			}
+		}
+		for (int q = 0; q < 4; q++) {
+			_mm256_storeu_ps(y0 + i + 8 * (size_t)q, a[q]);
+			_mm256_storeu_ps(y1 + i + 8 * (size_t)q, b[q]);
+		}
+	}
+	if (i < n) /* the rest as the unfused kernel (same bits) */
+		pv_f32_2_avx2(p0, p1, v + i, ld, n - i, K, y0 + i, y1 + i);
+}
+
 static int have_fma(void)
 {
 	static int v = -1;
@@ -661,6 +1106,30 @@ __attribute__((target("avx512f"))) static int bf16_exact_avx512(const float *x, 
 			return 0;
 	return 1;
 }
+
+/* The same test for 8 floats: the biased exponent (0 .. 255) compared signed. */
+__attribute__((target("avx2"))) static int bf16_exact_avx2(const float *x, size_t n)
+{
+	__m256i bad = _mm256_setzero_si256();
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+		const __m256i e = _mm256_srli_epi32(a, 23);
+		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(67), e),
+						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(187)));
+		const __m256i nz = _mm256_xor_si256(_mm256_cmpeq_epi32(a, _mm256_setzero_si256()),
+						    _mm256_set1_epi32(-1));
+		bad = _mm256_or_si256(bad, _mm256_and_si256(u, _mm256_set1_epi32(0xFFFF)));
+		bad = _mm256_or_si256(bad, _mm256_and_si256(out, nz));
+	}
+	if (!_mm256_testz_si256(bad, bad))
+		return 0;
+	for (; i < n; i++)
+		if (!srt_attn_bf16_exact(x + i, 1))
+			return 0;
+	return 1;
+}
 #endif
 
 int srt_attn_bf16_exact(const float *x, size_t n)
@@ -668,6 +1137,8 @@ int srt_attn_bf16_exact(const float *x, size_t n)
 #ifdef ATTN_X86
 	if (n >= 16 && have_avx512())
 		return bf16_exact_avx512(x, n);
+	if (n >= 8 && have_avx2())
+		return bf16_exact_avx2(x, n);
 #endif
 	for (size_t i = 0; i < n; i++) {
 		uint32_t u;
@@ -683,7 +1154,7 @@ void srt_attn_dot_tiles_f32_2(const float *x0, const float *x1, const float *t, 
 			      size_t nt, float *y0, float *y1, int t_exact)
 {
 #ifdef ATTN_X86
-	if (have_avx512()) {
+	if (have_avx2()) { /* AVX-512 implies AVX2 (have_avx512 checks both) */
 		if (t_exact && have_fma() && srt_attn_bf16_exact(x0, k) && srt_attn_bf16_exact(x1, k))
 			tiles_f32_2_fma(x0, x1, t, k, nt, y0, y1);
 		else
@@ -707,6 +1178,13 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 			pv_f32_2_avx512(p0, p1, v, ld, n, k, y0, y1);
 		return;
 	}
+	if (have_avx2()) {
+		if (v_exact && have_fma() && srt_attn_bf16_exact(p0, k) && srt_attn_bf16_exact(p1, k))
+			pv_f32_2_fma(p0, p1, v, ld, n, k, y0, y1);
+		else
+			pv_f32_2_avx2(p0, p1, v, ld, n, k, y0, y1);
+		return;
+	}
 #endif
 	(void)v_exact;
 	srt_attn_pv_f32(p0, v, ld, n, k, y0);
@@ -716,7 +1194,7 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y)
 {
 #ifdef ATTN_X86
-	if (have_avx512()) { /* AVX-512 implies AVX2 here (have_avx512 checks both) */
+	if (have_avx2()) {
 		tiles_f32_avx(x, t, k, nt, y);
 		return;
 	}
@@ -738,6 +1216,10 @@ void srt_attn_pv_f32(const float *p, const float *v, size_t ld, size_t n, size_t
 		pv_f32_avx512(p, v, ld, n, k, y);
 		return;
 	}
+	if (have_avx2()) {
+		pv_f32_avx2(p, v, ld, n, k, y);
+		return;
+	}
 #endif
 	for (size_t i = 0; i < n; i++)
 		y[i] = 0;
@@ -752,6 +1234,17 @@ void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k,
 #ifdef ATTN_X86
 	if (nh % 8 == 0 && have_avx512()) {
 		qk_heads_avx512(qt, nh, keys, k, ne, y);
+		return;
+	}
+	if (nh % 4 == 0 && have_avx2()) {
+		/* fused when every query value is a float (see qk_heads_avx512) */
+		int floats = have_fma();
+		for (size_t i = 0; i < k * nh && floats; i++)
+			floats = (double)(float)qt[i] == qt[i];
+		if (floats)
+			qk_heads_avx2_fma(qt, nh, keys, k, ne, y);
+		else
+			qk_heads_avx2_sep(qt, nh, keys, k, ne, y);
 		return;
 	}
 #endif
@@ -801,7 +1294,7 @@ void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t)
 {
 	size_t nt = (n + 7) / 8;
 #ifdef ATTN_X86
-	if (have_avx512()) {
+	if (have_avx2()) {
 		size_t j = 0;
 		for (; j < n / 8; j++) {
 			size_t c = tile_avx2(w + j * 8 * ldw, k, ldw, t + j * k * 8);
@@ -831,6 +1324,10 @@ void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, dou
 #ifdef ATTN_X86
 	if (have_avx512()) {
 		tiles_avx512(x, t, k, nt, y);
+		return;
+	}
+	if (have_avx2()) {
+		tiles_avx2(x, t, k, nt, y);
 		return;
 	}
 #endif
@@ -947,6 +1444,10 @@ void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, siz
 			tiles_fp8_avx512(x, t8, sc, m->k, nt, y);
 			return;
 		}
+		if (have_avx2_f16c()) {
+			tiles_fp8_avx2(x, t8, sc, m->k, nt, y);
+			return;
+		}
 #endif
 		for (size_t j = 0; j < nt; j++) {
 			double s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -968,6 +1469,10 @@ void srt_attn_tm_dot(const struct srt_attn_tm *m, const float *x, size_t t0, siz
 #ifdef ATTN_X86
 	if (have_avx512()) {
 		tiles_bf16_avx512(x, t, m->k, nt, y);
+		return;
+	}
+	if (have_avx2()) {
+		tiles_bf16_avx2(x, t, m->k, nt, y);
 		return;
 	}
 #endif
@@ -1009,6 +1514,10 @@ void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k,
 #ifdef ATTN_X86
 	if (have_avx512()) {
 		pv_avx512(p, v, ld, n, k, y);
+		return;
+	}
+	if (have_avx2()) {
+		pv_avx2(p, v, ld, n, k, y);
 		return;
 	}
 #endif

@@ -2,8 +2,8 @@
  * Internal kernels of srt_attn_common: dot products of float operands accumulated in double,
  * in ascending k order, many independent outputs at once. Every output has the bits of
  *     s = 0; for (k = 0; k < K; k++) s += (double)a[k] * (double)b[k];
- * whatever the kernel set (AVX-512F when the CPU has it, else portable C), so callers may
- * split outputs between threads freely. Thread-safe; nothing is allocated.
+ * whatever the kernel set (AVX-512F when the CPU has it, else AVX2, else portable C), so
+ * callers may split outputs between threads freely. Thread-safe; nothing is allocated.
  */
 #ifndef SRT_ATTN_DOT_H
 #define SRT_ATTN_DOT_H

@@ -1,13 +1,419 @@
 /*
  * core/ops/gemm_tile_avx2.c — the M > 1 (prefill) GEMM kernel for x86-64 AVX2 + F16C
- * (compiled like gemm_avx2.c, never -mfma). Not written yet: returns false, so gemm.c runs
- * srt_gemmk_avx2.
+ * (compiled like gemm_avx2.c, never -mfma; called by gemm.c only after cpuid said yes, for
+ * M >= 2).
+ *
+ * Same bits as the portable code (gemm.h's order) and as gemm_avx2.c: one 8-float register
+ * holds the 8 lanes (k mod 8) of one output feature, each lane adds its products in k order
+ * starting from 0. What changes is the blocking:
+ *  - activations: the rows are taken in chunks of up to RC; for each 128-wide K block the
+ *    chunk's activations are packed once into an aligned L1 buffer (xq·xs for REFERENCE with
+ *    f32/bf16 weights, as gemm.c computes them), so they stay in L1 for every tile whatever
+ *    the row stride is;
+ *  - weights: a tile of NT = 8 output features' block is decoded once per chunk into a 4 KiB
+ *    buffer (the floats of gemm_avx2.c's row_w: EXACT scaled, REFERENCE FP8/FP4 code values)
+ *    and used by every row of the chunk;
+ *  - products: RB = 2 rows against 4 features at a time, 8 independent accumulators (each
+ *    weight vector loaded once per 2 rows, each activation vector once per 4 features), in
+ *    two passes over the tile's features 0..3 and 4..7;
+ *  - lane combination: activations and weights are stored with their lanes in lane_order
+ *    (0, 4, 1, 5, 2, 6, 3, 7) — products are lane-wise, so each accumulator lane still holds
+ *    one k mod 8 class — which puts the pairs gemm.h adds first side by side: two levels of
+ *    hadd and one add of 128-bit halves give the 8 features' ((l0+l4)+(l1+l5))+((l2+l6)+
+ *    (l3+l7)) in one vector, instead of one horizontal comb8 per feature, and the epilogues
+ *    (y += d; REFERENCE FP8 y += d·(sa·sb); REFERENCE FP4 y += (d·sa)·sb_s per 32 sub-block,
+ *    in gemm.c's order) run on 8 features at once;
+ *  - REFERENCE mode with FP8/FP4 weights, when the CPU has FMA: the products xq·wq are exact
+ *    when the 128 activations of the block have at most 8 significant bits in
+ *    [2^-100, 2^101) (E4M3 values always do; checked per row and block when the block is
+ *    packed): then one fused multiply-add acc + x·w rounds the same real number once as the
+ *    separate multiplication (exact) and addition do, so the bits are unchanged. The FMA is
+ *    inline assembly (as in gemm_tile_avx512.c): GCC refuses to inline an FMA intrinsic into
+ *    these -mavx2 -mf16c helpers, and a target("fma") attribute would have to be carried by
+ *    every caller up to a separately compiled copy of the whole kernel. It runs only after
+ *    __builtin_cpu_supports("fma") said yes; rows whose block fails the check multiply then
+ *    add.
+ * Output features past the last full tile go to srt_gemmk_avx2 (same bits); fewer than 8
+ * features, M < 2 and f32/bf16 with K % 8 != 0 are left to the caller.
  */
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/fp.h"
 #include "ops/gemm_isa.h"
+
+#define KB 128       /* K block */
+#define NT 8         /* output features per tile */
+#define NV (KB / 8)  /* 8-float vectors per block */
+#define RB 2         /* activation rows per register block */
+#define WST (NV * 8) /* floats from one feature's decoded block to the next */
+#define XST KB       /* floats from one packed activation row to the next */
+#define RC 64        /* activation rows per chunk: 32 KiB packed, one weight decode per chunk */
+
+/* The lane order of packed activations and decoded weights: register lane p holds the
+ * products of k = 8v + LANE[p]. Products are lane-wise, so each accumulator lane still sums
+ * one k mod 8 class in k order; the order only puts the lanes that gemm.h combines first
+ * (l0+l4, l1+l5, ...) next to each other, where hadd adds them. */
+static inline __m256i lane_order(void)
+{
+	return _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+}
+
+static inline __m256 in_order(__m256 v)
+{
+	return _mm256_permutevar8x32_ps(v, lane_order());
+}
+
+/* E4M3 codes as halves converted to float: the code value times 2^-8 (gemm_avx2.c). */
+static inline __m256 fp8x8_half(const uint8_t *p)
+{
+	__m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+	__m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
+				  _mm_set1_epi16((short)0xBF80));
+	return _mm256_cvtph_ps(h);
+}
+
+/* 8 E2M1 values of 4 packed bytes (low nibble first) as gemm_avx2.c decodes them, in
+ * lane_order: lane p takes nibble LANE[p]. */
+static inline __m256 fp4x8(const uint8_t *p)
+{
+	int32_t u;
+	memcpy(&u, p, sizeof u);
+	const __m256i v = _mm256_set1_epi32(u);
+	const __m256i idx = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28));
+	const __m256i sgn = _mm256_and_si256(
+		_mm256_sllv_epi32(v, _mm256_setr_epi32(28, 12, 24, 8, 20, 4, 16, 0)),
+		_mm256_set1_epi32((int32_t)0x80000000u));
+	const __m256 mag = _mm256_permutevar8x32_ps(
+		_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
+	return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
+}
+
+/* True when each of the 128 floats at x is 0 or has at most 8 significant bits (low 16
+ * mantissa bits clear) with a magnitude in [2^-100, 2^101): its product with any E4M3 code
+ * value (4 bits, [2^-9, 448]) or E2M1 value (2 bits, [0.5, 6]) is then an exact normal float. */
+static inline bool x_exact_products(const float *x)
+{
+	const __m256i zero = _mm256_setzero_si256();
+	__m256i bad = zero;
+	for (int i = 0; i < KB; i += 8) {
+		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
+		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
+		const __m256i e = _mm256_srli_epi32(a, 23);
+		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
+						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
+		bad = _mm256_or_si256(bad, _mm256_and_si256(u, _mm256_set1_epi32(0x0000FFFF)));
+		bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_cmpeq_epi32(a, zero), out));
+	}
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* acc + x·w in one rounding (vfmadd231ps). Only where the CPU has FMA and x·w is exact. */
+static inline __m256 fma8(__m256 acc, __m256 x, __m256 w)
+{
+	__asm__("vfmadd231ps %2, %1, %0" : "+x"(acc) : "x"(x), "x"(w));
+	return acc;
+}
+
+/* Decode block [k0, k0 + 8·nv) of features [n, n + 8) into wbuf[t][v][8]: gemm.c's
+ * decode_row floats (EXACT: scaled; REFERENCE: FP8 and FP4 code values), computed as
+ * gemm_avx2.c's row_w computes them. */
+static inline __attribute__((always_inline)) void
+decode_tile(const struct srt_weight *w, int type, bool ref, size_t n, size_t k0, size_t nv,
+	    float *restrict wbuf)
+{
+	const size_t K = w->cols;
+	for (size_t t = 0; t < NT; t++) {
+		const size_t r = n + t;
+		float *dst = wbuf + t * WST;
+		switch (type) {
+		case SRT_WT_F32: {
+			const float *src = (const float *)w->data + r * K + k0;
+			for (size_t v = 0; v < nv; v++)
+				_mm256_store_ps(dst + v * 8, in_order(_mm256_loadu_ps(src + v * 8)));
+			break;
+		}
+		case SRT_WT_BF16: {
+			const uint16_t *src = (const uint16_t *)w->data + r * K + k0;
+			for (size_t v = 0; v < nv; v++)
+				_mm256_store_ps(dst + v * 8,
+						in_order(_mm256_castsi256_ps(_mm256_slli_epi32(
+							_mm256_cvtepu16_epi32(_mm_loadu_si128(
+								(const __m128i *)(const void *)(src + v * 8))),
+							16))));
+			break;
+		}
+		case SRT_WT_FP8: {
+			const uint8_t *src = (const uint8_t *)w->data + r * K + k0;
+			const size_t nb = (K + KB - 1) / KB;
+			const uint8_t e = w->scales[(r / KB) * nb + k0 / KB];
+			/* (v·2^-8)·(2^8·s): the real v·s rounded once when 2^8·s is finite;
+			 * else (v·2^-8·2^8)·s; REFERENCE: v·2^-8·2^8 = v */
+			__m256 f = _mm256_set1_ps(256.0f), f2 = _mm256_set1_ps(1.0f);
+			bool two = false;
+			if (!ref && e <= 246) {
+				f = _mm256_set1_ps(256.0f * srt_e8m0_to_f32(e));
+			} else if (!ref) {
+				f2 = _mm256_set1_ps(srt_e8m0_to_f32(e));
+				two = true;
+			}
+			for (size_t v = 0; v < nv; v++) {
+				__m256 x = _mm256_mul_ps(fp8x8_half(src + v * 8), f);
+				if (two)
+					x = _mm256_mul_ps(x, f2);
+				_mm256_store_ps(dst + v * 8, in_order(x));
+			}
+			break;
+		}
+		default: {
+			const uint8_t *src = (const uint8_t *)w->data + (r * K + k0) / 2;
+			const uint8_t *sc = w->scales + r * (K / 32) + k0 / 32;
+			for (size_t v = 0; v < nv; v++) {
+				__m256 x = fp4x8(src + v * 4);
+				if (!ref)
+					x = _mm256_mul_ps(x, _mm256_set1_ps(srt_e8m0_to_f32(sc[v / 4])));
+				_mm256_store_ps(dst + v * 8, x);
+			}
+			break;
+		}
+		}
+	}
+}
+
+/* acc[0..3]: the lanes (in lane_order) of 4 features a, b, c, d. Returns
+ * [a, b, c, d: (l0+l4)+(l1+l5) | a, b, c, d: (l2+l6)+(l3+l7)]. */
+static inline __m256 reduce4(const __m256 *acc)
+{
+	return _mm256_hadd_ps(_mm256_hadd_ps(acc[0], acc[1]), _mm256_hadd_ps(acc[2], acc[3]));
+}
+
+/* One vector v of pass4: acc[r][q] += x_r[v]·w_q[v]. */
+static inline __attribute__((always_inline)) void
+pass4_step(const float *const *wp, const float *x, int R, size_t v, bool fused,
+	   __m256 (*acc)[4])
+{
+	__m256 xv[RB];
+	for (int r = 0; r < R; r++)
+		xv[r] = _mm256_load_ps(x + (size_t)r * XST + v * 8);
+	for (int q = 0; q < 4; q++) {
+		const __m256 wv = _mm256_load_ps(wp[q] + v * 8);
+		for (int r = 0; r < R; r++)
+			acc[r][q] = fused ? fma8(acc[r][q], xv[r], wv)
+					  : _mm256_add_ps(acc[r][q], _mm256_mul_ps(xv[r], wv));
+	}
+}
+
+/* h[r] = reduce4 of rows x + r·XST (r < R) against the 4 features whose decoded vectors
+ * start at w0 .. w3, over vectors [v0, v0 + nv). */
+static inline __attribute__((always_inline)) void
+pass4(const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
+      int R, size_t v0, size_t nv, bool fused, __m256 *h)
+{
+	const float *wp[4] = {w0, w1, w2, w3};
+	__m256 acc[RB][4];
+	for (int r = 0; r < R; r++)
+		for (int q = 0; q < 4; q++)
+			acc[r][q] = _mm256_setzero_ps();
+	/* Unrolling (measured on Zen 4): GCC's register allocation of the unrolled FMA loop
+	 * spills; the multiply-add loop gains from it. */
+	if (fused) {
+#pragma GCC unroll 1
+		for (size_t v = v0; v < v0 + nv; v++)
+			pass4_step(wp, x, R, v, true, acc);
+	} else {
+#pragma GCC unroll 4
+		for (size_t v = v0; v < v0 + nv; v++)
+			pass4_step(wp, x, R, v, false, acc);
+	}
+	for (int r = 0; r < R; r++)
+		h[r] = reduce4(acc[r]);
+}
+
+/* d[r] = the tile's 8 dots of the packed rows x + r·XST over vectors [v0, v0 + nv) of wbuf,
+ * for r < R: two passes over the features 0..3 and 4..7, whose reduce4 results one add of
+ * 128-bit halves completes in feature order. fused: every product exact (fused multiply-add,
+ * same bits). R, nv and fused are compile-time constants at every call. */
+static inline __attribute__((always_inline)) void
+rows_dots(const float *wbuf, const float *x, int R, size_t v0, size_t nv, bool fused, __m256 *d)
+{
+	__m256 h0[RB], h1[RB];
+#define WF(f) (wbuf + (size_t)(f) * WST)
+	pass4(WF(0), WF(1), WF(2), WF(3), x, R, v0, nv, fused, h0);
+	pass4(WF(4), WF(5), WF(6), WF(7), x, R, v0, nv, fused, h1);
+#undef WF
+	/* [h0.lo + h0.hi | h1.lo + h1.hi]: ((l0+l4)+(l1+l5))+((l2+l6)+(l3+l7)), features 0..7 */
+	for (int r = 0; r < R; r++)
+		d[r] = _mm256_add_ps(_mm256_permute2f128_ps(h0[r], h1[r], 0x20),
+				     _mm256_permute2f128_ps(h0[r], h1[r], 0x31));
+}
+
+/* y[0..8) + a, y taken as +0 for the first term (gemm.c zeroes y, then adds). */
+static inline void y_add(float *y, bool first, __m256 a)
+{
+	const __m256 y0 = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y);
+	_mm256_storeu_ps(y, _mm256_add_ps(y0, a));
+}
+
+/* Packed rows [0, R) of one tile and block b: dots and epilogue, as gemm.c: EXACT (and
+ * REFERENCE with f32/bf16 weights): y += d; REFERENCE FP8: y += d·(sa·sb); REFERENCE FP4,
+ * per 32 sub-block s: y += (d·sa)·sb_s. sa: the rows' activation scales of block b. */
+static inline __attribute__((always_inline)) void
+rows_blk(const float *wbuf, int type, bool ref, const float *x, const float *sa, float *y,
+	 size_t ldy, bool first, size_t nv, const __m256 *sb, int R, bool fused)
+{
+	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
+	__m256 d[RB];
+	if (!ref || !quant) {
+		rows_dots(wbuf, x, R, 0, nv, false, d);
+		for (int r = 0; r < R; r++)
+			y_add(y + (size_t)r * ldy, first, d[r]);
+	} else if (type == SRT_WT_FP8) {
+		rows_dots(wbuf, x, R, 0, NV, fused, d);
+		for (int r = 0; r < R; r++) {
+			const __m256 f = _mm256_mul_ps(_mm256_set1_ps(sa[r]), sb[0]);
+			y_add(y + (size_t)r * ldy, first, _mm256_mul_ps(d[r], f));
+		}
+	} else {
+		/* y stays in registers over the 4 sub-blocks */
+		__m256 yv[RB];
+		for (int r = 0; r < R; r++)
+			yv[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + (size_t)r * ldy);
+		for (size_t s = 0; s < KB / 32; s++) {
+			rows_dots(wbuf, x, R, s * 4, 4, fused, d);
+			for (int r = 0; r < R; r++) {
+				const __m256 da = _mm256_mul_ps(d[r], _mm256_set1_ps(sa[r]));
+				yv[r] = _mm256_add_ps(yv[r], _mm256_mul_ps(da, sb[s]));
+			}
+		}
+		for (int r = 0; r < R; r++)
+			_mm256_storeu_ps(y + (size_t)r * ldy, yv[r]);
+	}
+}
+
+/* Rows [0, mc) (mc <= RC), full tiles [n0, n1); type and ref compile-time. Block by block,
+ * the rows' activations are packed first (REFERENCE with f32/bf16 weights: xq·xs, as gemm.c),
+ * so that the chunk's block stays in L1 for every tile whatever ldx is. fma: the CPU has FMA
+ * (used only for REFERENCE FP8/FP4 rows whose block has exact products). */
+static inline __attribute__((always_inline)) void
+chunk(const struct srt_weight *w, int type, bool ref, const float *x, const float *xs,
+      size_t mc, size_t ldx, float *y, size_t ldy, size_t n0, size_t n1, bool fma)
+{
+	_Alignas(32) float wbuf[NT * WST];
+	_Alignas(32) float xp[RC * XST];
+	float sa[RC];
+	bool ex[RC];
+	const size_t K = w->cols, nb = (K + KB - 1) / KB;
+	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
+	const bool can_fuse = fma && ref && quant;
+	for (size_t b = 0; b < nb; b++) {
+		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
+		for (size_t i = 0; i < mc; i++) {
+			const float *src = x + i * ldx + k0;
+			const __m256 f = _mm256_set1_ps(ref ? xs[i * nb + b] : 1.0f);
+			for (size_t v = 0; v < nv; v++) {
+				__m256 xv = _mm256_loadu_ps(src + v * 8);
+				if (ref && !quant)
+					xv = _mm256_mul_ps(xv, f);
+				_mm256_store_ps(xp + i * XST + v * 8, in_order(xv));
+			}
+			if (ref)
+				sa[i] = xs[i * nb + b];
+			/* REFERENCE FP8/FP4: exact products (fused multiply-adds) */
+			ex[i] = can_fuse && x_exact_products(xp + i * XST);
+		}
+		for (size_t n = n0; n < n1; n += NT) {
+			decode_tile(w, type, ref, n, k0, nv, wbuf);
+			__m256 sb[KB / 32];
+			if (ref && quant) {
+				float s[KB / 32][NT];
+				for (size_t t = 0; t < NT; t++) {
+					if (type == SRT_WT_FP8) {
+						s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
+					} else {
+						const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
+						for (int q = 0; q < KB / 32; q++)
+							s[q][t] = srt_e8m0_to_f32(sc[q]);
+					}
+				}
+				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
+					sb[q] = _mm256_loadu_ps(s[q]);
+			}
+			size_t i = 0;
+			for (; i + RB <= mc; i += RB) {
+				const float *xr = xp + i * XST;
+				float *yr = y + i * ldy + n;
+				if (can_fuse && ex[i] && ex[i + 1])
+					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, RB, true);
+				else
+					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, RB, false);
+			}
+			if (i < mc) {
+				const float *xr = xp + i * XST;
+				float *yr = y + i * ldy + n;
+				if (can_fuse && ex[i])
+					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 1, true);
+				else
+					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 1, false);
+			}
+		}
+	}
+}
+
+static inline __attribute__((always_inline)) void
+run(const struct srt_weight *w, int type, bool ref, const float *x, const float *xs, size_t m,
+    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	const size_t nb = (w->cols + KB - 1) / KB;
+	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
+	__builtin_cpu_init(); /* done by gemm.c already; cheap, and keeps this file self-contained */
+	const bool fma = ref && quant && __builtin_cpu_supports("fma");
+	for (size_t i0 = 0; i0 < m; i0 += RC) {
+		const size_t mc = m - i0 < RC ? m - i0 : RC;
+		chunk(w, type, ref, x + i0 * ldx, xs ? xs + i0 * nb : NULL, mc, ldx, y + i0 * ldy,
+		      ldy, n0, n1, fma);
+	}
+}
 
 bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
-	(void)w, (void)x, (void)xs, (void)m, (void)ldx, (void)y, (void)ldy, (void)n0, (void)n1;
-	return false;
+	if (m < 2 || n1 - n0 < NT)
+		return false;
+	if ((w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) && w->cols % 8 != 0)
+		return false; /* lane tails: the portable code */
+	const bool ref = xs != NULL;
+	const size_t nf = n0 + (n1 - n0) / NT * NT;
+	switch (w->type) {
+	case SRT_WT_F32:
+		if (ref)
+			run(w, SRT_WT_F32, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_F32, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	case SRT_WT_BF16:
+		if (ref)
+			run(w, SRT_WT_BF16, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_BF16, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	case SRT_WT_FP8:
+		if (ref)
+			run(w, SRT_WT_FP8, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_FP8, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	case SRT_WT_FP4:
+		if (ref)
+			run(w, SRT_WT_FP4, true, x, xs, m, ldx, y, ldy, n0, nf);
+		else
+			run(w, SRT_WT_FP4, false, x, xs, m, ldx, y, ldy, n0, nf);
+		break;
+	default:
+		return false;
+	}
+	if (nf < n1 && !srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, nf, n1))
+		return false; /* unreachable: the shapes handled above are handled there too */
+	return true;
 }

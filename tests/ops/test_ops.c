@@ -839,6 +839,53 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 }
 END_TEST
 
+/* The M = 1 (decode) GEMVs keep the whole activation row on the stack up to K = 8192 and
+ * hand larger K to the tile kernels: at K = 8192 and 8320, for every weight type and mode,
+ * output ranges starting off the 8-row tile grid and ending in a partial tile, every kernel
+ * set gives the generic set's bits. */
+START_TEST(gemv_kernels_match_generic_at_the_stack_k_limit)
+{
+	static const size_t Ks[] = {8192, 8320};
+	enum { N = 27, KMAX = 8320 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float *x = malloc(sizeof(float) * KMAX), *xq = malloc(sizeof(float) * KMAX);
+	float xs[KMAX / 128], y0[N], y1[N];
+	for (size_t ki = 0; ki < N_OF(Ks); ki++) {
+		const size_t K = Ks[ki];
+		for (size_t i = 0; i < K; i++)
+			x[i] = i % 61 == 0 ? 0.0f : frand() * (float)(1 + i % 7);
+		srt_gemm_quant_row(x, K, xq, xs);
+		for (size_t ti = 0; ti < N_OF(all_types); ti++) {
+			struct wtest t;
+			make_raw_weight(&t, all_types[ti], N, K, false);
+			for (int mode = 0; mode < 2; mode++) {
+				const size_t n0 = 3, n1 = N;
+				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+					memset(y, 0x7F, sizeof(float) * N);
+					ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+					if (mode == 0)
+						srt_gemm_exact(&t.w, x, 1, K, y, N, n0, n1);
+					else
+						srt_gemm_ref(&t.w, xq, xs, 1, K, y, N, n0, n1);
+					if (isa == SRT_GEMM_ISA_GENERIC)
+						continue;
+					for (size_t n = 0; n < N; n++)
+						ck_assert_msg(same_float(y0[n], y1[n]),
+							      "%s type %d K %zu mode %d: y[%zu] %a vs generic %a",
+							      srt_gemm_isa_name((enum srt_gemm_isa)isa), all_types[ti],
+							      K, mode, n, y1[n], y0[n]);
+				}
+			}
+			free_weight(&t);
+		}
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(xq);
+}
+END_TEST
+
 /* The M > 1 (prefill) kernels: register blocks of 4 (pair tiles) and 3 (16-feature tiles,
  * REFERENCE FP8/FP4 from M = 8) rows with rows left over, row chunks of 128 (M = 131 spans
  * two), output ranges off the tile grids, and, in REFERENCE mode,
@@ -896,6 +943,60 @@ START_TEST(gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_
 	free(x);
 	free(xq);
 	free(xs);
+	free(y0);
+	free(y1);
+}
+END_TEST
+
+/* The M > 1 kernels with row strides wider than the rows (ldx > K, ldy > N) and output
+ * ranges off the tile grid: every kernel set gives the generic set's bits in [n0, n1) and
+ * leaves every other element of y (columns outside the range, the row padding) untouched. */
+START_TEST(gemm_prefill_kernels_honour_row_strides_and_write_only_their_range)
+{
+	static const size_t ranges[][2] = {{0, 29}, {3, 27}, {5, 13}, {8, 16}};
+	enum { M = 7, N = 29, K = 256, LDX = K + 24, LDY = N + 5 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float *x = malloc(sizeof(float) * M * LDX), *xq = malloc(sizeof(float) * M * LDX);
+	float xs[M * (K / 128)];
+	float *y0 = malloc(sizeof(float) * M * LDY), *y1 = malloc(sizeof(float) * M * LDY);
+	for (size_t i = 0; i < M * LDX; i++)
+		x[i] = i % 53 == 0 ? -0.0f : frand() * (float)(1 + i % 3);
+	for (size_t m = 0; m < M; m++)
+		srt_gemm_quant_row(x + m * LDX, K, xq + m * LDX, xs + m * (K / 128));
+	for (size_t ti = 0; ti < N_OF(all_types); ti++) {
+		struct wtest t;
+		make_raw_weight(&t, all_types[ti], N, K, false);
+		for (int mode = 0; mode < 2; mode++)
+			for (size_t ri = 0; ri < N_OF(ranges); ri++) {
+				const size_t n0 = ranges[ri][0], n1 = ranges[ri][1];
+				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+					memset(y, 0x7F, sizeof(float) * M * LDY);
+					ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+					if (mode == 0)
+						srt_gemm_exact(&t.w, x, M, LDX, y, LDY, n0, n1);
+					else
+						srt_gemm_ref(&t.w, xq, xs, M, LDX, y, LDY, n0, n1);
+					for (size_t i = 0; i < M * LDY; i++) {
+						const size_t c = i % LDY;
+						if (c < n0 || c >= n1)
+							ck_assert_msg(f2u(y[i]) == 0x7F7F7F7Fu,
+								      "%s type %d mode %d [%zu, %zu): y[%zu][%zu] written",
+								      srt_gemm_isa_name((enum srt_gemm_isa)isa),
+								      all_types[ti], mode, n0, n1, i / LDY, c);
+						else if (isa != SRT_GEMM_ISA_GENERIC)
+							ck_assert_msg(same_float(y0[i], y1[i]),
+								      "%s type %d mode %d [%zu, %zu): y[%zu][%zu] %a vs generic %a",
+								      srt_gemm_isa_name((enum srt_gemm_isa)isa),
+								      all_types[ti], mode, n0, n1, i / LDY, c, y1[i], y0[i]);
+					}
+				}
+			}
+		free_weight(&t);
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(xq);
 	free(y0);
 	free(y1);
 }
@@ -1017,7 +1118,9 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_results_are_bitwise_identical_for_chunked_and_one_shot_runs);
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
+	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
 	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);
+	tcase_add_test(tc, gemm_prefill_kernels_honour_row_strides_and_write_only_their_range);
 	tcase_add_test(tc, gemm_quant_row_is_bitwise_identical_for_every_kernel_set);
 	tcase_add_test(tc, gemm_isa_selection_refuses_sets_the_cpu_lacks);
 	suite_add_tcase(s, tc);

@@ -372,6 +372,86 @@ START_TEST(two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise)
 }
 END_TEST
 
+/* The n-head calls (four heads per pass, then pairs, then one) against one one-head call per
+ * head: head counts 1 .. 9 (every remainder of 4 and of 2), tile counts around the two-tile
+ * pass, output counts around the 16- and 8-wide passes, operands wide (multiplication then
+ * addition) and bf16 (fused, with one head of a group not bf16 in turn: unfused again). */
+START_TEST(n_head_kernels_equal_one_head_calls_bitwise)
+{
+	enum { NHMAX = 9 };
+	static const size_t Ks[] = {512, 100, 1};
+	for (int bf = 0; bf < 2; bf++)
+		for (size_t nh = 1; nh <= NHMAX; nh++) {
+			const float *xs[NHMAX];
+			float *ys[NHMAX];
+			for (size_t ki = 0; ki < 3; ki++) {
+				size_t K = Ks[ki];
+				for (size_t nt = 1; nt <= 7; nt++) {
+					float *x = malloc(sizeof(float) * nh * K);
+					float *t = malloc(sizeof(float) * nt * K * 8);
+					float *y = malloc(sizeof(float) * nt * 8 * 2 * nh);
+					for (size_t i = 0; i < nh * K; i++)
+						x[i] = bf ? bf16ish() : wide();
+					for (size_t i = 0; i < nt * K * 8; i++)
+						t[i] = bf ? bf16ish() : wide();
+					if (bf && nt % 3 == 0)
+						x[(nt % nh) * K] = 1.0f + 0x1p-20f; /* not bf16 */
+					/* heads in reverse memory order: the pointers are what count */
+					for (size_t h = 0; h < nh; h++) {
+						xs[h] = x + (nh - 1 - h) * K;
+						ys[h] = y + h * nt * 8;
+					}
+					srt_attn_dot_tiles_f32_n(nh, xs, t, K, nt, ys,
+								 srt_attn_bf16_exact(t, nt * K * 8));
+					for (size_t h = 0; h < nh; h++) {
+						float *r = y + (nh + h) * nt * 8;
+						srt_attn_dot_tiles_f32(xs[h], t, K, nt, r);
+						for (size_t i = 0; i < nt * 8; i++)
+							ck_assert_msg(same(ys[h][i], r[i]),
+								      "qk bf %d nh %zu K %zu nt %zu: head %zu y[%zu] %a vs %a",
+								      bf, nh, K, nt, h, i, ys[h][i], r[i]);
+					}
+					free(x);
+					free(t);
+					free(y);
+				}
+			}
+			static const size_t ns[] = {512, 200, 67, 24, 17, 3};
+			for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+				size_t n = ns[ni], ld = n + 5;
+				for (size_t K = 1; K <= 200; K += K < 30 ? 29 : 170) {
+					float *p = malloc(sizeof(float) * nh * K);
+					float *v = malloc(sizeof(float) * K * ld);
+					float *y = malloc(sizeof(float) * 2 * nh * n);
+					for (size_t i = 0; i < nh * K; i++)
+						p[i] = bf ? fabsf(bf16ish()) : wide();
+					for (size_t i = 0; i < K * ld; i++)
+						v[i] = bf ? bf16ish() : wide();
+					if (bf && ni % 2)
+						p[(ni % nh) * K + K / 2] = 0x1p-70f; /* not bf16 */
+					for (size_t h = 0; h < nh; h++) {
+						xs[h] = p + (nh - 1 - h) * K;
+						ys[h] = y + h * n;
+					}
+					srt_attn_pv_f32_n(nh, xs, v, ld, n, K, ys,
+							  srt_attn_bf16_exact(v, K * ld));
+					for (size_t h = 0; h < nh; h++) {
+						float *r = y + (nh + h) * n;
+						srt_attn_pv_f32(xs[h], v, ld, n, K, r);
+						for (size_t i = 0; i < n; i++)
+							ck_assert_msg(same(ys[h][i], r[i]),
+								      "pv bf %d nh %zu n %zu K %zu: head %zu y[%zu] %a vs %a",
+								      bf, nh, n, K, h, i, ys[h][i], r[i]);
+					}
+					free(p);
+					free(v);
+					free(y);
+				}
+			}
+		}
+}
+END_TEST
+
 /* The double-accumulated tile product (srt_attn_dot_tiles) against its loop: tile counts
  * around the 4-tile pass, column counts with odd tails. */
 START_TEST(dot_tiles_equals_the_ascending_double_loop_bitwise)
@@ -631,6 +711,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);
 	tcase_add_test(tc, two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise);
+	tcase_add_test(tc, n_head_kernels_equal_one_head_calls_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
 	tcase_add_test(tc, dot_tiles_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, pv_equals_the_ascending_double_loop_bitwise);

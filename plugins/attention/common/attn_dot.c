@@ -1191,6 +1191,166 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 	srt_attn_pv_f32(p1, v, ld, n, k, y1);
 }
 
+#ifdef ATTN_X86
+/* pv's single outputs past the last 8-wide block for four heads: the scalar chains (a
+ * function without the fma target, so no contraction is possible). */
+static void pv_f32_4_tail(const float *const *p, const float *v, size_t ld, size_t i0, size_t n,
+			  size_t K, float *const *y)
+{
+	for (size_t i = i0; i < n; i++)
+		for (size_t h = 0; h < 4; h++) {
+			float s = 0;
+			for (size_t k = 0; k < K; k++)
+				s += p[h][k] * v[k * ld + i];
+			y[h][i] = s;
+		}
+}
+
+/*
+ * Four heads over the same keys, each key vector loaded once for all four (half the key
+ * traffic of two two-head calls). MADD(acc, x, w) is acc + x·w: multiplication then
+ * addition, or fused (only for operands srt_attn_bf16_exact passed: exact products, the same
+ * bits). Every output is the chain of tiles_f32_avx / pv_f32_avx2 (0, then + in ascending c
+ * or k); only which outputs share a pass differs. Instantiated twice (the fused kernels need
+ * the fma target).
+ * Tiles: two tiles (16 keys) x four heads per pass, then single tiles.
+ * Values: 16 outputs x four heads per pass, then 8, then single outputs (pv_f32_4_tail).
+ */
+#define ATTN_MA(acc, x, w) _mm256_add_ps(acc, _mm256_mul_ps(x, w))
+#define ATTN_FMA(acc, x, w) _mm256_fmadd_ps(x, w, acc)
+#define ATTN_F32_4(tiles, pv, tgt, MADD)                                                      \
+	__attribute__((target(tgt))) static void tiles(const float *const *x, const float *t,  \
+						       size_t K, size_t nt, float *const *y)   \
+	{                                                                                      \
+		const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];                    \
+		size_t j = 0;                                                                  \
+		for (; j + 2 <= nt; j += 2) {                                                  \
+			__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0,     \
+			       c1 = a0, d0 = a0, d1 = a0;                                      \
+			const float *t0 = t + j * K * 8, *t1 = t0 + K * 8;                     \
+			for (size_t c = 0; c < K; c++) {                                       \
+				const __m256 w0 = _mm256_loadu_ps(t0 + c * 8);                 \
+				const __m256 w1 = _mm256_loadu_ps(t1 + c * 8);                 \
+				__m256 xv = _mm256_broadcast_ss(x0 + c);                       \
+				a0 = MADD(a0, xv, w0), a1 = MADD(a1, xv, w1);                  \
+				xv = _mm256_broadcast_ss(x1 + c);                              \
+				b0 = MADD(b0, xv, w0), b1 = MADD(b1, xv, w1);                  \
+				xv = _mm256_broadcast_ss(x2 + c);                              \
+				c0 = MADD(c0, xv, w0), c1 = MADD(c1, xv, w1);                  \
+				xv = _mm256_broadcast_ss(x3 + c);                              \
+				d0 = MADD(d0, xv, w0), d1 = MADD(d1, xv, w1);                  \
+			}                                                                      \
+			_mm256_storeu_ps(y[0] + j * 8, a0), _mm256_storeu_ps(y[0] + j * 8 + 8, a1); \
+			_mm256_storeu_ps(y[1] + j * 8, b0), _mm256_storeu_ps(y[1] + j * 8 + 8, b1); \
+			_mm256_storeu_ps(y[2] + j * 8, c0), _mm256_storeu_ps(y[2] + j * 8 + 8, c1); \
+			_mm256_storeu_ps(y[3] + j * 8, d0), _mm256_storeu_ps(y[3] + j * 8 + 8, d1); \
+		}                                                                              \
+		for (; j < nt; j++) {                                                          \
+			__m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;                   \
+			const float *tj = t + j * K * 8;                                       \
+			for (size_t k = 0; k < K; k++) {                                       \
+				const __m256 w = _mm256_loadu_ps(tj + k * 8);                  \
+				a = MADD(a, _mm256_broadcast_ss(x0 + k), w);                   \
+				b = MADD(b, _mm256_broadcast_ss(x1 + k), w);                   \
+				c = MADD(c, _mm256_broadcast_ss(x2 + k), w);                   \
+				d = MADD(d, _mm256_broadcast_ss(x3 + k), w);                   \
+			}                                                                      \
+			_mm256_storeu_ps(y[0] + j * 8, a), _mm256_storeu_ps(y[1] + j * 8, b);  \
+			_mm256_storeu_ps(y[2] + j * 8, c), _mm256_storeu_ps(y[3] + j * 8, d);  \
+		}                                                                              \
+	}                                                                                      \
+	__attribute__((target(tgt))) static void pv(const float *const *p, const float *v,     \
+						    size_t ld, size_t n, size_t K,             \
+						    float *const *y)                           \
+	{                                                                                      \
+		const float *p0 = p[0], *p1 = p[1], *p2 = p[2], *p3 = p[3];                    \
+		size_t i = 0;                                                                  \
+		for (; i + 16 <= n; i += 16) {                                                 \
+			__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0,     \
+			       c1 = a0, d0 = a0, d1 = a0;                                      \
+			for (size_t k = 0; k < K; k++) {                                       \
+				const float *r = v + k * ld + i;                               \
+				const __m256 w0 = _mm256_loadu_ps(r), w1 = _mm256_loadu_ps(r + 8); \
+				__m256 pk = _mm256_broadcast_ss(p0 + k);                       \
+				a0 = MADD(a0, pk, w0), a1 = MADD(a1, pk, w1);                  \
+				pk = _mm256_broadcast_ss(p1 + k);                              \
+				b0 = MADD(b0, pk, w0), b1 = MADD(b1, pk, w1);                  \
+				pk = _mm256_broadcast_ss(p2 + k);                              \
+				c0 = MADD(c0, pk, w0), c1 = MADD(c1, pk, w1);                  \
+				pk = _mm256_broadcast_ss(p3 + k);                              \
+				d0 = MADD(d0, pk, w0), d1 = MADD(d1, pk, w1);                  \
+			}                                                                      \
+			_mm256_storeu_ps(y[0] + i, a0), _mm256_storeu_ps(y[0] + i + 8, a1);    \
+			_mm256_storeu_ps(y[1] + i, b0), _mm256_storeu_ps(y[1] + i + 8, b1);    \
+			_mm256_storeu_ps(y[2] + i, c0), _mm256_storeu_ps(y[2] + i + 8, c1);    \
+			_mm256_storeu_ps(y[3] + i, d0), _mm256_storeu_ps(y[3] + i + 8, d1);    \
+		}                                                                              \
+		for (; i + 8 <= n; i += 8) {                                                   \
+			__m256 a = _mm256_setzero_ps(), b = a, c = a, d = a;                   \
+			for (size_t k = 0; k < K; k++) {                                       \
+				const __m256 w = _mm256_loadu_ps(v + k * ld + i);              \
+				a = MADD(a, _mm256_broadcast_ss(p0 + k), w);                   \
+				b = MADD(b, _mm256_broadcast_ss(p1 + k), w);                   \
+				c = MADD(c, _mm256_broadcast_ss(p2 + k), w);                   \
+				d = MADD(d, _mm256_broadcast_ss(p3 + k), w);                   \
+			}                                                                      \
+			_mm256_storeu_ps(y[0] + i, a), _mm256_storeu_ps(y[1] + i, b);          \
+			_mm256_storeu_ps(y[2] + i, c), _mm256_storeu_ps(y[3] + i, d);          \
+		}                                                                              \
+		pv_f32_4_tail(p, v, ld, i, n, K, y);                                           \
+	}
+ATTN_F32_4(tiles_f32_4_avx, pv_f32_4_avx2, "avx2", ATTN_MA)
+ATTN_F32_4(tiles_f32_4_fma, pv_f32_4_fma, "avx2,fma", ATTN_FMA)
+
+/* 1 when the k values of each of the 4 arrays pass srt_attn_bf16_exact. */
+static int exact4(const float *const *x, size_t k)
+{
+	for (size_t h = 0; h < 4; h++)
+		if (!srt_attn_bf16_exact(x[h], k))
+			return 0;
+	return 1;
+}
+#endif
+
+void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, size_t k,
+			      size_t nt, float *const *y, int t_exact)
+{
+	size_t h = 0;
+#ifdef ATTN_X86
+	if (have_avx2()) /* the AVX2 kernels, as srt_attn_dot_tiles_f32_2 on every x86 CPU */
+		for (; h + 4 <= nh; h += 4) {
+			if (t_exact && have_fma() && exact4(x + h, k))
+				tiles_f32_4_fma(x + h, t, k, nt, y + h);
+			else
+				tiles_f32_4_avx(x + h, t, k, nt, y + h);
+		}
+#endif
+	for (; h + 2 <= nh; h += 2)
+		srt_attn_dot_tiles_f32_2(x[h], x[h + 1], t, k, nt, y[h], y[h + 1], t_exact);
+	if (h < nh)
+		srt_attn_dot_tiles_f32(x[h], t, k, nt, y[h]);
+}
+
+void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t ld, size_t n,
+		       size_t k, float *const *y, int v_exact)
+{
+	size_t h = 0;
+#ifdef ATTN_X86
+	/* AVX-512 CPUs keep the two-head AVX-512 kernels */
+	if (have_avx2() && !have_avx512())
+		for (; h + 4 <= nh; h += 4) {
+			if (v_exact && have_fma() && exact4(p + h, k))
+				pv_f32_4_fma(p + h, v, ld, n, k, y + h);
+			else
+				pv_f32_4_avx2(p + h, v, ld, n, k, y + h);
+		}
+#endif
+	for (; h + 2 <= nh; h += 2)
+		srt_attn_pv_f32_2(p[h], p[h + 1], v, ld, n, k, y[h], y[h + 1], v_exact);
+	if (h < nh)
+		srt_attn_pv_f32(p[h], v, ld, n, k, y[h]);
+}
+
 void srt_attn_dot_tiles_f32(const float *x, const float *t, size_t k, size_t nt, float *y)
 {
 #ifdef ATTN_X86

@@ -83,6 +83,16 @@ void srt_attn_dot_tiles_f32_2(const float *x0, const float *x1, const float *t, 
 void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t ld, size_t n,
 		       size_t k, float *y0, float *y1, int v_exact);
 
+/* The same for nh query heads over the same keys: y[h] gets exactly what
+ * srt_attn_dot_tiles_f32 / srt_attn_pv_f32 give for x[h] / p[h], h in [0, nh) (x, p, y arrays
+ * of nh pointers, borrowed). Heads go four at a time through kernels that load each key vector
+ * once for all four (AVX2; values on AVX-512 CPUs keep the two-head kernels), the rest in
+ * pairs and alone. t_exact / v_exact as for the two-head calls. */
+void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, size_t k,
+			      size_t nt, float *const *y, int t_exact);
+void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t ld, size_t n,
+		       size_t k, float *const *y, int v_exact);
+
 /* 1 when every x[i] is ±0 or a bf16 value (low 16 mantissa bits clear) of magnitude in
  * [2^-60, 2^61), else 0: the product of two such values is an exact normal float (at most
  * 16 significant bits, no underflow, no overflow). The reference profile's queries, keys

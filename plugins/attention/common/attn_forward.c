@@ -112,6 +112,7 @@ SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
 #define ATTN_IXB 64   /* indexer keys scored per task */
 #define ATTN_IXH 64   /* indexer heads weighed per call (a multiple of 8) */
 #define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8) */
+#define ATTN_RH 4     /* reference profile: query heads of a row per pass over its keys */
 
 struct ipair {
 	double s;
@@ -966,13 +967,18 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 	for (int64_t u = b; u < e; u++) {
 		int64_t gr = u / (int64_t)H, r = f->cg0 + gr, t = f->rpos[r], nk = f->cnk[gr];
 		size_t h = (size_t)(u % (int64_t)H);
-		/* reference profile: heads h and h + 1 of the row together when both are in this
-		 * range (each key loaded once for both; every value as for one head) */
-		const size_t nh = a->ref && h % 2 == 0 && h + 1 < H && u + 1 < e ? 2 : 1;
+		/* reference profile: up to ATTN_RH heads h, h + 1, ... of the row together when
+		 * they are in this range (each key loaded once for all; every value as for one
+		 * head) */
+		size_t nh = 1;
+		if (a->ref) {
+			nh = H - h < ATTN_RH ? H - h : ATTN_RH;
+			if ((int64_t)nh > e - u)
+				nh = (size_t)(e - u);
+		}
 		const float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
 		const float *kt = f->ckt + (size_t)gr * (size_t)f->kmax8 * hd;
-		if (nh == 2)
-			u++;
+		u += (int64_t)nh - 1;
 		if (t < 0)
 			continue;
 		if (nk < 0) { /* a discarded row of a rematerialization */
@@ -981,22 +987,23 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 		}
 		if (a->ref) {
 			/* the reference accumulates q.k and p.v in float32 (tilelang sparse_attn):
-			 * float32 sums in ascending key dims / keys, a fixed order; two heads use
-			 * the two halves of the scratch (kmax8 and hd doubles hold 2x floats) */
-			float *scf[2] = {(float *)sc, (float *)sc + f->kmax8};
-			float *pvf[2] = {(float *)pv, (float *)pv + hd};
-			float denf[2];
+			 * float32 sums in ascending key dims / keys, a fixed order; head i's
+			 * scores and sums in the scratch at i·kmax8 and nh·kmax8 + i·hd floats */
+			float *scf[ATTN_RH], *pvf[ATTN_RH];
+			const float *qh[ATTN_RH];
+			float denf[ATTN_RH];
 			const float *q = f->q + r * H * hd + h * hd;
+			for (size_t i = 0; i < nh; i++) {
+				scf[i] = (float *)tb + i * (size_t)f->kmax8;
+				pvf[i] = (float *)tb + nh * (size_t)f->kmax8 + i * hd;
+				qh[i] = q + i * hd;
+			}
 			/* the row's keys allow fused multiply-adds (attn_dot.h) when all blocks do */
 			const int64_t nkb = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
 			int kx = 1;
 			for (int64_t kb = 0; kb * ATTN_KGB < nk; kb++)
 				kx &= f->ckx[gr * nkb + kb];
-			if (nh == 2)
-				srt_attn_dot_tiles_f32_2(q, q + hd, kt, hd, (size_t)(nk + 7) / 8, scf[0],
-							 scf[1], kx);
-			else
-				srt_attn_dot_tiles_f32(q, kt, hd, (size_t)(nk + 7) / 8, scf[0]);
+			srt_attn_dot_tiles_f32_n(nh, qh, kt, hd, (size_t)(nk + 7) / 8, scf, kx);
 			for (size_t i = 0; i < nh; i++) {
 				float *sf = scf[i], mxf = -INFINITY;
 				double den = 0;
@@ -1012,11 +1019,8 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				srt_round_bf16_n(sf, (size_t)nk); /* the library's vector loop */
 				denf[i] = (float)den + expf(lw->sink[h + i] - mxf);
 			}
-			if (nh == 2)
-				srt_attn_pv_f32_2(scf[0], scf[1], keys, hd, hd, (size_t)nk, pvf[0], pvf[1],
-						  kx);
-			else
-				srt_attn_pv_f32(scf[0], keys, hd, hd, (size_t)nk, pvf[0]);
+			srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd, (size_t)nk,
+					  pvf, kx);
 			for (size_t i = 0; i < nh; i++) {
 				float *oh = f->o + r * H * hd + (h + i) * hd;
 				for (size_t c = 0; c < hd; c++)
@@ -1402,7 +1406,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.kmax = m->sliding_window + (a->ratio == 128 ? maxend / 128 + 1
 				      : a->ratio == 4 ? m->index_topk : 0);
 	f.kmax8 = (f.kmax + 7) / 8 * 8;
-	f.tfloats = 2 * ((size_t)f.kmax8 + hd) /* doubles */ +
+	/* phase_c2: kmax8 + hd doubles, or the floats of ATTN_RH heads */
+	f.tfloats = (ATTN_RH > 2 ? ATTN_RH : 2) * ((size_t)f.kmax8 + hd) +
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
 		    idim + 16;
 	size_t ixf = 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim + /* phase_ix */

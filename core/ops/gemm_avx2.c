@@ -294,11 +294,12 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 		tile(w, type, ref, x, xs, m, ldx, y, ldy, n, 1);
 }
 
-/* ==== decode (M = 1): REFERENCE FP8 / FP4 and EXACT bf16, full 8-row tiles ====================
+/* ==== decode (M = 1): FP8 / FP4 (both modes) and EXACT bf16, full 8-row tiles =================
  *
  * The same operations as tile() for M = 1 (so the same bits), arranged for a GEMV as
  * gemm_avx512.c's gemv_ref: the activation vectors are built once per call for the whole K
- * (FP8: times 2^8 per block when exact), a tile is 8 output features whose 8 block (or
+ * (FP8: times 2^8 per block when exact; EXACT FP8: also times 2^8·s, once per 128-row scale
+ * block, see gemv_exact_fp8), a tile is 8 output features whose 8 block (or
  * sub-block) results are combined by one transposed lane reduction, y of a tile stays in a
  * register across the K blocks and is stored once, and the tile after next is prefetched into
  * L2 as one sequential stream (one line per 64 bytes consumed). Where the products are exact
@@ -400,10 +401,11 @@ GEMV_TARGET static void x_pair_vecs(const float *x, size_t nv, __m256 *xl, __m25
 }
 
 /* One FP8 block of a tile: acc[t] += x·w over the block's 16 vectors of row t, in order;
- * x256: the activations carry 2^8 (else the weights do); fused: exact products. */
+ * x256: the activations carry 2^8 (else the weights do: times wf[t], or 2^8 when wf is NULL,
+ * then times wf2[t] when wf2 is not NULL); fused: exact products. */
 GEMV_TARGET static inline __attribute__((always_inline)) void
 fp8_blk(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc, bool x256,
-	bool fused, const char *pf)
+	bool fused, const __m256 *wf, const __m256 *wf2, const char *pf)
 {
 	const __m256 f256 = _mm256_set1_ps(256.0f);
 	const __m256i hmask = _mm256_set1_epi16((short)0xBF80);
@@ -420,8 +422,12 @@ fp8_blk(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc, boo
 			__m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
 			__m256 w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 			if (!x256) {
-				w0 = _mm256_mul_ps(w0, f256);
-				w1 = _mm256_mul_ps(w1, f256);
+				w0 = _mm256_mul_ps(w0, wf ? wf[t] : f256);
+				w1 = _mm256_mul_ps(w1, wf ? wf[t] : f256);
+			}
+			if (!x256 && wf2) {
+				w0 = _mm256_mul_ps(w0, wf2[t]);
+				w1 = _mm256_mul_ps(w1, wf2[t]);
 			}
 			acc[t] = madd(acc[t], xb[v], w0, fused);
 			acc[t] = madd(acc[t], xb[v + 1], w1, fused);
@@ -502,11 +508,11 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 					acc[t] = _mm256_setzero_ps();
 				const __m256 *xb = xa + b * NV;
 				if (xfma[b])
-					fp8_blk(rows, b, xb, acc, true, true, pf);
+					fp8_blk(rows, b, xb, acc, true, true, NULL, NULL, pf);
 				else if (x256[b])
-					fp8_blk(rows, b, xb, acc, true, false, pf);
+					fp8_blk(rows, b, xb, acc, true, false, NULL, NULL, pf);
 				else
-					fp8_blk(rows, b, xb, acc, false, false, pf);
+					fp8_blk(rows, b, xb, acc, false, false, NULL, NULL, pf);
 				const __m256 f = fp8_tile_factors(w->scales, srow, b, xs[b]);
 				yacc = _mm256_add_ps(yacc, _mm256_mul_ps(reduce_rows(acc), f));
 			}
@@ -611,6 +617,133 @@ GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, fl
 	}
 }
 
+/* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, FP8 weights, one row of activations, K a
+ * multiple of 128: tile()'s operations for M = 1 (same bits), arranged as gemv_ref. A tile
+ * whose 8 rows lie in one 128-row scale block has one scale code e per K block; when 10 <= e
+ * <= 246 and x·2^8·s is exact for the whole block, the multiplier is folded onto the
+ * activations (file header), which are prepared once per 128-row scale block for the whole K.
+ * Otherwise the weights carry it: times 2^8·s_t per row, or (times 2^8) times s_t when 2^8·s_t
+ * is not finite (e > 246), exactly as tile(). No fused multiply-adds: x is any float. */
+GEMV_TARGET static void gemv_exact_fp8(const struct srt_weight *w, const float *x, float *y,
+				       size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	_Alignas(32) float xbuf[KB];
+	__m256 xr[GEMV_KMAX / 8];  /* the activations as they are */
+	__m256 xf[GEMV_KMAX / 8];  /* times 2^8·s of scale block row frow, where fold[b] */
+	bool fold[GEMV_KMAX / KB];
+	size_t frow = SIZE_MAX;
+	for (size_t g = 0; g < K / 8; g++)
+		xr[g] = _mm256_loadu_ps(x + 8 * g);
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * K : NULL;
+		const uint8_t *rows[8];
+		for (int t = 0; t < 8; t++)
+			rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * K;
+		const bool one = n / KB == (n + 7) / KB; /* one scale block row for the tile */
+		if (one && n / KB != frow) {
+			frow = n / KB;
+			for (size_t b = 0; b < nb; b++) {
+				const uint8_t e = w->scales[frow * nb + b];
+				fold[b] = e >= 10 && e <= 246 &&
+					  x_prep(x + b * KB, NV, true, 256.0f * srt_e8m0_to_f32(e), true, xbuf);
+				if (fold[b])
+					for (size_t v = 0; v < NV; v++)
+						xf[b * NV + v] = _mm256_load_ps(xbuf + v * 8);
+			}
+		}
+		__m256 yacc = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m256 acc[8];
+			for (int t = 0; t < 8; t++)
+				acc[t] = _mm256_setzero_ps();
+			if (one && fold[b]) {
+				fp8_blk(rows, b, xf + b * NV, acc, true, false, NULL, NULL, pf);
+			} else {
+				__m256 f1[8], f2[8];
+				bool two = false;
+				for (int t = 0; t < 8; t++) {
+					const uint8_t e = w->scales[((n + (size_t)t) / KB) * nb + b];
+					const float s = srt_e8m0_to_f32(e);
+					f1[t] = _mm256_set1_ps(e <= 246 ? 256.0f * s : 256.0f);
+					f2[t] = _mm256_set1_ps(e <= 246 ? 1.0f : s);
+					two = two || e > 246;
+				}
+				if (two)
+					fp8_blk(rows, b, xr + b * NV, acc, false, false, f1, f2, pf);
+				else
+					fp8_blk(rows, b, xr + b * NV, acc, false, false, f1, NULL, pf);
+			}
+			yacc = _mm256_add_ps(yacc, reduce_rows(acc));
+		}
+		_mm256_storeu_ps(y + n, yacc);
+	}
+}
+
+/* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, FP4 weights, one row of activations, K a
+ * multiple of 128: the even/odd pair layout of gemv_ref, each weight times its row's scale of
+ * its 32 sub-block (the float decode_row gives), the 8 lanes of a row accumulating over the
+ * whole 128 block in k order, then reduce_eo. No fused multiply-adds: x is any float. */
+GEMV_TARGET static void gemv_exact_fp4(const struct srt_weight *w, const float *x, float *y,
+				       size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	__m256 xe[GEMV_KMAX / 8], xo[GEMV_KMAX / 8];
+	x_eo_vecs(x, K / 8, xe, xo);
+	const __m256i himask = _mm256_set1_epi32((int32_t)0xFFFF0000u);
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * (K / 2) : NULL;
+		const uint8_t *rows[8], *sc[8];
+		for (int t = 0; t < 8; t++) {
+			rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * (K / 2);
+			sc[t] = w->scales + (n + (size_t)t) * (K / 32);
+		}
+		__m256 yacc = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			int32_t sw[8];
+			for (int t = 0; t < 8; t++)
+				memcpy(&sw[t], sc[t] + b * 4, 4);
+			const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
+			const bool plain = _mm256_movemask_epi8(_mm256_or_si256(
+				_mm256_cmpeq_epi8(e4, _mm256_setzero_si256()),
+				_mm256_cmpeq_epi8(e4, _mm256_set1_epi8((char)0xFF)))) == 0;
+			__m256 lo[4], hi[4];
+			for (int p = 0; p < 4; p++)
+				lo[p] = hi[p] = _mm256_setzero_ps();
+			for (int sub = 0; sub < 4; sub++) {
+				const size_t g0 = b * NV + (size_t)sub * 4;
+				if (pf)
+					for (int l = 0; l < 2; l++)
+						_mm_prefetch(pf + b * (4 * KB) + (size_t)sub * 128 + (size_t)l * 64,
+							     _MM_HINT_T1);
+				const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
+								   _mm256_set1_epi32(0xFF));
+				/* lane t: row t's scale of this sub-block */
+				const __m256 s8 = plain ? _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)) : e8m0_v(e);
+				for (int p = 0; p < 4; p++) {
+					/* [row p x4 | row p + 4 x4] */
+					const __m256 sp = _mm256_permutevar8x32_ps(
+						s8, _mm256_setr_epi32(p, p, p, p, p + 4, p + 4, p + 4, p + 4));
+					__m256i wv[4];
+					fp4_words(rows[p] + b * 64 + sub * 16, rows[p + 4] + b * 64 + sub * 16, wv);
+					for (int q = 0; q < 4; q++) {
+						const __m256 wl = _mm256_mul_ps(
+							_mm256_castsi256_ps(_mm256_slli_epi32(wv[q], 16)), sp);
+						const __m256 wh = _mm256_mul_ps(
+							_mm256_castsi256_ps(_mm256_and_si256(wv[q], himask)), sp);
+						lo[p] = _mm256_add_ps(lo[p], _mm256_mul_ps(xe[g0 + q], wl));
+						hi[p] = _mm256_add_ps(hi[p], _mm256_mul_ps(xo[g0 + q], wh));
+					}
+				}
+			}
+			yacc = _mm256_add_ps(yacc, reduce_eo(lo, hi));
+		}
+		_mm256_storeu_ps(y + n, yacc);
+	}
+}
+
 GEMV_TARGET static void gemv_ref_fp8(const struct srt_weight *w, const float *xq, const float *xs,
 				     float *y, size_t n0, size_t ntiles)
 {
@@ -627,10 +760,14 @@ bool srt_gemmk_avx2(const struct srt_weight *w, const float *x, const float *xs,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
 	if (m == 1 && w->cols % KB == 0 && w->cols <= GEMV_KMAX && n1 - n0 >= 8 && cpu_fma() &&
-	    ((!xs && w->type == SRT_WT_BF16) || (xs && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4)))) {
+	    ((!xs && w->type == SRT_WT_BF16) || w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4)) {
 		const size_t nt = (n1 - n0) / 8, n = n0 + nt * 8;
 		if (w->type == SRT_WT_BF16)
 			gemv_bf16(w, x, y, n0, nt);
+		else if (w->type == SRT_WT_FP8 && !xs)
+			gemv_exact_fp8(w, x, y, n0, nt);
+		else if (w->type == SRT_WT_FP4 && !xs)
+			gemv_exact_fp4(w, x, y, n0, nt);
 		else if (w->type == SRT_WT_FP8)
 			gemv_ref_fp8(w, x, xs, y, n0, nt);
 		else

@@ -886,6 +886,44 @@ START_TEST(gemv_kernels_match_generic_at_the_stack_k_limit)
 }
 END_TEST
 
+/* EXACT FP8 at M = 1 with scale codes whose 2^8·s is not finite (250, 254: the weights take
+ * two multiplications, (v·2^8)·s) next to ordinary ones, codes below 2 so every dequantized
+ * weight is finite, and an output range whose 8-row tiles straddle the 128-row scale blocks
+ * (rows of one tile with different scales): every kernel set gives the generic set's bits,
+ * and those are finite (a single multiplication by 2^8·s = inf would make them inf or NaN). */
+START_TEST(gemv_exact_fp8_matches_generic_for_overflowing_scale_factors)
+{
+	enum { N = 144, K = 256 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float x[K], y0[N], y1[N];
+	for (size_t i = 0; i < K; i++)
+		x[i] = i % 53 == 0 ? -0.0f : frand() * 0x1p-125f;
+	struct wtest t;
+	make_raw_weight(&t, SRT_WT_FP8, N, K, false);
+	for (size_t i = 0; i < (size_t)N * K; i++)
+		((uint8_t *)t.data)[i] &= 0xBF; /* exponent field <= 7: |value| < 2 */
+	static const uint8_t sc[4] = {250, 120, 126, 254}; /* [row block][K block] */
+	memcpy(t.scales, sc, sizeof sc);
+	for (size_t n0 = 0; n0 < 4; n0 += 3)
+		for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+			float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+			memset(y, 0x7F, sizeof(float) * N);
+			ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+			srt_gemm_exact(&t.w, x, 1, K, y, N, n0, N);
+			for (size_t n = n0; n < N; n++) {
+				if (isa == SRT_GEMM_ISA_GENERIC) {
+					ck_assert_msg(isfinite(y0[n]), "generic y[%zu] %a", n, y0[n]);
+					continue;
+				}
+				ck_assert_msg(same_float(y0[n], y1[n]), "%s n0 %zu: y[%zu] %a vs generic %a",
+					      srt_gemm_isa_name((enum srt_gemm_isa)isa), n0, n, y1[n], y0[n]);
+			}
+		}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free_weight(&t);
+}
+END_TEST
+
 /* The M > 1 (prefill) kernels: register blocks of 4 (pair tiles) and 3 (16-feature tiles,
  * REFERENCE FP8/FP4 from M = 8) rows with rows left over, row chunks of 128 (M = 131 spans
  * two), output ranges off the tile grids, and, in REFERENCE mode,
@@ -1119,6 +1157,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
+	tcase_add_test(tc, gemv_exact_fp8_matches_generic_for_overflowing_scale_factors);
 	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);
 	tcase_add_test(tc, gemm_prefill_kernels_honour_row_strides_and_write_only_their_range);
 	tcase_add_test(tc, gemm_quant_row_is_bitwise_identical_for_every_kernel_set);

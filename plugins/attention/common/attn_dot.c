@@ -883,6 +883,21 @@ __attribute__((target("avx2"))) static void tiles_f32_2_avx(const float *x0, con
 	}
 }
 
+/* pv's single outputs [i0, n) for nh heads: each output's scalar chain (0, then + in ascending
+ * k), the tail of every multi-head pv kernel (a function without the fma target, so no
+ * contraction is possible). */
+static void pv_tail(const float *const *p, size_t nh, const float *v, size_t ld, size_t i0,
+		    size_t n, size_t K, float *const *y)
+{
+	for (size_t i = i0; i < n; i++)
+		for (size_t h = 0; h < nh; h++) {
+			float s = 0;
+			for (size_t k = 0; k < K; k++)
+				s += p[h][k] * v[k * ld + i];
+			y[h][i] = s;
+		}
+}
+
 /* Two heads, 64 outputs per pass (4 x 16 lanes each), then 16, then single outputs: each
  * value vector loaded once for both heads; every output is pv_f32_avx512's chain. */
 __attribute__((target("avx512f"))) static void pv_f32_2_avx512(const float *p0, const float *p1,
@@ -918,15 +933,9 @@ __attribute__((target("avx512f"))) static void pv_f32_2_avx512(const float *p0, 
 		_mm512_storeu_ps(y0 + i, a);
 		_mm512_storeu_ps(y1 + i, b);
 	}
-	for (; i < n; i++) {
-		float s0 = 0, s1 = 0;
-		for (size_t k = 0; k < K; k++) {
-			s0 += p0[k] * v[k * ld + i];
-			s1 += p1[k] * v[k * ld + i];
-		}
-		y0[i] = s0;
-		y1[i] = s1;
-	}
+	const float *const p[2] = {p0, p1};
+	float *const y[2] = {y0, y1};
+	pv_tail(p, 2, v, ld, i, n, K, y);
 }
 
 /* pv_f32_2_avx512 in 8-float vectors: 32 outputs per pass (4 x 8 lanes each), then 8, then
@@ -964,15 +973,9 @@ __attribute__((target("avx2"))) static void pv_f32_2_avx2(const float *p0, const
 		_mm256_storeu_ps(y0 + i, a);
 		_mm256_storeu_ps(y1 + i, b);
 	}
-	for (; i < n; i++) {
-		float s0 = 0, s1 = 0;
-		for (size_t k = 0; k < K; k++) {
-			s0 += p0[k] * v[k * ld + i];
-			s1 += p1[k] * v[k * ld + i];
-		}
-		y0[i] = s0;
-		y1[i] = s1;
-	}
+	const float *const p[2] = {p0, p1};
+	float *const y[2] = {y0, y1};
+	pv_tail(p, 2, v, ld, i, n, K, y);
 }
 #endif
 
@@ -1192,20 +1195,6 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 }
 
 #ifdef ATTN_X86
-/* pv's single outputs past the last 8-wide block for four heads: the scalar chains (a
- * function without the fma target, so no contraction is possible). */
-static void pv_f32_4_tail(const float *const *p, const float *v, size_t ld, size_t i0, size_t n,
-			  size_t K, float *const *y)
-{
-	for (size_t i = i0; i < n; i++)
-		for (size_t h = 0; h < 4; h++) {
-			float s = 0;
-			for (size_t k = 0; k < K; k++)
-				s += p[h][k] * v[k * ld + i];
-			y[h][i] = s;
-		}
-}
-
 /*
  * Four heads over the same keys, each key vector loaded once for all four (half the key
  * traffic of two two-head calls). MADD(acc, x, w) is acc + x·w: multiplication then
@@ -1214,7 +1203,7 @@ static void pv_f32_4_tail(const float *const *p, const float *v, size_t ld, size
  * or k); only which outputs share a pass differs. Instantiated twice (the fused kernels need
  * the fma target).
  * Tiles: two tiles (16 keys) x four heads per pass, then single tiles.
- * Values: 16 outputs x four heads per pass, then 8, then single outputs (pv_f32_4_tail).
+ * Values: 16 outputs x four heads per pass, then 8, then single outputs (pv_tail).
  */
 #define ATTN_MA(acc, x, w) _mm256_add_ps(acc, _mm256_mul_ps(x, w))
 #define ATTN_FMA(acc, x, w) _mm256_fmadd_ps(x, w, acc)
@@ -1297,7 +1286,7 @@ static void pv_f32_4_tail(const float *const *p, const float *v, size_t ld, size
 			_mm256_storeu_ps(y[0] + i, a), _mm256_storeu_ps(y[1] + i, b);          \
 			_mm256_storeu_ps(y[2] + i, c), _mm256_storeu_ps(y[3] + i, d);          \
 		}                                                                              \
-		pv_f32_4_tail(p, v, ld, i, n, K, y);                                           \
+		pv_tail(p, 4, v, ld, i, n, K, y);                                           \
 	}
 ATTN_F32_4(tiles_f32_4_avx, pv_f32_4_avx2, "avx2", ATTN_MA)
 ATTN_F32_4(tiles_f32_4_fma, pv_f32_4_fma, "avx2,fma", ATTN_FMA)

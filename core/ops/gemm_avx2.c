@@ -38,15 +38,6 @@
 #define NT 4        /* output features per tile */
 #define NV (KB / 8) /* 8-float vectors per block */
 
-/* E4M3 codes as halves converted to float: the code value times 2^-8. */
-static inline __m256 fp8x8_half(const uint8_t *p)
-{
-	__m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
-	__m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
-				  _mm_set1_epi16((short)0xBF80));
-	return _mm256_cvtph_ps(h);
-}
-
 static inline __m256 fp4x8(const uint8_t *p)
 {
 	int32_t u;

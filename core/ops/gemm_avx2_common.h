@@ -1,7 +1,8 @@
 /*
- * core/ops/gemm_avx2_common.h — AVX2 helpers shared by the M = 1 kernels of both x86 kernel
- * sets (gemm_avx2.c, gemm_avx512.c): block checks and scale conversion. Included only by
- * files compiled for AVX2 (+ F16C); static inline, so each file keeps its own copy.
+ * core/ops/gemm_avx2_common.h — AVX2 helpers shared by the x86 kernel files (gemm_avx2.c,
+ * gemm_tile_avx2.c, gemm_avx512.c): the E4M3 decode, block checks and scale conversion.
+ * Included only by files compiled for AVX2 (+ F16C); static inline, so each file keeps its
+ * own copy.
  */
 #ifndef SRT_OPS_GEMM_AVX2_COMMON_H
 #define SRT_OPS_GEMM_AVX2_COMMON_H
@@ -14,6 +15,15 @@
 #ifndef KB
 #define KB 128
 #endif
+
+/* E4M3 codes as halves converted to float: the code value times 2^-8. */
+static inline __m256 fp8x8_half(const uint8_t *p)
+{
+	__m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+	__m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
+				  _mm_set1_epi16((short)0xBF80));
+	return _mm256_cvtph_ps(h);
+}
 
 /* UE8M0 codes (one per 32-bit lane, < 256) -> float, as srt_e8m0_to_f32. */
 static inline __m256 e8m0_v(__m256i e)

@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "ops/fp.h"
+#include "ops/gemm_avx2_common.h"
 #include "ops/gemm_isa.h"
 
 #define KB 128       /* K block */
@@ -66,15 +67,6 @@ static inline __m256 in_order(__m256 v)
 	return _mm256_permutevar8x32_ps(v, lane_order());
 }
 
-/* E4M3 codes as halves converted to float: the code value times 2^-8 (gemm_avx2.c). */
-static inline __m256 fp8x8_half(const uint8_t *p)
-{
-	__m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
-	__m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(b), 7),
-				  _mm_set1_epi16((short)0xBF80));
-	return _mm256_cvtph_ps(h);
-}
-
 /* 8 E2M1 values of 4 packed bytes (low nibble first) as gemm_avx2.c decodes them, in
  * lane_order: lane p takes nibble LANE[p]. */
 static inline __m256 fp4x8(const uint8_t *p)
@@ -89,25 +81,6 @@ static inline __m256 fp4x8(const uint8_t *p)
 	const __m256 mag = _mm256_permutevar8x32_ps(
 		_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
 	return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
-}
-
-/* True when each of the 128 floats at x is 0 or has at most 8 significant bits (low 16
- * mantissa bits clear) with a magnitude in [2^-100, 2^101): its product with any E4M3 code
- * value (4 bits, [2^-9, 448]) or E2M1 value (2 bits, [0.5, 6]) is then an exact normal float. */
-static inline bool x_exact_products(const float *x)
-{
-	const __m256i zero = _mm256_setzero_si256();
-	__m256i bad = zero;
-	for (int i = 0; i < KB; i += 8) {
-		const __m256i u = _mm256_loadu_si256((const __m256i *)(const void *)(x + i));
-		const __m256i a = _mm256_and_si256(u, _mm256_set1_epi32(0x7FFFFFFF));
-		const __m256i e = _mm256_srli_epi32(a, 23);
-		const __m256i out = _mm256_or_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(27), e),
-						    _mm256_cmpgt_epi32(e, _mm256_set1_epi32(227)));
-		bad = _mm256_or_si256(bad, _mm256_and_si256(u, _mm256_set1_epi32(0x0000FFFF)));
-		bad = _mm256_or_si256(bad, _mm256_andnot_si256(_mm256_cmpeq_epi32(a, zero), out));
-	}
-	return _mm256_testz_si256(bad, bad);
 }
 
 /* acc + x·w in one rounding (vfmadd231ps). Only where the CPU has FMA and x·w is exact. */

@@ -777,6 +777,21 @@ __attribute__((target("avx2"))) static void tiles_f32_avx(const float *x, const 
 	}
 }
 
+/* pv's single outputs [i0, n) for nh heads: each output's scalar chain (0, then + in ascending
+ * k), the tail of every multi-head pv kernel (a function without the fma target, so no
+ * contraction is possible). */
+static void pv_tail(const float *const *p, size_t nh, const float *v, size_t ld, size_t i0,
+		    size_t n, size_t K, float *const *y)
+{
+	for (size_t i = i0; i < n; i++)
+		for (size_t h = 0; h < nh; h++) {
+			float s = 0;
+			for (size_t k = 0; k < K; k++)
+				s += p[h][k] * v[k * ld + i];
+			y[h][i] = s;
+		}
+}
+
 /* 128 outputs per pass (8 x 16 lanes), then 16, then single outputs. */
 __attribute__((target("avx512f"))) static void pv_f32_avx512(const float *p, const float *v,
 							      size_t ld, size_t n, size_t K,
@@ -803,12 +818,7 @@ __attribute__((target("avx512f"))) static void pv_f32_avx512(const float *p, con
 							   _mm512_loadu_ps(v + k * ld + i)));
 		_mm512_storeu_ps(y + i, a);
 	}
-	for (; i < n; i++) {
-		float s = 0;
-		for (size_t k = 0; k < K; k++)
-			s += p[k] * v[k * ld + i];
-		y[i] = s;
-	}
+	pv_tail(&p, 1, v, ld, i, n, K, &y);
 }
 
 /* pv_f32_avx512 in 8-float vectors: 64 outputs per pass, then 8, then single outputs. */
@@ -836,12 +846,7 @@ __attribute__((target("avx2"))) static void pv_f32_avx2(const float *p, const fl
 							   _mm256_loadu_ps(v + k * ld + i)));
 		_mm256_storeu_ps(y + i, a);
 	}
-	for (; i < n; i++) {
-		float s = 0;
-		for (size_t k = 0; k < K; k++)
-			s += p[k] * v[k * ld + i];
-		y[i] = s;
-	}
+	pv_tail(&p, 1, v, ld, i, n, K, &y);
 }
 #endif
 
@@ -881,21 +886,6 @@ __attribute__((target("avx2"))) static void tiles_f32_2_avx(const float *x0, con
 		_mm256_storeu_ps(y0 + j * 8, a);
 		_mm256_storeu_ps(y1 + j * 8, b);
 	}
-}
-
-/* pv's single outputs [i0, n) for nh heads: each output's scalar chain (0, then + in ascending
- * k), the tail of every multi-head pv kernel (a function without the fma target, so no
- * contraction is possible). */
-static void pv_tail(const float *const *p, size_t nh, const float *v, size_t ld, size_t i0,
-		    size_t n, size_t K, float *const *y)
-{
-	for (size_t i = i0; i < n; i++)
-		for (size_t h = 0; h < nh; h++) {
-			float s = 0;
-			for (size_t k = 0; k < K; k++)
-				s += p[h][k] * v[k * ld + i];
-			y[h][i] = s;
-		}
 }
 
 /* Two heads, 64 outputs per pass (4 x 16 lanes each), then 16, then single outputs: each

@@ -512,16 +512,9 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 			for (int t = 0; t < 8; t++)
 				sc[t] = w->scales + (n + (size_t)t) * (K / 32);
 			for (size_t b = 0; b < nb; b++) {
-				/* the 4 scale bytes of each row: sub-block s of row t in byte s of lane t */
-				int32_t sw[8];
-				for (int t = 0; t < 8; t++)
-					memcpy(&sw[t], sc[t] + b * 4, 4);
-				const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
+				const __m256i e4 = fp4_tile_scale_codes(sc, b);
 				const __m256 sa = _mm256_set1_ps(xs[b]);
-				/* scale codes 1..254 are 2^(e-127) by a shift alone (e8m0_v: 0 and 255) */
-				const bool plain = _mm256_movemask_epi8(_mm256_or_si256(
-					_mm256_cmpeq_epi8(e4, _mm256_setzero_si256()),
-					_mm256_cmpeq_epi8(e4, _mm256_set1_epi8((char)0xFF)))) == 0;
+				const bool plain = e8m0_codes_plain(e4);
 				for (int sub = 0; sub < 4; sub++) {
 					const size_t g0 = b * NV + (size_t)sub * 4;
 					__m256 lo[4], hi[4];
@@ -547,10 +540,8 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 							}
 						}
 					}
-					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
-									   _mm256_set1_epi32(0xFF));
 					const __m256 da = _mm256_mul_ps(reduce_eo(lo, hi), sa);
-					const __m256 sb = plain ? _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)) : e8m0_v(e);
+					const __m256 sb = fp4_sub_scales(e4, sub, plain);
 					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, sb));
 				}
 			}
@@ -693,13 +684,8 @@ GEMV_TARGET static void gemv_exact_fp4(const struct srt_weight *w, const float *
 		}
 		__m256 yacc = _mm256_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
-			int32_t sw[8];
-			for (int t = 0; t < 8; t++)
-				memcpy(&sw[t], sc[t] + b * 4, 4);
-			const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
-			const bool plain = _mm256_movemask_epi8(_mm256_or_si256(
-				_mm256_cmpeq_epi8(e4, _mm256_setzero_si256()),
-				_mm256_cmpeq_epi8(e4, _mm256_set1_epi8((char)0xFF)))) == 0;
+			const __m256i e4 = fp4_tile_scale_codes(sc, b);
+			const bool plain = e8m0_codes_plain(e4);
 			__m256 lo[4], hi[4];
 			for (int p = 0; p < 4; p++)
 				lo[p] = hi[p] = _mm256_setzero_ps();
@@ -709,10 +695,8 @@ GEMV_TARGET static void gemv_exact_fp4(const struct srt_weight *w, const float *
 					for (int l = 0; l < 2; l++)
 						_mm_prefetch(pf + b * (4 * KB) + (size_t)sub * 128 + (size_t)l * 64,
 							     _MM_HINT_T1);
-				const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
-								   _mm256_set1_epi32(0xFF));
 				/* lane t: row t's scale of this sub-block */
-				const __m256 s8 = plain ? _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)) : e8m0_v(e);
+				const __m256 s8 = fp4_sub_scales(e4, sub, plain);
 				for (int p = 0; p < 4; p++) {
 					/* [row p x4 | row p + 4 x4] */
 					const __m256 sp = _mm256_permutevar8x32_ps(

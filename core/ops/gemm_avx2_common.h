@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifndef KB
 #define KB 128
@@ -70,6 +71,32 @@ static inline __m256 fp8_tile_factors(const uint8_t *scales, const size_t *srow,
 		ev[t] = scales[srow[t] + b];
 	const __m256i e = _mm256_loadu_si256((const __m256i *)(const void *)ev);
 	return _mm256_mul_ps(_mm256_set1_ps(sa), e8m0_v(e));
+}
+
+/* The UE8M0 codes of a GEMV tile's 8 rows of FP4 weights for K block b: byte s of lane t is
+ * row t's code of 32-wide sub-block s (row t's scales start at sc[t]). */
+static inline __m256i fp4_tile_scale_codes(const uint8_t *const *sc, size_t b)
+{
+	int32_t sw[8];
+	for (int t = 0; t < 8; t++)
+		memcpy(&sw[t], sc[t] + b * 4, 4);
+	return _mm256_loadu_si256((const __m256i *)(const void *)sw);
+}
+
+/* True when no code of e4 is 0 or 255: then every code e is 2^(e-127) by a shift alone. */
+static inline bool e8m0_codes_plain(__m256i e4)
+{
+	return _mm256_movemask_epi8(_mm256_or_si256(
+		       _mm256_cmpeq_epi8(e4, _mm256_setzero_si256()),
+		       _mm256_cmpeq_epi8(e4, _mm256_set1_epi8((char)0xFF)))) == 0;
+}
+
+/* Sub-block sub's scales of the 8 rows of fp4_tile_scale_codes as floats (e8m0_v; by the
+ * shift alone when `plain`, see e8m0_codes_plain). */
+static inline __m256 fp4_sub_scales(__m256i e4, int sub, bool plain)
+{
+	const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub), _mm256_set1_epi32(0xFF));
+	return plain ? _mm256_castsi256_ps(_mm256_slli_epi32(e, 23)) : e8m0_v(e);
 }
 
 #endif /* SRT_OPS_GEMM_AVX2_COMMON_H */

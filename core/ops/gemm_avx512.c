@@ -474,11 +474,7 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				sc[t] = w->scales + (n + (size_t)t) * (K / 32);
 			}
 			for (size_t b = 0; b < nb; b++) {
-				/* the 4 scale bytes of each row: sub-block s of row t in byte s of lane t */
-				int32_t sw[8];
-				for (int t = 0; t < 8; t++)
-					memcpy(&sw[t], sc[t] + b * 4, 4);
-				const __m256i e4 = _mm256_loadu_si256((const __m256i *)(const void *)sw);
+				const __m256i e4 = fp4_tile_scale_codes(sc, b);
 				const __m256 sa = _mm256_set1_ps(xs[b]);
 				const __m512 *xb = xv + b * NV;
 				for (int sub = 0; sub < 4; sub++) {
@@ -500,10 +496,8 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 						for (int q = 0; q < 4; q++)
 							for (int p = 0; p < NP; p++)
 								acc[p] = madd(acc[p], xb[sub * 4 + q], wv[p][q], false);
-					const __m256i e = _mm256_and_si256(_mm256_srli_epi32(e4, 8 * sub),
-									   _mm256_set1_epi32(0xFF));
 					const __m256 da = _mm256_mul_ps(reduce8(acc), sa);
-					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, e8m0_v(e)));
+					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, fp4_sub_scales(e4, sub, false)));
 				}
 			}
 		}

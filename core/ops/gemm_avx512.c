@@ -575,10 +575,13 @@ bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *x
 	if (xs && m == 1 && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4) &&
 	    w->cols <= GEMV_KMAX && n1 - n0 >= 2 * NP) {
 		const size_t nt = (n1 - n0) / (2 * NP), n = n0 + nt * 2 * NP;
-		if (w->type == SRT_WT_FP8)
-			gemv_ref(w, SRT_WT_FP8, x, xs, y, n0, nt);
-		else
-			gemv_ref(w, SRT_WT_FP4, x, xs, y, n0, nt);
+		/* bf16 dot products where the CPU has them (same bits), else float32 */
+		if (!srt_gemv_ref_avx512bf16(w, x, xs, y, n0, nt)) {
+			if (w->type == SRT_WT_FP8)
+				gemv_ref(w, SRT_WT_FP8, x, xs, y, n0, nt);
+			else
+				gemv_ref(w, SRT_WT_FP4, x, xs, y, n0, nt);
+		}
 		if (n < n1)
 			srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n, n1);
 		return true;

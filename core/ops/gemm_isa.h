@@ -35,6 +35,13 @@ bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *x
 bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
 
+/* M = 1, REFERENCE mode, FP8 or FP4 weights: rows [n0, n0 + 8·ntiles) by AVX512_BF16 dot
+ * products (gemm_avx512_bf16.c). False, touching nothing, unless the CPU has AVX512_BF16 and
+ * AVX512_VBMI with the SDM's rounding, K % 128 == 0, K <= 8192 and every activation block
+ * passes x_exact_products. */
+bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const float *xs,
+			     float *y, size_t n0, size_t ntiles);
+
 /* One 128 block of srt_gemm_quant_row (same floats); false for a block with NaN or inf. */
 bool srt_gemm_quant_blk_avx512(const float *x, float *xq, float *xs);
 bool srt_gemm_quant_blk_avx2(const float *x, float *xq, float *xs);

@@ -1,0 +1,387 @@
+/*
+ * core/ops/gemm_avx512_bf16.c — REFERENCE-mode GEMVs (M = 1) for FP8 and FP4 weights on
+ * x86-64 with AVX512_BF16 and AVX512_VBMI (compiled with -mavx512f -mavx512bw -mavx512vbmi
+ * -mavx512bf16, never -mfma). Called from gemm_avx512.c only after bf16dp_usable() said yes.
+ *
+ * Why it gives gemm.h's bits. In REFERENCE mode every product is of two numbers with few
+ * significant bits: an E4M3 activation value (4 bits) times an E4M3 (4 bits) or E2M1 (2 bits)
+ * weight value. Both are exact bf16 numbers, and their product is exact in float32. VDPBF16PS
+ * computes, per float32 lane j, acc += a[2j+1]·b[2j+1], then acc += a[2j]·b[2j], each addition
+ * rounded to nearest even (the Intel SDM's definition; checked at run time, below), with
+ * denormal inputs and results flushed to zero. gemm.h's order is 8 lanes per block (k mod 8),
+ * each adding its products in k order, product then add. So if the word pair of lane j holds
+ * the products of k and k + 8 (k first, in the odd word), one VDPBF16PS does two steps of
+ * that lane's chain, with the same roundings. Nothing is ever denormal: the block check
+ * (x_exact_products) admits activations of at most 8 significant bits in [2^-100, 2^101) or
+ * zero, so every product is a multiple of 2^-119 and every nonzero sum is at least that,
+ * and none overflows. Activations that fail the check go to gemm_avx512.c's float kernels.
+ *
+ * Decoding, no float conversion at all:
+ *  - E4M3: each code byte is looked up twice by VPERMI2B in 128-entry tables (the low 7 bits
+ *    index; bit 7, the sign, is ignored), giving the low and the high byte of its bf16 value;
+ *    the sign is or-ed into the high byte. One more VPERMI2B picks, from those two registers,
+ *    the bytes of 32 bf16 words in lane order: the two rows of a pair (rows a and b in lanes
+ *    0-7 and 8-15, as gemm_avx512.c's pair layout, so reduce8 combines them) from one
+ *    [a 32 bytes | b 32 bytes] load.
+ *  - E2M1: each row's 64-byte block is looked up by VPERMB in 64-entry tables that repeat the
+ *    16 nibble values (VPERMB reads 6 index bits, so the high nibble's bits do not matter):
+ *    the low nibbles (even k) directly, the high nibbles (odd k) after a 4-bit shift. A
+ *    block's 4 sub-blocks are summed in one register of 16 lanes: lane 4s + q holds lane 2q
+ *    of sub-block s (even register) or lane 2q + 1 (odd register), so each register is built
+ *    from one parity's tables by one VPERMI2B per step; a transposed reduction of 8 rows gives
+ *    the 32 sub-block results in gemm.h's lane order.
+ * The activations are arranged once per call into the matching bf16 words.
+ */
+#include <cpuid.h>
+#include <immintrin.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops/fp.h"
+#include "ops/gemm_avx2_common.h"
+#include "ops/gemm_avx512_pairs.h"
+#include "ops/gemm_isa.h"
+
+#define GEMV_KMAX 8192 /* K of the on-stack activation words (32 KiB for FP8); larger K: float kernels */
+
+static inline __m512bh as_bh(__m512i v)
+{
+	__m512bh r;
+	memcpy(&r, &v, sizeof r);
+	return r;
+}
+
+static inline uint16_t bf16_bits(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof u);
+	return (uint16_t)(u >> 16);
+}
+
+/* The float gemm.c's fp8_fast gives code c (0..127: no sign; NaN code 127 gives 480). */
+static float e4m3_mag(unsigned c)
+{
+	const uint32_t u = (uint32_t)(c & 0x7Fu) << 20;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f * 0x1p120f;
+}
+
+/* ---- is VDPBF16PS what the SDM says? ------------------------------------------------------- */
+
+/* One lane the SDM's way: acc + a1·b1, rounded, plus a0·b0, rounded (products exact). */
+static float dp_lane_ref(float acc, uint16_t a1, uint16_t b1, uint16_t a0, uint16_t b0)
+{
+	float f[4];
+	const uint16_t h[4] = {a1, b1, a0, b0};
+	for (int i = 0; i < 4; i++) {
+		const uint32_t u = (uint32_t)h[i] << 16;
+		memcpy(&f[i], &u, sizeof u);
+	}
+	volatile float s = acc + f[0] * f[1];
+	return s + f[2] * f[3];
+}
+
+/* Random lanes with 4-bit significands over 24 binades (as REFERENCE products have), where
+ * the rounding of each addition shows: a fused three-way sum or the other order fails about
+ * 3% of them (measured on Zen 4). Deterministic; about 10 µs. */
+static bool dp_known_answers(void)
+{
+	uint32_t s = 0x9E3779B9u;
+	for (int it = 0; it < 64; it++) {
+		_Alignas(64) uint16_t a[32], b[32];
+		_Alignas(64) float acc[16], out[16];
+		for (int i = 0; i < 32; i++) {
+			s = s * 1664525u + 1013904223u;
+			a[i] = (uint16_t)(((s >> 31) << 15) | ((115u + ((s >> 8) % 24u)) << 7) | ((s >> 4) & 0x70u));
+			s = s * 1664525u + 1013904223u;
+			b[i] = (uint16_t)(((s >> 31) << 15) | ((115u + ((s >> 8) % 24u)) << 7) | ((s >> 4) & 0x70u));
+		}
+		for (int j = 0; j < 16; j++) {
+			s = s * 1664525u + 1013904223u;
+			const uint32_t u = ((s >> 31) << 31) | ((112u + ((s >> 8) % 36u)) << 23) | ((s >> 2) & 0x7FFFFFu);
+			memcpy(&acc[j], &u, sizeof u);
+		}
+		const __m512 r = _mm512_dpbf16_ps(_mm512_load_ps(acc), as_bh(_mm512_load_si512(a)),
+						  as_bh(_mm512_load_si512(b)));
+		_mm512_store_ps(out, r);
+		for (int j = 0; j < 16; j++) {
+			const float e = dp_lane_ref(acc[j], a[2 * j + 1], b[2 * j + 1], a[2 * j], b[2 * j]);
+			if (memcmp(&e, &out[j], sizeof e) != 0)
+				return false;
+		}
+	}
+	return true;
+}
+
+static bool cpu_bf16_vbmi(void)
+{
+	unsigned a, b, c, d;
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(c & (1u << 1))) /* AVX512_VBMI */
+		return false;
+	return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)); /* AVX512_BF16 */
+}
+
+/* CPU has the instructions and VDPBF16PS rounds as the SDM says. Thread-safe, cached. */
+static bool bf16dp_usable(void)
+{
+	static _Atomic int ok = -1;
+	int v = atomic_load_explicit(&ok, memory_order_relaxed);
+	if (v < 0) {
+		v = cpu_bf16_vbmi() && dp_known_answers();
+		atomic_store_explicit(&ok, v, memory_order_relaxed);
+	}
+	return v == 1;
+}
+
+/* ---- FP8 ----------------------------------------------------------------------------------- */
+
+/* Activation words of block b's step v (k = 16v .. 16v+15): lane j (and 8 + j) holds
+ * [x[16v+j] high word | x[16v+j+8] low word], the same for both rows of a pair. */
+static void fp8_x_words(const float *xq, size_t nsteps, __m512i *xw)
+{
+	const __m256i hi = _mm256_set1_epi32((int32_t)0xFFFF0000u);
+	for (size_t v = 0; v < nsteps; v++) {
+		const __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 16 * v));
+		const __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(xq + 16 * v + 8));
+		const __m256i d = _mm256_or_si256(_mm256_and_si256(a, hi), _mm256_srli_epi32(c, 16));
+		xw[v] = _mm512_broadcast_i64x4(d);
+	}
+}
+
+/* Byte indices that make bf16 words from [LO | HI] (VPERMI2B: 0-63 LO, 64-127 HI), where LO
+ * and HI hold the low and high bytes of the values of one [a 32 | b 32] load: lane L = 8h + j
+ * gets k = off + j (odd word) and off + j + 8 (even word) of row h. */
+static __m512i fp8_arrange(unsigned off)
+{
+	_Alignas(64) uint8_t ix[64];
+	for (unsigned L = 0; L < 16; L++) {
+		const unsigned pos = 32u * (L / 8) + off + L % 8;
+		ix[4 * L + 0] = (uint8_t)(pos + 8);
+		ix[4 * L + 1] = (uint8_t)(64 + pos + 8);
+		ix[4 * L + 2] = (uint8_t)pos;
+		ix[4 * L + 3] = (uint8_t)(64 + pos);
+	}
+	return _mm512_load_si512(ix);
+}
+
+static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y,
+		     size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	_Alignas(64) uint8_t tl[128], th[128];
+	for (unsigned c = 0; c < 128; c++) {
+		const uint16_t h = bf16_bits(e4m3_mag(c));
+		tl[c] = (uint8_t)h;
+		th[c] = (uint8_t)(h >> 8);
+	}
+	const __m512i tl0 = _mm512_load_si512(tl), tl1 = _mm512_load_si512(tl + 64);
+	const __m512i th0 = _mm512_load_si512(th), th1 = _mm512_load_si512(th + 64);
+	const __m512i sgn = _mm512_set1_epi8((char)0x80);
+	const __m512i ar0 = fp8_arrange(0), ar1 = fp8_arrange(16);
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const uint8_t *rows[8];
+		size_t srow[8]; /* the scale block row of each of the 8 rows */
+		for (int t = 0; t < 8; t++) {
+			rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * K;
+			srow[t] = ((n + (size_t)t) / KB) * nb;
+		}
+		/* the tile after next, one line per 64 bytes consumed (gemm_avx512.c's gemv_ref) */
+		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * K : NULL;
+		__m256 yacc = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m512 acc[4];
+			for (int p = 0; p < 4; p++)
+				acc[p] = _mm512_setzero_ps();
+			for (int i = 0; i < 4; i++) { /* 32 bytes of each row */
+				if (pf)
+					for (int l = 0; l < 4; l++)
+						_mm_prefetch(pf + b * (8 * KB) + (size_t)i * 256 + (size_t)l * 64,
+							     _MM_HINT_T1);
+				for (int p = 0; p < 4; p++) {
+					const size_t o = b * KB + (size_t)i * 32;
+					const __m512i r = _mm512_inserti64x4(
+						_mm512_castsi256_si512(_mm256_loadu_si256(
+							(const __m256i *)(const void *)(rows[2 * p] + o))),
+						_mm256_loadu_si256((const __m256i *)(const void *)(rows[2 * p + 1] + o)), 1);
+					const __m512i lo = _mm512_permutex2var_epi8(tl0, r, tl1);
+					const __m512i hi = _mm512_ternarylogic_epi32(
+						_mm512_permutex2var_epi8(th0, r, th1), r, sgn, 0xF8); /* a | (b & c) */
+					const __m512i w0 = _mm512_permutex2var_epi8(lo, ar0, hi);
+					const __m512i w1 = _mm512_permutex2var_epi8(lo, ar1, hi);
+					acc[p] = _mm512_dpbf16_ps(acc[p], as_bh(w0), as_bh(xw[b * 8 + 2 * i]));
+					acc[p] = _mm512_dpbf16_ps(acc[p], as_bh(w1), as_bh(xw[b * 8 + 2 * i + 1]));
+				}
+			}
+			const __m256 f = fp8_tile_factors(w->scales, srow, b, xs[b]);
+			yacc = _mm256_add_ps(yacc, _mm256_mul_ps(reduce8(acc), f));
+		}
+		_mm256_storeu_ps(y + n, yacc);
+	}
+}
+
+/* ---- FP4 ----------------------------------------------------------------------------------- */
+
+/* Activation words of block b: xw[4b + 2p + h], p = 0 for even lanes, 1 for odd, h the step:
+ * lane 4s + q holds [x[32s + j + 16h] high word | x[32s + j + 16h + 8] low word], j = 2q + p. */
+static void fp4_x_words(const float *xq, size_t nb, __m512i *xw)
+{
+	for (size_t b = 0; b < nb; b++)
+		for (int p = 0; p < 2; p++)
+			for (int h = 0; h < 2; h++) {
+				_Alignas(64) uint32_t d[16];
+				for (int L = 0; L < 16; L++) {
+					const size_t k = b * KB + 32 * (size_t)(L / 4) + 2 * (size_t)(L % 4) +
+							 (size_t)p + 16 * (size_t)h;
+					uint32_t u0, u8;
+					memcpy(&u0, &xq[k], sizeof u0);
+					memcpy(&u8, &xq[k + 8], sizeof u8);
+					d[L] = (u0 & 0xFFFF0000u) | (u8 >> 16);
+				}
+				xw[4 * b + 2 * (size_t)p + (size_t)h] = _mm512_load_si512(d);
+			}
+}
+
+/* Byte indices that make bf16 words from [LO | HI] of one row's 64-byte block (byte β holds k
+ * = 2β and 2β + 1): lane 4s + q gets the byte of k = 32s + 2q + 16h (odd word) and of k + 8
+ * (even word); the parity comes from which nibble's tables LO and HI were looked up in. */
+static __m512i fp4_arrange(unsigned h)
+{
+	_Alignas(64) uint8_t ix[64];
+	for (unsigned L = 0; L < 16; L++) {
+		const unsigned beta = 16u * (L / 4) + L % 4 + 8u * h;
+		ix[4 * L + 0] = (uint8_t)(beta + 4);
+		ix[4 * L + 1] = (uint8_t)(64 + beta + 4);
+		ix[4 * L + 2] = (uint8_t)beta;
+		ix[4 * L + 3] = (uint8_t)(64 + beta);
+	}
+	return _mm512_load_si512(ix);
+}
+
+/* 16-lane sums of rows t and u (even lanes a, odd lanes o, lane 4s + q as fp4_x_words) ->
+ * per sub-block s: [((l0+l4)+(l1+l5)), ((l2+l6)+(l3+l7))] of t, then of u. */
+static inline __m512 fp4_half_sums(__m512 at, __m512 au, __m512 ot, __m512 ou)
+{
+	const __m512 e = _mm512_add_ps(_mm512_shuffle_ps(at, au, _MM_SHUFFLE(1, 0, 1, 0)),
+				       _mm512_shuffle_ps(at, au, _MM_SHUFFLE(3, 2, 3, 2)));
+	const __m512 o = _mm512_add_ps(_mm512_shuffle_ps(ot, ou, _MM_SHUFFLE(1, 0, 1, 0)),
+				       _mm512_shuffle_ps(ot, ou, _MM_SHUFFLE(3, 2, 3, 2)));
+	return _mm512_add_ps(e, o);
+}
+
+/* UE8M0 codes -> float as srt_e8m0_to_f32 (0 -> 2^-127, 255 -> NaN), one per dword. */
+static inline __m512 e8m0_v16(__m512i e)
+{
+	__m512i u = _mm512_slli_epi32(e, 23);
+	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+				  _mm512_set1_epi32(0x00400000));
+	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
+				  _mm512_set1_epi32(0x7FC00000));
+	return _mm512_castsi512_ps(u);
+}
+
+static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y,
+		     size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	_Alignas(64) uint8_t tl[64], th[64];
+	for (unsigned i = 0; i < 64; i++) {
+		const uint16_t h = bf16_bits(srt_fp4_e2m1_table[i & 15u]);
+		tl[i] = (uint8_t)h;
+		th[i] = (uint8_t)(h >> 8);
+	}
+	const __m512i tlo = _mm512_load_si512(tl), thi = _mm512_load_si512(th);
+	const __m512i ar0 = fp4_arrange(0), ar1 = fp4_arrange(1);
+	/* scale bytes of 8 rows (dword t = row t's 4 codes) -> lanes 4s + r, rows 0-3 / 4-7 */
+	_Alignas(64) uint8_t sx[2][64];
+	for (unsigned L = 0; L < 64; L++) {
+		sx[0][L] = (uint8_t)(L % 4 == 0 ? 4u * ((L / 4) % 4) + L / 16 : 0);
+		sx[1][L] = (uint8_t)(L % 4 == 0 ? 4u * ((L / 4) % 4 + 4) + L / 16 : 0);
+	}
+	const __m512i sx0 = _mm512_load_si512(sx[0]), sx1 = _mm512_load_si512(sx[1]);
+	const __mmask64 dwlow = 0x1111111111111111ull;
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const uint8_t *rows[8], *sc[8];
+		for (int t = 0; t < 8; t++) {
+			rows[t] = (const uint8_t *)w->data + (n + (size_t)t) * (K / 2);
+			sc[t] = w->scales + (n + (size_t)t) * (K / 32);
+		}
+		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * (K / 2) : NULL;
+		__m128 y0 = _mm_setzero_ps(), y1 = _mm_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m512 ev[8], od[8];
+			const __m512i *xb = xw + 4 * b;
+			for (int t = 0; t < 8; t++) {
+				if (pf)
+					_mm_prefetch(pf + b * (4 * KB) + (size_t)t * 64, _MM_HINT_T1);
+				const __m512i r = _mm512_loadu_si512(rows[t] + b * 64);
+				const __m512i rh = _mm512_srli_epi16(r, 4);
+				const __m512i le = _mm512_permutexvar_epi8(r, tlo);
+				const __m512i he = _mm512_permutexvar_epi8(r, thi);
+				const __m512i lo = _mm512_permutexvar_epi8(rh, tlo);
+				const __m512i ho = _mm512_permutexvar_epi8(rh, thi);
+				ev[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
+							 as_bh(_mm512_permutex2var_epi8(le, ar0, he)), as_bh(xb[0]));
+				ev[t] = _mm512_dpbf16_ps(ev[t], as_bh(_mm512_permutex2var_epi8(le, ar1, he)),
+							 as_bh(xb[1]));
+				od[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
+							 as_bh(_mm512_permutex2var_epi8(lo, ar0, ho)), as_bh(xb[2]));
+				od[t] = _mm512_dpbf16_ps(od[t], as_bh(_mm512_permutex2var_epi8(lo, ar1, ho)),
+							 as_bh(xb[3]));
+			}
+			/* per sub-block s (128-bit lane s): the 4 results of rows 0-3, then of 4-7 */
+			__m512 d[2];
+			for (int g = 0; g < 2; g++) {
+				const __m512 g01 = fp4_half_sums(ev[4 * g], ev[4 * g + 1], od[4 * g], od[4 * g + 1]);
+				const __m512 g23 = fp4_half_sums(ev[4 * g + 2], ev[4 * g + 3], od[4 * g + 2],
+								 od[4 * g + 3]);
+				d[g] = _mm512_add_ps(_mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)),
+						     _mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)));
+			}
+			const __m512i e4 = _mm512_castsi256_si512(fp4_tile_scale_codes(sc, b));
+			const __m512 sa = _mm512_set1_ps(xs[b]);
+			const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(d[0], sa),
+							e8m0_v16(_mm512_maskz_permutexvar_epi8(dwlow, sx0, e4)));
+			const __m512 p1 = _mm512_mul_ps(_mm512_mul_ps(d[1], sa),
+							e8m0_v16(_mm512_maskz_permutexvar_epi8(dwlow, sx1, e4)));
+			/* y + d·sa·sb per sub-block, in order (the lane index is a constant) */
+			y0 = _mm_add_ps(y0, _mm512_castps512_ps128(p0));
+			y1 = _mm_add_ps(y1, _mm512_castps512_ps128(p1));
+			y0 = _mm_add_ps(y0, _mm512_extractf32x4_ps(p0, 1));
+			y1 = _mm_add_ps(y1, _mm512_extractf32x4_ps(p1, 1));
+			y0 = _mm_add_ps(y0, _mm512_extractf32x4_ps(p0, 2));
+			y1 = _mm_add_ps(y1, _mm512_extractf32x4_ps(p1, 2));
+			y0 = _mm_add_ps(y0, _mm512_extractf32x4_ps(p0, 3));
+			y1 = _mm_add_ps(y1, _mm512_extractf32x4_ps(p1, 3));
+		}
+		_mm_storeu_ps(y + n, y0);
+		_mm_storeu_ps(y + n + 4, y1);
+	}
+}
+
+/* ---- entry --------------------------------------------------------------------------------- */
+
+bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const float *xs,
+			     float *y, size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols, nb = K / KB;
+	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4) || K % KB != 0 || K > GEMV_KMAX ||
+	    !bf16dp_usable())
+		return false;
+	for (size_t b = 0; b < nb; b++)
+		if (!x_exact_products(xq + b * KB))
+			return false;
+	_Alignas(64) __m512i xw[GEMV_KMAX / 16]; /* FP8: one per 16 k; FP4: one per 32 */
+	if (w->type == SRT_WT_FP8) {
+		fp8_x_words(xq, K / 16, xw);
+		gemv_fp8(w, xw, xs, y, n0, ntiles);
+	} else {
+		fp4_x_words(xq, nb, xw);
+		gemv_fp4(w, xw, xs, y, n0, ntiles);
+	}
+	return true;
+}

@@ -1,7 +1,8 @@
 /*
  * core/ops/gemm_avx512_bf16.c — REFERENCE-mode GEMVs (M = 1) for FP8 and FP4 weights on
- * x86-64 with AVX512_BF16 and AVX512_VBMI (compiled with -mavx512f -mavx512bw -mavx512vbmi
- * -mavx512bf16, never -mfma). Called from gemm_avx512.c only after bf16dp_usable() said yes.
+ * x86-64 with AVX512_BF16, AVX512_VBMI and AVX512VL (compiled with -mavx512f -mavx512bw
+ * -mavx512vl -mavx512vbmi -mavx512bf16, never -mfma). Called from gemm_avx512.c; runs only
+ * after bf16dp_usable() said yes.
  *
  * Why it gives gemm.h's bits. In REFERENCE mode every product is of two numbers with few
  * significant bits: an E4M3 activation value (4 bits) times an E4M3 (4 bits) or E2M1 (2 bits)
@@ -116,10 +117,11 @@ static bool dp_known_answers(void)
 	return true;
 }
 
-static bool cpu_bf16_vbmi(void)
+static bool cpu_bf16_vbmi_vl(void)
 {
 	unsigned a, b, c, d;
-	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(c & (1u << 1))) /* AVX512_VBMI */
+	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(c & (1u << 1)) /* AVX512_VBMI */ ||
+	    !(b & (1u << 31)))                                               /* AVX512VL */
 		return false;
 	return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)); /* AVX512_BF16 */
 }
@@ -130,7 +132,7 @@ static bool bf16dp_usable(void)
 	static _Atomic int ok = -1;
 	int v = atomic_load_explicit(&ok, memory_order_relaxed);
 	if (v < 0) {
-		v = cpu_bf16_vbmi() && dp_known_answers();
+		v = cpu_bf16_vbmi_vl() && dp_known_answers();
 		atomic_store_explicit(&ok, v, memory_order_relaxed);
 	}
 	return v == 1;
@@ -229,20 +231,33 @@ static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float 
  * lane 4s + q holds [x[32s + j + 16h] high word | x[32s + j + 16h + 8] low word], j = 2q + p. */
 static void fp4_x_words(const float *xq, size_t nb, __m512i *xw)
 {
+	/* lane 4s + q of a vector takes float j = p + 2q (and j + 8) of 16 loaded at sub-block
+	 * s + step h: from a table pair of sub-blocks (0, 1) for lanes 0-7, (2, 3) for 8-15 */
+	__m512i ix[2];
+	for (int p = 0; p < 2; p++) {
+		_Alignas(64) int32_t t[16];
+		for (int L = 0; L < 16; L++)
+			t[L] = 16 * ((L / 4) % 2) + p + 2 * (L % 4);
+		ix[p] = _mm512_load_si512(t);
+	}
+	const __m512i eight = _mm512_set1_epi32(8), hi = _mm512_set1_epi32((int32_t)0xFFFF0000u);
 	for (size_t b = 0; b < nb; b++)
-		for (int p = 0; p < 2; p++)
-			for (int h = 0; h < 2; h++) {
-				_Alignas(64) uint32_t d[16];
-				for (int L = 0; L < 16; L++) {
-					const size_t k = b * KB + 32 * (size_t)(L / 4) + 2 * (size_t)(L % 4) +
-							 (size_t)p + 16 * (size_t)h;
-					uint32_t u0, u8;
-					memcpy(&u0, &xq[k], sizeof u0);
-					memcpy(&u8, &xq[k + 8], sizeof u8);
-					d[L] = (u0 & 0xFFFF0000u) | (u8 >> 16);
-				}
-				xw[4 * b + 2 * (size_t)p + (size_t)h] = _mm512_load_si512(d);
+		for (int h = 0; h < 2; h++) {
+			const float *x = xq + b * KB + 16 * (size_t)h;
+			const __m512i s0 = _mm512_loadu_si512(x), s1 = _mm512_loadu_si512(x + 32);
+			const __m512i s2 = _mm512_loadu_si512(x + 64), s3 = _mm512_loadu_si512(x + 96);
+			for (int p = 0; p < 2; p++) {
+				const __m512i il = _mm512_add_epi32(ix[p], eight);
+				const __m512i first = _mm512_mask_mov_epi32(
+					_mm512_permutex2var_epi32(s0, ix[p], s1), (__mmask16)0xFF00,
+					_mm512_permutex2var_epi32(s2, ix[p], s3));
+				const __m512i second = _mm512_mask_mov_epi32(
+					_mm512_permutex2var_epi32(s0, il, s1), (__mmask16)0xFF00,
+					_mm512_permutex2var_epi32(s2, il, s3));
+				xw[4 * b + 2 * (size_t)p + (size_t)h] =
+					_mm512_ternarylogic_epi32(first, hi, _mm512_srli_epi32(second, 16), 0xEA);
 			}
+		}
 }
 
 /* Byte indices that make bf16 words from [LO | HI] of one row's 64-byte block (byte β holds k
@@ -295,13 +310,13 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 	}
 	const __m512i tlo = _mm512_load_si512(tl), thi = _mm512_load_si512(th);
 	const __m512i ar0 = fp4_arrange(0), ar1 = fp4_arrange(1);
-	/* scale bytes of 8 rows (dword t = row t's 4 codes) -> lanes 4s + r, rows 0-3 / 4-7 */
-	_Alignas(64) uint8_t sx[2][64];
-	for (unsigned L = 0; L < 64; L++) {
-		sx[0][L] = (uint8_t)(L % 4 == 0 ? 4u * ((L / 4) % 4) + L / 16 : 0);
-		sx[1][L] = (uint8_t)(L % 4 == 0 ? 4u * ((L / 4) % 4 + 4) + L / 16 : 0);
-	}
-	const __m512i sx0 = _mm512_load_si512(sx[0]), sx1 = _mm512_load_si512(sx[1]);
+	/* The scale codes of a tile, 8 blocks (32 bytes of each row) at a time: rows 0-1 and 2-3
+	 * in one 128-byte table (4-5 and 6-7 in another); block b's codes of rows 0-3 land by one
+	 * VPERMI2B in the low byte of lane 4s + r (byte 32r + 4(b mod 8) + s of the table). */
+	_Alignas(64) uint8_t sx[64];
+	for (unsigned L = 0; L < 64; L++)
+		sx[L] = (uint8_t)(L % 4 == 0 ? 32u * ((L / 4) % 4) + L / 16 : 0);
+	const __m512i sxi = _mm512_load_si512(sx);
 	const __mmask64 dwlow = 0x1111111111111111ull;
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
@@ -312,9 +327,25 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 		}
 		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * (K / 2) : NULL;
 		__m128 y0 = _mm_setzero_ps(), y1 = _mm_setzero_ps();
+		__m512i stab[4] = {0}; /* the scale tables of blocks [b & ~7, +8) */
+		bool plain = false; /* no code 0 or 255 in them: 2^(e-127) by a shift */
 		for (size_t b = 0; b < nb; b++) {
 			__m512 ev[8], od[8];
 			const __m512i *xb = xw + 4 * b;
+			if (b % 8 == 0) {
+				const size_t nbytes = K / 32 - 4 * b < 32 ? K / 32 - 4 * b : 32;
+				const __mmask32 lm = (__mmask32)(((uint64_t)1 << nbytes) - 1);
+				__mmask64 special = 0;
+				for (int q = 0; q < 4; q++) {
+					stab[q] = _mm512_inserti64x4(
+						_mm512_castsi256_si512(_mm256_maskz_loadu_epi8(lm, sc[2 * q] + 4 * b)),
+						_mm256_maskz_loadu_epi8(lm, sc[2 * q + 1] + 4 * b), 1);
+					special |= _mm512_cmpeq_epi8_mask(stab[q], _mm512_set1_epi8((char)0xFF));
+					special |= _mm512_cmpeq_epi8_mask(stab[q], _mm512_setzero_si512()) &
+						   ((__mmask64)lm | ((__mmask64)lm << 32));
+				}
+				plain = special == 0;
+			}
 			for (int t = 0; t < 8; t++) {
 				if (pf)
 					_mm_prefetch(pf + b * (4 * KB) + (size_t)t * 64, _MM_HINT_T1);
@@ -342,12 +373,14 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 				d[g] = _mm512_add_ps(_mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)),
 						     _mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)));
 			}
-			const __m512i e4 = _mm512_castsi256_si512(fp4_tile_scale_codes(sc, b));
+			const __m512i ix = _mm512_add_epi8(sxi, _mm512_set1_epi8((char)(4 * (b % 8))));
+			const __m512i c0 = _mm512_maskz_permutex2var_epi8(dwlow, stab[0], ix, stab[1]);
+			const __m512i c1 = _mm512_maskz_permutex2var_epi8(dwlow, stab[2], ix, stab[3]);
+			const __m512 f0 = plain ? _mm512_castsi512_ps(_mm512_slli_epi32(c0, 23)) : e8m0_v16(c0);
+			const __m512 f1 = plain ? _mm512_castsi512_ps(_mm512_slli_epi32(c1, 23)) : e8m0_v16(c1);
 			const __m512 sa = _mm512_set1_ps(xs[b]);
-			const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(d[0], sa),
-							e8m0_v16(_mm512_maskz_permutexvar_epi8(dwlow, sx0, e4)));
-			const __m512 p1 = _mm512_mul_ps(_mm512_mul_ps(d[1], sa),
-							e8m0_v16(_mm512_maskz_permutexvar_epi8(dwlow, sx1, e4)));
+			const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(d[0], sa), f0);
+			const __m512 p1 = _mm512_mul_ps(_mm512_mul_ps(d[1], sa), f1);
 			/* y + d·sa·sb per sub-block, in order (the lane index is a constant) */
 			y0 = _mm_add_ps(y0, _mm512_castps512_ps128(p0));
 			y1 = _mm_add_ps(y1, _mm512_castps512_ps128(p1));

@@ -363,10 +363,13 @@ static void pj_gemm(struct fwd *f, const struct srt_weight *w, const float *x, c
 		srt_gemm_exact(w, x, n, K, y, N, n0, n1);
 }
 
-#define PJ_RB 64 /* rows per batched product in pj_tiles (reference profile) */
+#define PJ_RB 64   /* rows per batched product in pj_tiles (reference profile) */
+#define PJ_WIDE 64 /* tiles per product for a single row (decode): one long GEMV streams and
+		    * prefetches the weights better than many short ones */
 
 /* A double-accumulated projection with tiled weights (compressors, weights_proj): tiles
- * [t0, t1) for every row; four tiles at a time so the weights stay in cache across rows. */
+ * [t0, t1) for every row; four tiles at a time so the weights stay in cache across rows
+ * (PJ_WIDE when there is one row). */
 static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t t0, size_t t1)
 {
 	const struct srt_attn *a = f->a;
@@ -376,13 +379,15 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	size_t d = (size_t)m->hidden_size, nf = pj_features(f, j);
 	size_t ih = (size_t)m->index_n_heads, idim = (size_t)m->index_head_dim;
 	float wsc = (float)(pow((double)idim, -0.5) * pow((double)ih, -0.5));
-	double y[32];
+	double y[PJ_WIDE * 8];
 	float y32[PJ_RB * 32];
+	_Static_assert(PJ_WIDE * 8 <= PJ_RB * 32, "one row of PJ_WIDE tiles fits y32");
 	/* reference profile: the reference's fp32 / bf16 linears accumulate in float32, here
 	 * in srt_gemm's fixed order on the stored matrix; f32 profile: double tiles */
 	const int f32acc = a->ref && wt->w.data && wt->w.rows == nf && wt->w.cols == d;
-	for (size_t c0 = t0; c0 < t1; c0 += 4) {
-		size_t nt = t1 - c0 < 4 ? t1 - c0 : 4, o0 = c0 * 8;
+	const size_t ct = f32acc && f->N == 1 ? PJ_WIDE : 4; /* tiles per product */
+	for (size_t c0 = t0; c0 < t1; c0 += ct) {
+		size_t nt = t1 - c0 < ct ? t1 - c0 : ct, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
 		const struct srt_weight sub = {
 			.type = wt->w.type, .rows = no, .cols = d,

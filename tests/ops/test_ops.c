@@ -839,6 +839,51 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 }
 END_TEST
 
+/* REFERENCE GEMVs (M = 1) on properly quantized activations (so the exact-product kernels,
+ * AVX512_BF16 dot products included, run) with scale codes over the whole UE8M0 range, 0
+ * (2^-127) and 255 (NaN) included, K whose per-row FP4 scale bytes end inside a 32-byte load
+ * (512, 1280) or on one (1024), zeros of both signs in the activations: every kernel set
+ * gives the generic set's bits. */
+START_TEST(gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations)
+{
+	static const size_t Ks[] = {512, 1024, 1280};
+	static const enum srt_wtype types[] = {SRT_WT_FP8, SRT_WT_FP4};
+	enum { N = 45, KMAX = 1280 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float x[KMAX], xq[KMAX], xs[KMAX / 128], y0[N], y1[N];
+	for (size_t ki = 0; ki < N_OF(Ks); ki++) {
+		const size_t K = Ks[ki];
+		for (size_t i = 0; i < K; i++)
+			x[i] = i % 53 == 0 ? -0.0f : i % 47 == 0 ? 0.0f
+				: frand() * ldexpf(1.0f, (int)(i % 23) - 11);
+		srt_gemm_quant_row(x, K, xq, xs);
+		for (size_t ti = 0; ti < N_OF(types); ti++) {
+			struct wtest t;
+			make_raw_weight(&t, types[ti], N, K, true);
+			const size_t sb = srt_weight_scale_bytes(types[ti], N, K);
+			for (size_t i = 0; i < sb; i += 29)
+				t.scales[i] = i % 2 ? 0 : 255;
+			for (size_t n0 = 0; n0 < 3; n0++) {
+				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+					ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+					srt_gemm_ref(&t.w, xq, xs, 1, K, y, N, n0, N);
+					if (isa == SRT_GEMM_ISA_GENERIC)
+						continue;
+					for (size_t n = n0; n < N; n++)
+						ck_assert_msg(same_float(y0[n], y1[n]),
+							      "%s type %d K %zu rows from %zu: y[%zu] %a vs generic %a",
+							      srt_gemm_isa_name((enum srt_gemm_isa)isa), types[ti], K,
+							      n0, n, y1[n], y0[n]);
+				}
+			}
+			free_weight(&t);
+		}
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+}
+END_TEST
+
 /* The M = 1 (decode) GEMVs keep the whole activation row on the stack up to K = 8192 and
  * hand larger K to the tile kernels: at K = 8192 and 8320, for every weight type and mode,
  * output ranges starting off the 8-row tile grid and ending in a partial tile, every kernel
@@ -1157,6 +1202,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
+	tcase_add_test(tc, gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations);
 	tcase_add_test(tc, gemv_exact_fp8_matches_generic_for_overflowing_scale_factors);
 	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);
 	tcase_add_test(tc, gemm_prefill_kernels_honour_row_strides_and_write_only_their_range);

@@ -24,13 +24,14 @@
  *    the bytes of 32 bf16 words in lane order: the two rows of a pair (rows a and b in lanes
  *    0-7 and 8-15, as gemm_avx512.c's pair layout, so reduce8 combines them) from one
  *    [a 32 bytes | b 32 bytes] load.
- *  - E2M1: each row's 64-byte block is looked up by VPERMB in 64-entry tables that repeat the
- *    16 nibble values (VPERMB reads 6 index bits, so the high nibble's bits do not matter):
- *    the low nibbles (even k) directly, the high nibbles (odd k) after a 4-bit shift. A
- *    block's 4 sub-blocks are summed in one register of 16 lanes: lane 4s + q holds lane 2q
- *    of sub-block s (even register) or lane 2q + 1 (odd register), so each register is built
- *    from one parity's tables by one VPERMI2B per step; a transposed reduction of 8 rows gives
- *    the 32 sub-block results in gemm.h's lane order.
+ *  - E2M1: one VPERMB per step puts, in the low byte of each word, the code byte that holds
+ *    the word's nibble (in lane order, below); VPERMW then looks the word's low 5 bits up
+ *    in a 32-entry table of bf16 values that repeats the 16 nibble values (so bit 4, the
+ *    other nibble's, does not matter): the low nibbles (even k) directly, the high nibbles
+ *    (odd k) after a 4-bit word shift. A block's 4 sub-blocks are summed in one register of
+ *    16 lanes: lane 4s + q holds lane 2q of sub-block s (even register) or lane 2q + 1 (odd
+ *    register), both from the same bytes; a transposed reduction of 8 rows gives the 32
+ *    sub-block results in gemm.h's lane order.
  * The activations are arranged once per call into the matching bf16 words.
  */
 #include <cpuid.h>
@@ -260,18 +261,18 @@ static void fp4_x_words(const float *xq, size_t nb, __m512i *xw)
 		}
 }
 
-/* Byte indices that make bf16 words from [LO | HI] of one row's 64-byte block (byte β holds k
- * = 2β and 2β + 1): lane 4s + q gets the byte of k = 32s + 2q + 16h (odd word) and of k + 8
- * (even word); the parity comes from which nibble's tables LO and HI were looked up in. */
+/* VPERMB indices for step h of one row's 64-byte block (byte β holds k = 2β and 2β + 1):
+ * lane 4s + q gets the byte of k = 32s + 2q + 16h in its odd word (added first) and the byte
+ * of k + 8 in its even word (low bytes; the high bytes are not read). */
 static __m512i fp4_arrange(unsigned h)
 {
 	_Alignas(64) uint8_t ix[64];
 	for (unsigned L = 0; L < 16; L++) {
 		const unsigned beta = 16u * (L / 4) + L % 4 + 8u * h;
 		ix[4 * L + 0] = (uint8_t)(beta + 4);
-		ix[4 * L + 1] = (uint8_t)(64 + beta + 4);
+		ix[4 * L + 1] = 0;
 		ix[4 * L + 2] = (uint8_t)beta;
-		ix[4 * L + 3] = (uint8_t)(64 + beta);
+		ix[4 * L + 3] = 0;
 	}
 	return _mm512_load_si512(ix);
 }
@@ -302,14 +303,11 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 		     size_t n0, size_t ntiles)
 {
 	const size_t K = w->cols, nb = K / KB;
-	_Alignas(64) uint8_t tl[64], th[64];
-	for (unsigned i = 0; i < 64; i++) {
-		const uint16_t h = bf16_bits(srt_fp4_e2m1_table[i & 15u]);
-		tl[i] = (uint8_t)h;
-		th[i] = (uint8_t)(h >> 8);
-	}
-	const __m512i tlo = _mm512_load_si512(tl), thi = _mm512_load_si512(th);
-	const __m512i ar0 = fp4_arrange(0), ar1 = fp4_arrange(1);
+	_Alignas(64) uint16_t tw[32];
+	for (unsigned i = 0; i < 32; i++)
+		tw[i] = bf16_bits(srt_fp4_e2m1_table[i & 15u]);
+	const __m512i t16 = _mm512_load_si512(tw);
+	const __m512i pw0 = fp4_arrange(0), pw1 = fp4_arrange(1);
 	/* The scale codes of a tile, 8 blocks (32 bytes of each row) at a time: rows 0-1 and 2-3
 	 * in one 128-byte table (4-5 and 6-7 in another); block b's codes of rows 0-3 land by one
 	 * VPERMI2B in the low byte of lane 4s + r (byte 32r + 4(b mod 8) + s of the table). */
@@ -350,18 +348,15 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 				if (pf)
 					_mm_prefetch(pf + b * (4 * KB) + (size_t)t * 64, _MM_HINT_T1);
 				const __m512i r = _mm512_loadu_si512(rows[t] + b * 64);
-				const __m512i rh = _mm512_srli_epi16(r, 4);
-				const __m512i le = _mm512_permutexvar_epi8(r, tlo);
-				const __m512i he = _mm512_permutexvar_epi8(r, thi);
-				const __m512i lo = _mm512_permutexvar_epi8(rh, tlo);
-				const __m512i ho = _mm512_permutexvar_epi8(rh, thi);
+				const __m512i d0 = _mm512_permutexvar_epi8(pw0, r);
+				const __m512i d1 = _mm512_permutexvar_epi8(pw1, r);
 				ev[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
-							 as_bh(_mm512_permutex2var_epi8(le, ar0, he)), as_bh(xb[0]));
-				ev[t] = _mm512_dpbf16_ps(ev[t], as_bh(_mm512_permutex2var_epi8(le, ar1, he)),
-							 as_bh(xb[1]));
+							 as_bh(_mm512_permutexvar_epi16(d0, t16)), as_bh(xb[0]));
+				ev[t] = _mm512_dpbf16_ps(ev[t], as_bh(_mm512_permutexvar_epi16(d1, t16)), as_bh(xb[1]));
 				od[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
-							 as_bh(_mm512_permutex2var_epi8(lo, ar0, ho)), as_bh(xb[2]));
-				od[t] = _mm512_dpbf16_ps(od[t], as_bh(_mm512_permutex2var_epi8(lo, ar1, ho)),
+							 as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(d0, 4), t16)),
+							 as_bh(xb[2]));
+				od[t] = _mm512_dpbf16_ps(od[t], as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(d1, 4), t16)),
 							 as_bh(xb[3]));
 			}
 			/* per sub-block s (128-bit lane s): the 4 results of rows 0-3, then of 4-7 */

@@ -315,6 +315,14 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 	for (unsigned L = 0; L < 64; L++)
 		sx[L] = (uint8_t)(L % 4 == 0 ? 32u * ((L / 4) % 4) + L / 16 : 0);
 	const __m512i sxi = _mm512_load_si512(sx);
+	/* lane 4s + r of p0 (rows 0-3) and of p1 (rows 4-7) -> [s0 rows 0-7 | s1 rows 0-7] */
+	_Alignas(64) int32_t yix[2][16];
+	for (int L = 0; L < 16; L++)
+		for (int half = 0; half < 2; half++) {
+			const int sub = 2 * half + L / 8, r = L % 8;
+			yix[half][L] = 4 * sub + r % 4 + (r < 4 ? 0 : 16);
+		}
+	const __m512i yi01 = _mm512_load_si512(yix[0]), yi23 = _mm512_load_si512(yix[1]);
 	const __mmask64 dwlow = 0x1111111111111111ull;
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
@@ -324,7 +332,7 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 			sc[t] = w->scales + (n + (size_t)t) * (K / 32);
 		}
 		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * (K / 2) : NULL;
-		__m128 y0 = _mm_setzero_ps(), y1 = _mm_setzero_ps();
+		__m256 yacc = _mm256_setzero_ps();
 		__m512i stab[4] = {0}; /* the scale tables of blocks [b & ~7, +8) */
 		bool plain = false; /* no code 0 or 255 in them: 2^(e-127) by a shift */
 		for (size_t b = 0; b < nb; b++) {
@@ -376,18 +384,16 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 			const __m512 sa = _mm512_set1_ps(xs[b]);
 			const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(d[0], sa), f0);
 			const __m512 p1 = _mm512_mul_ps(_mm512_mul_ps(d[1], sa), f1);
-			/* y + d·sa·sb per sub-block, in order (the lane index is a constant) */
-			y0 = _mm_add_ps(y0, _mm512_castps512_ps128(p0));
-			y1 = _mm_add_ps(y1, _mm512_castps512_ps128(p1));
-			y0 = _mm_add_ps(y0, _mm512_extractf32x4_ps(p0, 1));
-			y1 = _mm_add_ps(y1, _mm512_extractf32x4_ps(p1, 1));
-			y0 = _mm_add_ps(y0, _mm512_extractf32x4_ps(p0, 2));
-			y1 = _mm_add_ps(y1, _mm512_extractf32x4_ps(p1, 2));
-			y0 = _mm_add_ps(y0, _mm512_extractf32x4_ps(p0, 3));
-			y1 = _mm_add_ps(y1, _mm512_extractf32x4_ps(p1, 3));
+			/* [s0: rows 0-7 | s1: rows 0-7] and [s2 | s3], then y + d·sa·sb per sub-block,
+			 * in order */
+			const __m512 q01 = _mm512_permutex2var_ps(p0, yi01, p1);
+			const __m512 q23 = _mm512_permutex2var_ps(p0, yi23, p1);
+			yacc = _mm256_add_ps(yacc, _mm512_castps512_ps256(q01));
+			yacc = _mm256_add_ps(yacc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(q01), 1)));
+			yacc = _mm256_add_ps(yacc, _mm512_castps512_ps256(q23));
+			yacc = _mm256_add_ps(yacc, _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(q23), 1)));
 		}
-		_mm_storeu_ps(y + n, y0);
-		_mm_storeu_ps(y + n + 4, y1);
+		_mm256_storeu_ps(y + n, yacc);
 	}
 }
 

@@ -2,7 +2,7 @@
  * core/ops/gemm_avx512_bf16.c — REFERENCE-mode GEMVs (M = 1) for FP8 and FP4 weights on
  * x86-64 with AVX512_BF16, AVX512_VBMI and AVX512VL (compiled with -mavx512f -mavx512bw
  * -mavx512vl -mavx512vbmi -mavx512bf16, never -mfma). Called from gemm_avx512.c; runs only
- * after bf16dp_usable() said yes.
+ * after srt_gemm_bf16dp_usable() said yes.
  *
  * Why it gives gemm.h's bits. In REFERENCE mode every product is of two numbers with few
  * significant bits: an E4M3 activation value (4 bits) times an E4M3 (4 bits) or E2M1 (2 bits)
@@ -127,8 +127,7 @@ static bool cpu_bf16_vbmi_vl(void)
 	return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)); /* AVX512_BF16 */
 }
 
-/* CPU has the instructions and VDPBF16PS rounds as the SDM says. Thread-safe, cached. */
-static bool bf16dp_usable(void)
+bool srt_gemm_bf16dp_usable(void)
 {
 	static _Atomic int ok = -1;
 	int v = atomic_load_explicit(&ok, memory_order_relaxed);
@@ -404,7 +403,7 @@ bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const 
 {
 	const size_t K = w->cols, nb = K / KB;
 	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4) || K % KB != 0 || K > GEMV_KMAX ||
-	    !bf16dp_usable())
+	    !srt_gemm_bf16dp_usable())
 		return false;
 	for (size_t b = 0; b < nb; b++)
 		if (!x_exact_products(xq + b * KB))

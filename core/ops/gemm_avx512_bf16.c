@@ -287,17 +287,6 @@ static inline __m512 fp4_half_sums(__m512 at, __m512 au, __m512 ot, __m512 ou)
 	return _mm512_add_ps(e, o);
 }
 
-/* UE8M0 codes -> float as srt_e8m0_to_f32 (0 -> 2^-127, 255 -> NaN), one per dword. */
-static inline __m512 e8m0_v16(__m512i e)
-{
-	__m512i u = _mm512_slli_epi32(e, 23);
-	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-				  _mm512_set1_epi32(0x00400000));
-	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
-				  _mm512_set1_epi32(0x7FC00000));
-	return _mm512_castsi512_ps(u);
-}
-
 static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y,
 		     size_t n0, size_t ntiles)
 {
@@ -378,8 +367,8 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 			const __m512i ix = _mm512_add_epi8(sxi, _mm512_set1_epi8((char)(4 * (b % 8))));
 			const __m512i c0 = _mm512_maskz_permutex2var_epi8(dwlow, stab[0], ix, stab[1]);
 			const __m512i c1 = _mm512_maskz_permutex2var_epi8(dwlow, stab[2], ix, stab[3]);
-			const __m512 f0 = plain ? _mm512_castsi512_ps(_mm512_slli_epi32(c0, 23)) : e8m0_v16(c0);
-			const __m512 f1 = plain ? _mm512_castsi512_ps(_mm512_slli_epi32(c1, 23)) : e8m0_v16(c1);
+			const __m512 f0 = plain ? _mm512_castsi512_ps(_mm512_slli_epi32(c0, 23)) : e8m0_16(c0);
+			const __m512 f1 = plain ? _mm512_castsi512_ps(_mm512_slli_epi32(c1, 23)) : e8m0_16(c1);
 			const __m512 sa = _mm512_set1_ps(xs[b]);
 			const __m512 p0 = _mm512_mul_ps(_mm512_mul_ps(d[0], sa), f0);
 			const __m512 p1 = _mm512_mul_ps(_mm512_mul_ps(d[1], sa), f1);

@@ -79,4 +79,16 @@ static inline __m256 reduce8(const __m512 *acc)
 				    _mm_unpackhi_ps(even, odd), 1);
 }
 
+/* UE8M0 codes (one per lane, < 256) -> float, as srt_e8m0_to_f32: 2^(e-127), the subnormal
+ * 2^-127 for 0, NaN for 255. */
+static inline __m512 e8m0_16(__m512i e)
+{
+	__m512i u = _mm512_slli_epi32(e, 23);
+	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+				  _mm512_set1_epi32(0x00400000));
+	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
+				  _mm512_set1_epi32(0x7FC00000));
+	return _mm512_castsi512_ps(u);
+}
+
 #endif /* SRT_OPS_GEMM_AVX512_PAIRS_H */

@@ -38,6 +38,7 @@
 #define RC 128      /* activation rows per chunk (one weight decode per chunk and block) */
 #define NBMAX 128   /* K blocks whose exactness flags are kept (K <= 16384); larger K: no FMA */
 #define TF 16       /* output features per transposed tile (below) */
+#define RT 3        /* its rows per register block (24 accumulators) */
 
 #include "ops/gemm_tile_avx512_t.h"
 
@@ -266,39 +267,7 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
  * On CPUs with AVX512_BF16 (+ VBMI, VL, and VDPBF16PS rounding as the SDM says) the same
  * kernel runs from gemm_tile_avx512_bf16.c instead, two k per lane per VDPBF16PS (same bits).
  */
-#define RT 3  /* rows per register block (24 accumulators) */
 #define TMIN 8 /* fewer rows: the pair kernel (the decode would not pay off) */
-
-/* acc + w·(*x broadcast) by one fused multiply-add, and w·(*x broadcast), each with the
- * activation as an embedded-broadcast memory operand (GCC otherwise broadcasts into a
- * register and reloads the weight vector for every row). */
-static inline __m512 fma_bx(__m512 acc, __m512 w, const float *x)
-{
-	__asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x));
-	return acc;
-}
-
-/* d[r] for rows x + r·ldx (r < R) over k in [kk0, kk0 + len) of the block. */
-static inline __attribute__((always_inline)) void
-rows_t(const float *wt, const float *x, size_t ldx, int R, size_t kk0, size_t len, bool fused,
-       __m512 *d)
-{
-	__m512 acc[RT][8];
-	for (int r = 0; r < R; r++)
-		for (int j = 0; j < 8; j++)
-			acc[r][j] = _mm512_setzero_ps();
-	for (size_t k = kk0; k < kk0 + len; k += 8)
-		for (int j = 0; j < 8; j++) {
-			const __m512 wv = _mm512_load_ps(wt + (k + (size_t)j) * TF);
-			for (int r = 0; r < R; r++) {
-				const float *xp = x + (size_t)r * ldx + k + (size_t)j;
-				acc[r][j] = fused ? fma_bx(acc[r][j], wv, xp)
-						  : _mm512_add_ps(acc[r][j], mul_bx(wv, xp));
-			}
-		}
-	for (int r = 0; r < R; r++)
-		d[r] = comb_t(acc[r]);
-}
 
 static inline __attribute__((always_inline)) void
 rows_t_blk(const float *wt, int type, const float *x, const float *xs, size_t ldx, float *y,
@@ -307,21 +276,11 @@ rows_t_blk(const float *wt, int type, const float *x, const float *xs, size_t ld
 	__m512 d[RT];
 	if (type == SRT_WT_FP8) {
 		rows_t(wt, x, ldx, R, 0, KB, fused, d);
-		for (int r = 0; r < R; r++) {
-			float *yr = y + (size_t)r * ldy;
-			const __m512 f = _mm512_mul_ps(_mm512_set1_ps(xs[(size_t)r * nb + b]), sb[0]);
-			const __m512 y0 = b == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
-			_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(d[r], f)));
-		}
+		y_add_fp8_t(d, R, xs, nb, b, sb, y, ldy);
 	} else {
 		for (size_t s = 0; s < KB / 32; s++) {
 			rows_t(wt, x, ldx, R, s * 32, 32, fused, d);
-			for (int r = 0; r < R; r++) {
-				float *yr = y + (size_t)r * ldy;
-				const __m512 da = _mm512_mul_ps(d[r], _mm512_set1_ps(xs[(size_t)r * nb + b]));
-				const __m512 y0 = b == 0 && s == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
-				_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(da, sb[s])));
-			}
+			y_add_fp4_t(d, R, xs, nb, b, (size_t)s, sb, y, ldy);
 		}
 	}
 }

@@ -48,25 +48,6 @@ static inline __m512 dp_bx(__m512 acc, __m512i w, const uint32_t *x)
 
 /* ---- the kernels --------------------------------------------------------------------------- */
 
-/* Float path (multiply then add): d[r] for rows x + r·ldx over k in [kk0, kk0 + len). */
-static inline __attribute__((always_inline)) void
-rows_f(const float *wt, const float *x, size_t ldx, int R, size_t kk0, size_t len, __m512 *d)
-{
-	__m512 acc[RT][8];
-	for (int r = 0; r < R; r++)
-		for (int j = 0; j < 8; j++)
-			acc[r][j] = _mm512_setzero_ps();
-	for (size_t k = kk0; k < kk0 + len; k += 8)
-		for (int j = 0; j < 8; j++) {
-			const __m512 wv = _mm512_load_ps(wt + (k + (size_t)j) * TF);
-			for (int r = 0; r < R; r++)
-				acc[r][j] = _mm512_add_ps(acc[r][j],
-							  mul_bx(wv, x + (size_t)r * ldx + k + (size_t)j));
-		}
-	for (int r = 0; r < R; r++)
-		d[r] = comb_t(acc[r]);
-}
-
 /* Dot-product path: d[r] for rows r < R whose activation words are xw + r·64 (dword s·8 + j
  * = [x[16s + j] | x[16s + j + 8]]), over steps [s0, s0 + ns) of wb (wb[(s·8 + j)·16 + f] =
  * [w[f][16s + j] | w[f][16s + j + 8]]). */
@@ -99,25 +80,15 @@ rows_blk(const float *wt, const uint32_t *wb, int type, const float *x, const ui
 		if (dp)
 			rows_dp(wb, xw, R, 0, NS, d);
 		else
-			rows_f(wt, x, ldx, R, 0, KB, d);
-		for (int r = 0; r < R; r++) {
-			float *yr = y + (size_t)r * ldy;
-			const __m512 f = _mm512_mul_ps(_mm512_set1_ps(xs[(size_t)r * nb + b]), sb[0]);
-			const __m512 y0 = b == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
-			_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(d[r], f)));
-		}
+			rows_t(wt, x, ldx, R, 0, KB, false, d);
+		y_add_fp8_t(d, R, xs, nb, b, sb, y, ldy);
 	} else {
 		for (int s = 0; s < KB / 32; s++) {
 			if (dp)
 				rows_dp(wb, xw, R, 2 * s, 2, d);
 			else
-				rows_f(wt, x, ldx, R, (size_t)s * 32, 32, d);
-			for (int r = 0; r < R; r++) {
-				float *yr = y + (size_t)r * ldy;
-				const __m512 da = _mm512_mul_ps(d[r], _mm512_set1_ps(xs[(size_t)r * nb + b]));
-				const __m512 y0 = b == 0 && s == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
-				_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(da, sb[s])));
-			}
+				rows_t(wt, x, ldx, R, (size_t)s * 32, 32, false, d);
+			y_add_fp4_t(d, R, xs, nb, b, (size_t)s, sb, y, ldy);
 		}
 	}
 }

@@ -3,7 +3,7 @@
  * features per tile, one per lane) shared by gemm_tile_avx512.c and gemm_tile_avx512_bf16.c:
  * the activation exactness check, the tile decode, the 8-lane combine, the scales. Included
  * only by files compiled for AVX-512F/BW + F16C; static inline, so each file keeps its own
- * copy. The includer defines KB (128) and TF (16).
+ * copy. The includer defines KB (128), TF (16) and RT (rows per register block).
  */
 #ifndef SRT_OPS_GEMM_TILE_AVX512_T_H
 #define SRT_OPS_GEMM_TILE_AVX512_T_H
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "ops/gemm.h"
+#include "ops/gemm_avx512_pairs.h"
 
 /* True when each of the 128 floats at x is 0 or has at most 8 significant bits (low 16
  * mantissa bits clear) with a magnitude in [2^-100, 2^101): its product with any E4M3 code
@@ -78,6 +79,15 @@ static inline __m512 comb_t(const __m512 *a)
 			     _mm512_add_ps(_mm512_add_ps(a[2], a[6]), _mm512_add_ps(a[3], a[7])));
 }
 
+/* acc + w·(*x broadcast) by one fused multiply-add, and w·(*x broadcast), each with the
+ * activation as an embedded-broadcast memory operand (GCC otherwise broadcasts into a
+ * register and reloads the weight vector for every row). */
+static inline __m512 fma_bx(__m512 acc, __m512 w, const float *x)
+{
+	__asm__("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*x));
+	return acc;
+}
+
 static inline __m512 mul_bx(__m512 w, const float *x)
 {
 	__m512 r;
@@ -85,16 +95,27 @@ static inline __m512 mul_bx(__m512 w, const float *x)
 	return r;
 }
 
-/* UE8M0 codes (one per lane, < 256) -> float, as srt_e8m0_to_f32: 2^(e-127), the subnormal
- * 2^-127 for 0, NaN for 255. */
-static inline __m512 e8m0_16(__m512i e)
+/* d[r] for rows x + r·ldx (r < R) over k in [kk0, kk0 + len) of the block (R <= RT): the 8
+ * partial sums of each row, fused multiply-adds when `fused` (exact products only). */
+static inline __attribute__((always_inline)) void
+rows_t(const float *wt, const float *x, size_t ldx, int R, size_t kk0, size_t len, bool fused,
+       __m512 *d)
 {
-	__m512i u = _mm512_slli_epi32(e, 23);
-	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
-				  _mm512_set1_epi32(0x00400000));
-	u = _mm512_mask_mov_epi32(u, _mm512_cmpeq_epi32_mask(e, _mm512_set1_epi32(255)),
-				  _mm512_set1_epi32(0x7FC00000));
-	return _mm512_castsi512_ps(u);
+	__m512 acc[RT][8];
+	for (int r = 0; r < R; r++)
+		for (int j = 0; j < 8; j++)
+			acc[r][j] = _mm512_setzero_ps();
+	for (size_t k = kk0; k < kk0 + len; k += 8)
+		for (int j = 0; j < 8; j++) {
+			const __m512 wv = _mm512_load_ps(wt + (k + (size_t)j) * TF);
+			for (int r = 0; r < R; r++) {
+				const float *xp = x + (size_t)r * ldx + k + (size_t)j;
+				acc[r][j] = fused ? fma_bx(acc[r][j], wv, xp)
+						  : _mm512_add_ps(acc[r][j], mul_bx(wv, xp));
+			}
+		}
+	for (int r = 0; r < R; r++)
+		d[r] = comb_t(acc[r]);
 }
 
 /* sb[q] = the UE8M0 scales of features [n, n + 16) for K block b, one lane each (FP8: q = 0;
@@ -115,6 +136,33 @@ static inline void tile_scales_t(const struct srt_weight *w, int type, size_t n,
 	}
 	for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
 		sb[q] = e8m0_16(_mm512_loadu_si512((const void *)e[q]));
+}
+
+/* y rows r < R (stride ldy) of a tile += the FP8 block b results d[r] times (sa·sb): y = 0
+ * before block 0 (the first block's terms are added to +0, nothing stored first). */
+static inline __attribute__((always_inline)) void
+y_add_fp8_t(const __m512 *d, int R, const float *xs, size_t nb, size_t b, const __m512 *sb,
+	    float *y, size_t ldy)
+{
+	for (int r = 0; r < R; r++) {
+		float *yr = y + (size_t)r * ldy;
+		const __m512 f = _mm512_mul_ps(_mm512_set1_ps(xs[(size_t)r * nb + b]), sb[0]);
+		const __m512 y0 = b == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+		_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(d[r], f)));
+	}
+}
+
+/* The same for FP4 sub-block s of block b: y += d·sa·sb[s]. */
+static inline __attribute__((always_inline)) void
+y_add_fp4_t(const __m512 *d, int R, const float *xs, size_t nb, size_t b, size_t s,
+	    const __m512 *sb, float *y, size_t ldy)
+{
+	for (int r = 0; r < R; r++) {
+		float *yr = y + (size_t)r * ldy;
+		const __m512 da = _mm512_mul_ps(d[r], _mm512_set1_ps(xs[(size_t)r * nb + b]));
+		const __m512 y0 = b == 0 && s == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(yr);
+		_mm512_storeu_ps(yr, _mm512_add_ps(y0, _mm512_mul_ps(da, sb[s])));
+	}
 }
 
 #endif /* SRT_OPS_GEMM_TILE_AVX512_T_H */

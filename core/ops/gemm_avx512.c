@@ -361,6 +361,8 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 	}
 }
 
+SRT_GEMM_DEFINE_RUN_BY_TYPE(run_by_type, run)
+
 /* ==== decode (M = 1) in REFERENCE mode, FP8 / FP4 weights, full tiles =========================
  *
  * The same operations as tile() for M = 1 and a full tile (so the same bits), arranged for a
@@ -586,35 +588,7 @@ bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *x
 			srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n, n1);
 		return true;
 	}
-	switch (w->type) {
-	case SRT_WT_F32:
-		if (w->cols % 8 != 0)
-			return false; /* lane tails: the portable code handles them */
-		if (xs)
-			run(w, SRT_WT_F32, true, x, xs, m, ldx, y, ldy, n0, n1);
-		else
-			run(w, SRT_WT_F32, false, x, xs, m, ldx, y, ldy, n0, n1);
-		return true;
-	case SRT_WT_BF16:
-		if (w->cols % 8 != 0)
-			return false;
-		if (xs)
-			run(w, SRT_WT_BF16, true, x, xs, m, ldx, y, ldy, n0, n1);
-		else
-			run(w, SRT_WT_BF16, false, x, xs, m, ldx, y, ldy, n0, n1);
-		return true;
-	case SRT_WT_FP8:
-		if (xs)
-			run(w, SRT_WT_FP8, true, x, xs, m, ldx, y, ldy, n0, n1);
-		else
-			run(w, SRT_WT_FP8, false, x, xs, m, ldx, y, ldy, n0, n1);
-		return true;
-	case SRT_WT_FP4:
-		if (xs)
-			run(w, SRT_WT_FP4, true, x, xs, m, ldx, y, ldy, n0, n1);
-		else
-			run(w, SRT_WT_FP4, false, x, xs, m, ldx, y, ldy, n0, n1);
-		return true;
-	}
-	return false;
+	if ((w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) && w->cols % 8 != 0)
+		return false; /* lane tails: the portable code handles them */
+	return run_by_type(w, xs != NULL, x, xs, m, ldx, y, ldy, n0, n1);
 }

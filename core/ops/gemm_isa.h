@@ -59,4 +59,31 @@ bool srt_gemmt_ref_avx512bf16(const struct srt_weight *w, const float *xq, const
 bool srt_gemm_quant_blk_avx512(const float *x, float *xq, float *xs);
 bool srt_gemm_quant_blk_avx2(const float *x, float *xq, float *xs);
 
+/*
+ * Defines `static bool name(w, ref, x, xs, m, ldx, y, ldy, n0, n1)` that calls a kernel
+ * file's always-inline driver run(w, type, ref, x, xs, m, ldx, y, ldy, n0, n1) with the
+ * weight type and the mode as compile-time constants (one instantiation per type and mode,
+ * no switch in the loops); false, touching nothing, for a type it does not know. One
+ * dispatch shared by the kernel files instead of a copy of this switch in each.
+ */
+#define SRT_GEMM_RUN_BY_TYPE_1(run, T, ref, x, xs, m, ldx, y, ldy, n0, n1)                 \
+	case T:                                                                             \
+		if (ref)                                                                    \
+			run(w, T, true, x, xs, m, ldx, y, ldy, n0, n1);                     \
+		else                                                                        \
+			run(w, T, false, x, xs, m, ldx, y, ldy, n0, n1);                    \
+		return true;
+#define SRT_GEMM_DEFINE_RUN_BY_TYPE(name, run)                                              \
+	static bool name(const struct srt_weight *w, bool ref, const float *x, const float *xs, \
+			 size_t m, size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)      \
+	{                                                                                       \
+		switch (w->type) {                                                              \
+			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_F32, ref, x, xs, m, ldx, y, ldy, n0, n1)  \
+			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_BF16, ref, x, xs, m, ldx, y, ldy, n0, n1) \
+			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_FP8, ref, x, xs, m, ldx, y, ldy, n0, n1)  \
+			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_FP4, ref, x, xs, m, ldx, y, ldy, n0, n1)  \
+		}                                                                               \
+		return false;                                                                   \
+	}
+
 #endif /* SRT_OPS_GEMM_ISA_H */

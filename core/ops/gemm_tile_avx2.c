@@ -349,6 +349,8 @@ run(const struct srt_weight *w, int type, bool ref, const float *x, const float 
 	}
 }
 
+SRT_GEMM_DEFINE_RUN_BY_TYPE(run_by_type, run)
+
 bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
@@ -358,34 +360,8 @@ bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs,
 		return false; /* lane tails: the portable code */
 	const bool ref = xs != NULL;
 	const size_t nf = n0 + (n1 - n0) / NT * NT;
-	switch (w->type) {
-	case SRT_WT_F32:
-		if (ref)
-			run(w, SRT_WT_F32, true, x, xs, m, ldx, y, ldy, n0, nf);
-		else
-			run(w, SRT_WT_F32, false, x, xs, m, ldx, y, ldy, n0, nf);
-		break;
-	case SRT_WT_BF16:
-		if (ref)
-			run(w, SRT_WT_BF16, true, x, xs, m, ldx, y, ldy, n0, nf);
-		else
-			run(w, SRT_WT_BF16, false, x, xs, m, ldx, y, ldy, n0, nf);
-		break;
-	case SRT_WT_FP8:
-		if (ref)
-			run(w, SRT_WT_FP8, true, x, xs, m, ldx, y, ldy, n0, nf);
-		else
-			run(w, SRT_WT_FP8, false, x, xs, m, ldx, y, ldy, n0, nf);
-		break;
-	case SRT_WT_FP4:
-		if (ref)
-			run(w, SRT_WT_FP4, true, x, xs, m, ldx, y, ldy, n0, nf);
-		else
-			run(w, SRT_WT_FP4, false, x, xs, m, ldx, y, ldy, n0, nf);
-		break;
-	default:
+	if (!run_by_type(w, ref, x, xs, m, ldx, y, ldy, n0, nf))
 		return false;
-	}
 	if (nf < n1 && !srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, nf, n1))
 		return false; /* unreachable: the shapes handled above are handled there too */
 	return true;

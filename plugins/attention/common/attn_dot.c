@@ -792,32 +792,60 @@ static void pv_tail(const float *const *p, size_t nh, const float *v, size_t ld,
 		}
 }
 
+/*
+ * The vector pass of the float32 p·v kernels, one body for every width and mode: while NV
+ * vectors of W outputs are left, outputs [i, i + NV·W) of NH heads (row pointers P[h], Y[h])
+ * per step, each output's chain 0, then + P[h][k]·v[k][i] in k order; MADD(acc, p, w) is acc +
+ * p·w (multiply then add, or one fused multiply-add where the products are exact). Each value
+ * vector is loaded once for all heads. Expects v, ld, n, K and the index i in scope.
+ */
+/* Full unrolling of the constant-count loops of PV_PASS, so its accumulators stay in
+ * registers. */
+#if defined(__clang__)
+#define PV_UNROLL _Pragma("unroll")
+#else
+#define PV_UNROLL _Pragma("GCC unroll 16")
+#endif
+#define PV_PASS(VT, W, NV, NH, P, Y, ZERO, SET1, LOAD, STORE, MADD)                          \
+	for (; i + (size_t)(NV) * (W) <= n; i += (size_t)(NV) * (W)) {                          \
+		VT acc_[NH][NV];                                                                \
+		PV_UNROLL for (int h_ = 0; h_ < (NH); h_++)                                               \
+			PV_UNROLL for (int q_ = 0; q_ < (NV); q_++)                                       \
+				acc_[h_][q_] = ZERO();                                          \
+		for (size_t k_ = 0; k_ < K; k_++) {                                             \
+			VT pk_[NH];                                                             \
+			PV_UNROLL for (int h_ = 0; h_ < (NH); h_++)                                       \
+				pk_[h_] = SET1((P)[h_][k_]);                                    \
+			const float *r_ = v + k_ * ld + i;                                      \
+			PV_UNROLL for (int q_ = 0; q_ < (NV); q_++) {                                     \
+				const VT w_ = LOAD(r_ + (size_t)(W) * q_);                      \
+				PV_UNROLL for (int h_ = 0; h_ < (NH); h_++)                               \
+					acc_[h_][q_] = MADD(acc_[h_][q_], pk_[h_], w_);         \
+			}                                                                       \
+		}                                                                               \
+		PV_UNROLL for (int h_ = 0; h_ < (NH); h_++)                                               \
+			PV_UNROLL for (int q_ = 0; q_ < (NV); q_++)                                       \
+				STORE((Y)[h_] + i + (size_t)(W) * q_, acc_[h_][q_]);            \
+	}
+#define PV_MUL_ADD512(a, p, w) _mm512_add_ps(a, _mm512_mul_ps(p, w))
+#define PV_MUL_ADD256(a, p, w) _mm256_add_ps(a, _mm256_mul_ps(p, w))
+#define PV_FMA512(a, p, w) _mm512_fmadd_ps(p, w, a)
+#define PV_FMA256(a, p, w) _mm256_fmadd_ps(p, w, a)
+#define PV_PASS512(NV, NH, P, Y, MADD)                                                          \
+	PV_PASS(__m512, 16, NV, NH, P, Y, _mm512_setzero_ps, _mm512_set1_ps, _mm512_loadu_ps,   \
+		_mm512_storeu_ps, MADD)
+#define PV_PASS256(NV, NH, P, Y, MADD)                                                          \
+	PV_PASS(__m256, 8, NV, NH, P, Y, _mm256_setzero_ps, _mm256_set1_ps, _mm256_loadu_ps,    \
+		_mm256_storeu_ps, MADD)
+
 /* 128 outputs per pass (8 x 16 lanes), then 16, then single outputs. */
 __attribute__((target("avx512f"))) static void pv_f32_avx512(const float *p, const float *v,
 							      size_t ld, size_t n, size_t K,
 							      float *y)
 {
 	size_t i = 0;
-	for (; i + 128 <= n; i += 128) {
-		__m512 a[8];
-		for (int q = 0; q < 8; q++)
-			a[q] = _mm512_setzero_ps();
-		for (size_t k = 0; k < K; k++) {
-			const __m512 pk = _mm512_set1_ps(p[k]);
-			const float *r = v + k * ld + i;
-			for (int q = 0; q < 8; q++)
-				a[q] = _mm512_add_ps(a[q], _mm512_mul_ps(pk, _mm512_loadu_ps(r + 16 * q)));
-		}
-		for (int q = 0; q < 8; q++)
-			_mm512_storeu_ps(y + i + 16 * (size_t)q, a[q]);
-	}
-	for (; i + 16 <= n; i += 16) {
-		__m512 a = _mm512_setzero_ps();
-		for (size_t k = 0; k < K; k++)
-			a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p[k]),
-							   _mm512_loadu_ps(v + k * ld + i)));
-		_mm512_storeu_ps(y + i, a);
-	}
+	PV_PASS512(8, 1, &p, &y, PV_MUL_ADD512)
+	PV_PASS512(1, 1, &p, &y, PV_MUL_ADD512)
 	pv_tail(&p, 1, v, ld, i, n, K, &y);
 }
 
@@ -826,26 +854,8 @@ __attribute__((target("avx2"))) static void pv_f32_avx2(const float *p, const fl
 							 size_t ld, size_t n, size_t K, float *y)
 {
 	size_t i = 0;
-	for (; i + 64 <= n; i += 64) {
-		__m256 a[8];
-		for (int q = 0; q < 8; q++)
-			a[q] = _mm256_setzero_ps();
-		for (size_t k = 0; k < K; k++) {
-			const __m256 pk = _mm256_set1_ps(p[k]);
-			const float *r = v + k * ld + i;
-			for (int q = 0; q < 8; q++)
-				a[q] = _mm256_add_ps(a[q], _mm256_mul_ps(pk, _mm256_loadu_ps(r + 8 * q)));
-		}
-		for (int q = 0; q < 8; q++)
-			_mm256_storeu_ps(y + i + 8 * (size_t)q, a[q]);
-	}
-	for (; i + 8 <= n; i += 8) {
-		__m256 a = _mm256_setzero_ps();
-		for (size_t k = 0; k < K; k++)
-			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p[k]),
-							   _mm256_loadu_ps(v + k * ld + i)));
-		_mm256_storeu_ps(y + i, a);
-	}
+	PV_PASS256(8, 1, &p, &y, PV_MUL_ADD256)
+	PV_PASS256(1, 1, &p, &y, PV_MUL_ADD256)
 	pv_tail(&p, 1, v, ld, i, n, K, &y);
 }
 #endif
@@ -894,37 +904,11 @@ __attribute__((target("avx512f"))) static void pv_f32_2_avx512(const float *p0, 
 								const float *v, size_t ld, size_t n,
 								size_t K, float *y0, float *y1)
 {
-	size_t i = 0;
-	for (; i + 64 <= n; i += 64) {
-		__m512 a[4], b[4];
-		for (int q = 0; q < 4; q++)
-			a[q] = b[q] = _mm512_setzero_ps();
-		for (size_t k = 0; k < K; k++) {
-			const __m512 pa = _mm512_set1_ps(p0[k]), pb = _mm512_set1_ps(p1[k]);
-			const float *r = v + k * ld + i;
-			for (int q = 0; q < 4; q++) {
-				const __m512 w = _mm512_loadu_ps(r + 16 * q);
-				a[q] = _mm512_add_ps(a[q], _mm512_mul_ps(pa, w));
-				b[q] = _mm512_add_ps(b[q], _mm512_mul_ps(pb, w));
-			}
-		}
-		for (int q = 0; q < 4; q++) {
-			_mm512_storeu_ps(y0 + i + 16 * (size_t)q, a[q]);
-			_mm512_storeu_ps(y1 + i + 16 * (size_t)q, b[q]);
-		}
-	}
-	for (; i + 16 <= n; i += 16) {
-		__m512 a = _mm512_setzero_ps(), b = a;
-		for (size_t k = 0; k < K; k++) {
-			const __m512 w = _mm512_loadu_ps(v + k * ld + i);
-			a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(p0[k]), w));
-			b = _mm512_add_ps(b, _mm512_mul_ps(_mm512_set1_ps(p1[k]), w));
-		}
-		_mm512_storeu_ps(y0 + i, a);
-		_mm512_storeu_ps(y1 + i, b);
-	}
 	const float *const p[2] = {p0, p1};
 	float *const y[2] = {y0, y1};
+	size_t i = 0;
+	PV_PASS512(4, 2, p, y, PV_MUL_ADD512)
+	PV_PASS512(1, 2, p, y, PV_MUL_ADD512)
 	pv_tail(p, 2, v, ld, i, n, K, y);
 }
 
@@ -934,37 +918,11 @@ __attribute__((target("avx2"))) static void pv_f32_2_avx2(const float *p0, const
 							   const float *v, size_t ld, size_t n,
 							   size_t K, float *y0, float *y1)
 {
-	size_t i = 0;
-	for (; i + 32 <= n; i += 32) {
-		__m256 a[4], b[4];
-		for (int q = 0; q < 4; q++)
-			a[q] = b[q] = _mm256_setzero_ps();
-		for (size_t k = 0; k < K; k++) {
-			const __m256 pa = _mm256_set1_ps(p0[k]), pb = _mm256_set1_ps(p1[k]);
-			const float *r = v + k * ld + i;
-			for (int q = 0; q < 4; q++) {
-				const __m256 w = _mm256_loadu_ps(r + 8 * q);
-				a[q] = _mm256_add_ps(a[q], _mm256_mul_ps(pa, w));
-				b[q] = _mm256_add_ps(b[q], _mm256_mul_ps(pb, w));
-			}
-		}
-		for (int q = 0; q < 4; q++) {
-			_mm256_storeu_ps(y0 + i + 8 * (size_t)q, a[q]);
-			_mm256_storeu_ps(y1 + i + 8 * (size_t)q, b[q]);
-		}
-	}
-	for (; i + 8 <= n; i += 8) {
-		__m256 a = _mm256_setzero_ps(), b = a;
-		for (size_t k = 0; k < K; k++) {
-			const __m256 w = _mm256_loadu_ps(v + k * ld + i);
-			a = _mm256_add_ps(a, _mm256_mul_ps(_mm256_set1_ps(p0[k]), w));
-			b = _mm256_add_ps(b, _mm256_mul_ps(_mm256_set1_ps(p1[k]), w));
-		}
-		_mm256_storeu_ps(y0 + i, a);
-		_mm256_storeu_ps(y1 + i, b);
-	}
 	const float *const p[2] = {p0, p1};
 	float *const y[2] = {y0, y1};
+	size_t i = 0;
+	PV_PASS256(4, 2, p, y, PV_MUL_ADD256)
+	PV_PASS256(1, 2, p, y, PV_MUL_ADD256)
 	pv_tail(p, 2, v, ld, i, n, K, y);
 }
 #endif
@@ -1015,25 +973,10 @@ __attribute__((target("avx512f"))) static void pv_f32_2_fma512(const float *p0, 
 								const float *v, size_t ld, size_t n,
 								size_t K, float *y0, float *y1)
 {
+	const float *const p[2] = {p0, p1};
+	float *const y[2] = {y0, y1};
 	size_t i = 0;
-	for (; i + 64 <= n; i += 64) {
-		__m512 a[4], b[4];
-		for (int q = 0; q < 4; q++)
-			a[q] = b[q] = _mm512_setzero_ps();
-		for (size_t k = 0; k < K; k++) {
-			const __m512 pa = _mm512_set1_ps(p0[k]), pb = _mm512_set1_ps(p1[k]);
-			const float *r = v + k * ld + i;
-			for (int q = 0; q < 4; q++) {
-				const __m512 w = _mm512_loadu_ps(r + 16 * q);
-				a[q] = _mm512_fmadd_ps(pa, w, a[q]);
-				b[q] = _mm512_fmadd_ps(pb, w, b[q]);
-			}
-		}
-		for (int q = 0; q < 4; q++) {
-			_mm512_storeu_ps(y0 + i + 16 * (size_t)q, a[q]);
-			_mm512_storeu_ps(y1 + i + 16 * (size_t)q, b[q]);
-		}
-	}
+	PV_PASS512(4, 2, p, y, PV_FMA512)
 	if (i < n) /* the rest as the unfused kernel (same bits) */
 		pv_f32_2_avx512(p0, p1, v + i, ld, n - i, K, y0 + i, y1 + i);
 }
@@ -1042,25 +985,10 @@ __attribute__((target("avx2,fma"))) static void pv_f32_2_fma(const float *p0, co
 							     const float *v, size_t ld, size_t n,
 							     size_t K, float *y0, float *y1)
 {
+	const float *const p[2] = {p0, p1};
+	float *const y[2] = {y0, y1};
 	size_t i = 0;
-	for (; i + 32 <= n; i += 32) {
-		__m256 a[4], b[4];
-		for (int q = 0; q < 4; q++)
-			a[q] = b[q] = _mm256_setzero_ps();
-		for (size_t k = 0; k < K; k++) {
-			const __m256 pa = _mm256_set1_ps(p0[k]), pb = _mm256_set1_ps(p1[k]);
-			const float *r = v + k * ld + i;
-			for (int q = 0; q < 4; q++) {
-				const __m256 w = _mm256_loadu_ps(r + 8 * q);
-				a[q] = _mm256_fmadd_ps(pa, w, a[q]);
-				b[q] = _mm256_fmadd_ps(pb, w, b[q]);
-			}
-		}
-		for (int q = 0; q < 4; q++) {
-			_mm256_storeu_ps(y0 + i + 8 * (size_t)q, a[q]);
-			_mm256_storeu_ps(y1 + i + 8 * (size_t)q, b[q]);
-		}
-	}
+	PV_PASS256(4, 2, p, y, PV_FMA256)
 	if (i < n) /* the rest as the unfused kernel (same bits) */
 		pv_f32_2_avx2(p0, p1, v + i, ld, n - i, K, y0 + i, y1 + i);
 }

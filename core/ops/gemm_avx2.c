@@ -38,18 +38,10 @@
 #define NT 4        /* output features per tile */
 #define NV (KB / 8) /* 8-float vectors per block */
 
+/* 8 E2M1 values of 4 packed bytes in k order. */
 static inline __m256 fp4x8(const uint8_t *p)
 {
-	int32_t u;
-	memcpy(&u, p, sizeof u);
-	const __m256i v = _mm256_set1_epi32(u);
-	const __m256i idx = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
-	const __m256i sgn = _mm256_and_si256(
-		_mm256_sllv_epi32(v, _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0)),
-		_mm256_set1_epi32((int32_t)0x80000000u));
-	const __m256 mag = _mm256_permutevar8x32_ps(
-		_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
-	return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
+	return fp4x8_shifts(p, _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
 }
 
 /* The weights of one block of a tile (NT rows). */

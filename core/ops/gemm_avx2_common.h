@@ -26,6 +26,23 @@ static inline __m256 fp8x8_half(const uint8_t *p)
 	return _mm256_cvtph_ps(h);
 }
 
+/* 8 E2M1 values of 4 packed bytes (low nibble first): lane i takes the nibble at bit
+ * shift[i] (0, 4, ..., 28), its magnitude looked up by vpermps (low 3 bits), its sign (bit 3
+ * of the nibble) moved to bit 31. */
+static inline __m256 fp4x8_shifts(const uint8_t *p, __m256i shift)
+{
+	int32_t u;
+	memcpy(&u, p, sizeof u);
+	const __m256i v = _mm256_set1_epi32(u);
+	const __m256i idx = _mm256_srlv_epi32(v, shift);
+	const __m256i sgn = _mm256_and_si256(
+		_mm256_sllv_epi32(v, _mm256_sub_epi32(_mm256_set1_epi32(28), shift)),
+		_mm256_set1_epi32((int32_t)0x80000000u));
+	const __m256 mag = _mm256_permutevar8x32_ps(
+		_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
+	return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
+}
+
 /* UE8M0 codes (one per 32-bit lane, < 256) -> float, as srt_e8m0_to_f32. */
 static inline __m256 e8m0_v(__m256i e)
 {

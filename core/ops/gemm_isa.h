@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "ops/fp.h"
 #include "ops/gemm.h"
 
 typedef bool (*srt_gemmk_fn)(const struct srt_weight *w, const float *x, const float *xs,
@@ -34,6 +35,24 @@ bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *x
  * false for a shape it does not handle (the caller then runs srt_gemmk_avx2). */
 bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1);
+
+/* s[q][t] = the UE8M0 scale of output feature n + t (t < 8) for K block b, as a float:
+ * FP8 one per 128x128 block (q = 0), FP4 one per 32-wide sub-block q < 4 (gemm.c's order of
+ * the reference's C += acc·sa·sb). Portable C, for the tile kernels' vector epilogues. */
+static inline void srt_gemm_tile8_scales(const struct srt_weight *w, size_t n, size_t b,
+					 float s[4][8])
+{
+	const size_t K = w->cols, nb = (K + 127) / 128;
+	for (size_t t = 0; t < 8; t++) {
+		if (w->type == SRT_WT_FP8) {
+			s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / 128) * nb + b]);
+		} else {
+			const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * 4;
+			for (int q = 0; q < 4; q++)
+				s[q][t] = srt_e8m0_to_f32(sc[q]);
+		}
+	}
+}
 
 /* True when the CPU has AVX512_BF16, AVX512_VBMI and AVX512VL and VDPBF16PS rounds as the
  * SDM says (a known-answer test, run once; gemm_avx512_bf16.c). Thread-safe, cached. Call

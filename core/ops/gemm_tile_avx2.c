@@ -71,16 +71,7 @@ static inline __m256 in_order(__m256 v)
  * lane_order: lane p takes nibble LANE[p]. */
 static inline __m256 fp4x8(const uint8_t *p)
 {
-	int32_t u;
-	memcpy(&u, p, sizeof u);
-	const __m256i v = _mm256_set1_epi32(u);
-	const __m256i idx = _mm256_srlv_epi32(v, _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28));
-	const __m256i sgn = _mm256_and_si256(
-		_mm256_sllv_epi32(v, _mm256_setr_epi32(28, 12, 24, 8, 20, 4, 16, 0)),
-		_mm256_set1_epi32((int32_t)0x80000000u));
-	const __m256 mag = _mm256_permutevar8x32_ps(
-		_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
-	return _mm256_or_ps(mag, _mm256_castsi256_ps(sgn));
+	return fp4x8_shifts(p, _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28));
 }
 
 /* acc + x·w in one rounding (vfmadd231ps). Only where the CPU has FMA and x·w is exact. */
@@ -300,16 +291,8 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			decode_tile(w, type, ref, n, k0, nv, wbuf);
 			__m256 sb[KB / 32];
 			if (ref && quant) {
-				float s[KB / 32][NT];
-				for (size_t t = 0; t < NT; t++) {
-					if (type == SRT_WT_FP8) {
-						s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
-					} else {
-						const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
-						for (int q = 0; q < KB / 32; q++)
-							s[q][t] = srt_e8m0_to_f32(sc[q]);
-					}
-				}
+				float s[KB / 32][8];
+				srt_gemm_tile8_scales(w, n, b, s);
 				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
 					sb[q] = _mm256_loadu_ps(s[q]);
 			}

@@ -204,16 +204,8 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			decode_tile(w, type, ref, n, k0, nv, wbuf);
 			__m256 sb[KB / 32];
 			if (ref && quant) {
-				float s[KB / 32][2 * NP];
-				for (int t = 0; t < 2 * NP; t++) {
-					if (type == SRT_WT_FP8) {
-						s[0][t] = srt_e8m0_to_f32(w->scales[((n + t) / KB) * nb + b]);
-					} else {
-						const uint8_t *sc = w->scales + (n + t) * (K / 32) + b * (KB / 32);
-						for (int q = 0; q < KB / 32; q++)
-							s[q][t] = srt_e8m0_to_f32(sc[q]);
-					}
-				}
+				float s[KB / 32][8];
+				srt_gemm_tile8_scales(w, n, b, s);
 				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
 					sb[q] = _mm256_loadu_ps(s[q]);
 			}

@@ -36,7 +36,7 @@
  */
 #include <cpuid.h>
 #include <immintrin.h>
-#include <stdatomic.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -127,15 +127,64 @@ static bool cpu_bf16_vbmi_vl(void)
 	return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)); /* AVX512_BF16 */
 }
 
+/* The kernels' constant tables, built once (with the known-answer test) instead of per call. */
+static struct {
+	_Alignas(64) uint8_t fp8_lo[128], fp8_hi[128]; /* bf16 bytes of each E4M3 magnitude */
+	_Alignas(64) uint8_t fp8_ar[2][64];            /* fp8_arrange(0), fp8_arrange(16) */
+	_Alignas(64) uint16_t fp4_w[32];               /* bf16 of each nibble, twice (VPERMW) */
+	_Alignas(64) uint8_t fp4_ar[2][64];            /* fp4_arrange(0), fp4_arrange(1) */
+	_Alignas(64) uint8_t fp4_sx[64];               /* scale codes -> lane 4s + r */
+	_Alignas(64) int32_t fp4_yix[2][16];           /* sub-block terms -> [s: rows 0-7] */
+	_Alignas(64) int32_t fp4_xix[2][16];           /* activation words, even / odd lanes */
+} tab;
+
+static void fp8_arrange(unsigned off, uint8_t *ix);
+static void fp4_arrange(unsigned h, uint8_t *ix);
+
+static void build_tables(void)
+{
+	for (unsigned c = 0; c < 128; c++) {
+		const uint16_t h = bf16_bits(e4m3_mag(c));
+		tab.fp8_lo[c] = (uint8_t)h;
+		tab.fp8_hi[c] = (uint8_t)(h >> 8);
+	}
+	fp8_arrange(0, tab.fp8_ar[0]);
+	fp8_arrange(16, tab.fp8_ar[1]);
+	for (unsigned i = 0; i < 32; i++)
+		tab.fp4_w[i] = bf16_bits(srt_fp4_e2m1_table[i & 15u]);
+	fp4_arrange(0, tab.fp4_ar[0]);
+	fp4_arrange(1, tab.fp4_ar[1]);
+	/* a tile's scale tables hold rows 0-1 and 2-3 (4-5, 6-7) in 128 bytes: block b's code of
+	 * row r, sub-block s is byte 32r + 4(b mod 8) + s, wanted in the low byte of lane 4s + r */
+	for (unsigned L = 0; L < 64; L++)
+		tab.fp4_sx[L] = (uint8_t)(L % 4 == 0 ? 32u * ((L / 4) % 4) + L / 16 : 0);
+	/* lane 4s + r of p0 (rows 0-3) and of p1 (rows 4-7) -> [s0 rows 0-7 | s1 rows 0-7] */
+	for (int L = 0; L < 16; L++)
+		for (int half = 0; half < 2; half++) {
+			const int sub = 2 * half + L / 8, r = L % 8;
+			tab.fp4_yix[half][L] = 4 * sub + r % 4 + (r < 4 ? 0 : 16);
+		}
+	/* lane 4s + q of an activation vector takes float j = p + 2q of 16 loaded at sub-block s
+	 * (a table pair of sub-blocks (0, 1) for lanes 0-7, (2, 3) for 8-15) */
+	for (int p = 0; p < 2; p++)
+		for (int L = 0; L < 16; L++)
+			tab.fp4_xix[p][L] = 16 * ((L / 4) % 2) + p + 2 * (L % 4);
+}
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool usable;
+
+static void init_once(void)
+{
+	usable = cpu_bf16_vbmi_vl() && dp_known_answers();
+	if (usable)
+		build_tables();
+}
+
 bool srt_gemm_bf16dp_usable(void)
 {
-	static _Atomic int ok = -1;
-	int v = atomic_load_explicit(&ok, memory_order_relaxed);
-	if (v < 0) {
-		v = cpu_bf16_vbmi_vl() && dp_known_answers();
-		atomic_store_explicit(&ok, v, memory_order_relaxed);
-	}
-	return v == 1;
+	pthread_once(&once, init_once);
+	return usable;
 }
 
 /* ---- FP8 ----------------------------------------------------------------------------------- */
@@ -156,9 +205,8 @@ static void fp8_x_words(const float *xq, size_t nsteps, __m512i *xw)
 /* Byte indices that make bf16 words from [LO | HI] (VPERMI2B: 0-63 LO, 64-127 HI), where LO
  * and HI hold the low and high bytes of the values of one [a 32 | b 32] load: lane L = 8h + j
  * gets k = off + j (odd word) and off + j + 8 (even word) of row h. */
-static __m512i fp8_arrange(unsigned off)
+static void fp8_arrange(unsigned off, uint8_t *ix)
 {
-	_Alignas(64) uint8_t ix[64];
 	for (unsigned L = 0; L < 16; L++) {
 		const unsigned pos = 32u * (L / 8) + off + L % 8;
 		ix[4 * L + 0] = (uint8_t)(pos + 8);
@@ -166,23 +214,16 @@ static __m512i fp8_arrange(unsigned off)
 		ix[4 * L + 2] = (uint8_t)pos;
 		ix[4 * L + 3] = (uint8_t)(64 + pos);
 	}
-	return _mm512_load_si512(ix);
 }
 
 static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y,
 		     size_t n0, size_t ntiles)
 {
 	const size_t K = w->cols, nb = K / KB;
-	_Alignas(64) uint8_t tl[128], th[128];
-	for (unsigned c = 0; c < 128; c++) {
-		const uint16_t h = bf16_bits(e4m3_mag(c));
-		tl[c] = (uint8_t)h;
-		th[c] = (uint8_t)(h >> 8);
-	}
-	const __m512i tl0 = _mm512_load_si512(tl), tl1 = _mm512_load_si512(tl + 64);
-	const __m512i th0 = _mm512_load_si512(th), th1 = _mm512_load_si512(th + 64);
+	const __m512i tl0 = _mm512_load_si512(tab.fp8_lo), tl1 = _mm512_load_si512(tab.fp8_lo + 64);
+	const __m512i th0 = _mm512_load_si512(tab.fp8_hi), th1 = _mm512_load_si512(tab.fp8_hi + 64);
 	const __m512i sgn = _mm512_set1_epi8((char)0x80);
-	const __m512i ar0 = fp8_arrange(0), ar1 = fp8_arrange(16);
+	const __m512i ar0 = _mm512_load_si512(tab.fp8_ar[0]), ar1 = _mm512_load_si512(tab.fp8_ar[1]);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint8_t *rows[8];
@@ -231,15 +272,7 @@ static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float 
  * lane 4s + q holds [x[32s + j + 16h] high word | x[32s + j + 16h + 8] low word], j = 2q + p. */
 static void fp4_x_words(const float *xq, size_t nb, __m512i *xw)
 {
-	/* lane 4s + q of a vector takes float j = p + 2q (and j + 8) of 16 loaded at sub-block
-	 * s + step h: from a table pair of sub-blocks (0, 1) for lanes 0-7, (2, 3) for 8-15 */
-	__m512i ix[2];
-	for (int p = 0; p < 2; p++) {
-		_Alignas(64) int32_t t[16];
-		for (int L = 0; L < 16; L++)
-			t[L] = 16 * ((L / 4) % 2) + p + 2 * (L % 4);
-		ix[p] = _mm512_load_si512(t);
-	}
+	const __m512i ix[2] = {_mm512_load_si512(tab.fp4_xix[0]), _mm512_load_si512(tab.fp4_xix[1])};
 	const __m512i eight = _mm512_set1_epi32(8), hi = _mm512_set1_epi32((int32_t)0xFFFF0000u);
 	for (size_t b = 0; b < nb; b++)
 		for (int h = 0; h < 2; h++) {
@@ -263,9 +296,8 @@ static void fp4_x_words(const float *xq, size_t nb, __m512i *xw)
 /* VPERMB indices for step h of one row's 64-byte block (byte β holds k = 2β and 2β + 1):
  * lane 4s + q gets the byte of k = 32s + 2q + 16h in its odd word (added first) and the byte
  * of k + 8 in its even word (low bytes; the high bytes are not read). */
-static __m512i fp4_arrange(unsigned h)
+static void fp4_arrange(unsigned h, uint8_t *ix)
 {
-	_Alignas(64) uint8_t ix[64];
 	for (unsigned L = 0; L < 16; L++) {
 		const unsigned beta = 16u * (L / 4) + L % 4 + 8u * h;
 		ix[4 * L + 0] = (uint8_t)(beta + 4);
@@ -273,7 +305,6 @@ static __m512i fp4_arrange(unsigned h)
 		ix[4 * L + 2] = (uint8_t)beta;
 		ix[4 * L + 3] = 0;
 	}
-	return _mm512_load_si512(ix);
 }
 
 /* 16-lane sums of rows t and u (even lanes a, odd lanes o, lane 4s + q as fp4_x_words) ->
@@ -291,26 +322,12 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 		     size_t n0, size_t ntiles)
 {
 	const size_t K = w->cols, nb = K / KB;
-	_Alignas(64) uint16_t tw[32];
-	for (unsigned i = 0; i < 32; i++)
-		tw[i] = bf16_bits(srt_fp4_e2m1_table[i & 15u]);
-	const __m512i t16 = _mm512_load_si512(tw);
-	const __m512i pw0 = fp4_arrange(0), pw1 = fp4_arrange(1);
-	/* The scale codes of a tile, 8 blocks (32 bytes of each row) at a time: rows 0-1 and 2-3
-	 * in one 128-byte table (4-5 and 6-7 in another); block b's codes of rows 0-3 land by one
-	 * VPERMI2B in the low byte of lane 4s + r (byte 32r + 4(b mod 8) + s of the table). */
-	_Alignas(64) uint8_t sx[64];
-	for (unsigned L = 0; L < 64; L++)
-		sx[L] = (uint8_t)(L % 4 == 0 ? 32u * ((L / 4) % 4) + L / 16 : 0);
-	const __m512i sxi = _mm512_load_si512(sx);
-	/* lane 4s + r of p0 (rows 0-3) and of p1 (rows 4-7) -> [s0 rows 0-7 | s1 rows 0-7] */
-	_Alignas(64) int32_t yix[2][16];
-	for (int L = 0; L < 16; L++)
-		for (int half = 0; half < 2; half++) {
-			const int sub = 2 * half + L / 8, r = L % 8;
-			yix[half][L] = 4 * sub + r % 4 + (r < 4 ? 0 : 16);
-		}
-	const __m512i yi01 = _mm512_load_si512(yix[0]), yi23 = _mm512_load_si512(yix[1]);
+	const __m512i t16 = _mm512_load_si512(tab.fp4_w);
+	const __m512i pw0 = _mm512_load_si512(tab.fp4_ar[0]), pw1 = _mm512_load_si512(tab.fp4_ar[1]);
+	/* the scale codes of a tile, 8 blocks (32 bytes of each row) at a time, gathered by one
+	 * VPERMI2B per block (tab.fp4_sx) */
+	const __m512i sxi = _mm512_load_si512(tab.fp4_sx);
+	const __m512i yi01 = _mm512_load_si512(tab.fp4_yix[0]), yi23 = _mm512_load_si512(tab.fp4_yix[1]);
 	const __mmask64 dwlow = 0x1111111111111111ull;
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;

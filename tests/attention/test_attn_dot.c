@@ -189,6 +189,52 @@ START_TEST(ix_weigh_bf16_equals_the_scalar_expression_bitwise)
 }
 END_TEST
 
+/*
+ * The indexer's reference scores (srt_attn_ix_score_bf16) = the per-key loop bitwise: the
+ * terms of ix_weigh_bf16 summed in double over ascending heads, then rounded to float and
+ * bf16. Most keys put terms of ±2^60 at random heads among small ones, so another order of
+ * the head sum (reversed, pairwise, lanes of heads) loses or keeps the small terms
+ * differently and fails; key counts around the kernel's 16 keys a pass, head counts of 8k
+ * and odd.
+ */
+START_TEST(ix_score_bf16_equals_the_ascending_head_sum_bitwise)
+{
+	static const size_t nhs[] = {16, 64, 24, 5};
+	for (size_t ni = 0; ni < sizeof(nhs) / sizeof(nhs[0]); ni++) {
+		const size_t nh = nhs[ni];
+		for (size_t ne = 1; ne <= 40; ne += 13) {
+			double *qk = malloc(sizeof(double) * ne * nh), out[40];
+			float w[64];
+			for (size_t h = 0; h < nh; h++)
+				w[h] = srt_round_bf16(wide() * 0x1p-10f);
+			for (size_t e = 0; e < ne; e++)
+				for (size_t h = 0; h < nh; h++) {
+					double v = (double)wide() * (1.0 + 0x1p-30);
+					rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+					if (e % 4 != 3 && rng % 5 == 0)
+						v = ldexp(rng & 2 ? 1.0 : -1.0, 60) / (double)w[h];
+					if ((e + h) % 17 == 0)
+						v = -0.0;
+					qk[e * nh + h] = v;
+				}
+			srt_attn_ix_score_bf16(qk, w, nh, ne, out);
+			for (size_t e = 0; e < ne; e++) {
+				double tot = 0;
+				for (size_t h = 0; h < nh; h++) {
+					float sc = srt_round_bf16((float)qk[e * nh + h]);
+					tot += srt_round_bf16((sc > 0 ? sc : 0.0f) * w[h]);
+				}
+				double want = srt_round_bf16((float)tot);
+				ck_assert_msg(memcmp(&out[e], &want, sizeof want) == 0,
+					      "nh %zu ne %zu key %zu: %a vs the loop's %a", nh, ne, e,
+					      out[e], want);
+			}
+			free(qk);
+		}
+	}
+}
+END_TEST
+
 START_TEST(dot_tiles_f32_equals_the_ascending_float_loop_bitwise)
 {
 	static const size_t Ks[] = {512, 100, 1};
@@ -625,17 +671,19 @@ static void fp4_key(const float *x, size_t d, uint8_t *e)
  * bits: FP4-fake-quantized queries with per-head magnitudes 2^-30 .. 2^30 and some all-zero
  * blocks, FP4 keys of per-key magnitudes, plus keys whose block scales span exactly the
  * allowed 38 binades (done, and equal: the bound is not too loose) and 39 (left to the caller).
+ * Head dims of whole and partial 4-block passes (96, 128, 160), 16 and 64 heads, more keys
+ * than the kernel prepares at once, with a key left to the caller among them.
  */
 START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 {
-	const size_t d = 128, nb = d / 32, ke = d / 2 + d / 32;
-	static const size_t nhs[] = {16, 64};
-	if (!srt_attn_qk_fp4_ready(16, d)) {
+	static const size_t nhs[] = {16, 64}, ds[] = {128, 96, 160};
+	if (!srt_attn_qk_fp4_ready(16, 128)) {
 		fprintf(stderr, "qk_fp4: no AVX-512 VNNI here, the double loop runs instead\n");
 		return;
 	}
-	for (size_t hi = 0; hi < 2; hi++) {
-		const size_t nh = nhs[hi], ne = 40;
+	for (size_t di = 0; di < 3 * 2; di++) {
+		const size_t d = ds[di / 2], ke = d / 2 + d / 32;
+		const size_t nh = nhs[di % 2], ne = 40;
 		float *iq = malloc(sizeof(float) * nh * d), *kf = malloc(sizeof(float) * ne * d);
 		double *qt = malloc(sizeof(double) * d * nh), *y = malloc(sizeof(double) * ne * nh);
 		double *yr = malloc(sizeof(double) * ne * nh);
@@ -653,7 +701,7 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 			srt_quant_fp4_fake(iq + h * d, iq + h * d, d);
 		}
 		for (size_t e = 0; e < ne; e++) {
-			float x[128];
+			float x[160];
 			for (size_t c = 0; c < d; c++)
 				x[c] = unit() * ldexpf(1.0f, (int)(e % 23) - 11);
 			if (e == 7 || e == 8) /* block 0 far above the others: 38 and 39 binades */
@@ -677,13 +725,12 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 				continue;
 			for (size_t h = 0; h < nh; h++)
 				ck_assert_msg(memcmp(&y[e * nh + h], &yr[e * nh + h], sizeof(double)) == 0,
-					      "nh %zu key %zu head %zu: %a vs the double loop %a", nh, e, h,
+					      "d %zu nh %zu key %zu head %zu: %a vs the double loop %a", d, nh, e, h,
 					      y[e * nh + h], yr[e * nh + h]);
 		}
 		ck_assert_int_eq(q.spread, 0);
 		ck_assert_int_eq(ok[7], 1);
 		ck_assert_int_eq(ok[8], 0);
-		(void)nb;
 		/* a query that is not FP4 values: not prepared */
 		iq[5] = 1.0f + 0x1p-20f;
 		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 0);
@@ -707,6 +754,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, fp8_row_equals_the_scalar_decode_bitwise);
 	tcase_add_test(tc, tile_layout_is_the_definition);
 	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
+	tcase_add_test(tc, ix_score_bf16_equals_the_ascending_head_sum_bitwise);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);

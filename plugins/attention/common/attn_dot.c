@@ -732,6 +732,60 @@ void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *
 	}
 }
 
+#ifdef ATTN_X86
+/* Keys in the lanes, 16 at a time in two independent sums: each head's term, for every key,
+ * by the operations of ix_weigh_avx512 (the same floats), added to the key's sum in
+ * ascending heads. */
+__attribute__((target("avx512f,avx2"))) static inline __m512d ix_term8(const double *qk,
+								       __m512i idx, float w)
+{
+	const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(_mm512_i64gather_pd(idx, qk, 8)));
+	const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
+	return _mm512_cvtps_pd(round_bf16_v8(_mm256_mul_ps(r, _mm256_set1_ps(w))));
+}
+
+__attribute__((target("avx512f,avx2"))) static size_t ix_score_avx512(const double *qk,
+								      const float *w, size_t nh,
+								      size_t ne, double *out)
+{
+	long long ix[8];
+	for (size_t l = 0; l < 8; l++)
+		ix[l] = (long long)(l * nh);
+	const __m512i idx = _mm512_loadu_si512(ix);
+	size_t e = 0;
+	for (; e + 16 <= ne; e += 16) {
+		__m512d t0 = _mm512_setzero_pd(), t1 = t0;
+		for (size_t h = 0; h < nh; h++) {
+			t0 = _mm512_add_pd(t0, ix_term8(qk + e * nh + h, idx, w[h]));
+			t1 = _mm512_add_pd(t1, ix_term8(qk + (e + 8) * nh + h, idx, w[h]));
+		}
+		_mm512_storeu_pd(out + e, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(t0))));
+		_mm512_storeu_pd(out + e + 8, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(t1))));
+	}
+	return e;
+}
+#endif
+
+void srt_attn_ix_score_bf16(const double *qk, const float *w, size_t nh, size_t ne, double *out)
+{
+	size_t e = 0;
+#ifdef ATTN_X86
+	if (have_avx512())
+		e = ix_score_avx512(qk, w, nh, ne, out);
+#endif
+	for (; e < ne; e++) { /* a key at a time, the heads' terms vectorised */
+		double tot = 0;
+		float t[64];
+		for (size_t h0 = 0; h0 < nh; h0 += 64) {
+			size_t n = nh - h0 < 64 ? nh - h0 : 64;
+			srt_attn_ix_weigh_bf16(qk + e * nh + h0, w + h0, n, t);
+			for (size_t h = 0; h < n; h++)
+				tot += t[h];
+		}
+		out[e] = round_bf16_scalar((float)tot);
+	}
+}
+
 void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, float *v)
 {
 #ifdef ATTN_X86

@@ -126,6 +126,14 @@ void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, flo
  */
 void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t);
 
+/*
+ * The indexer's scores in the reference profile: out[e] = bf16((float)Σ_h t[h]) for keys e in
+ * [0, ne), where t = srt_attn_ix_weigh_bf16 of qk[e·nh .. e·nh + nh) and the sum is in double
+ * over ascending heads (starting from 0), the result widened back to double: the bits of that
+ * scalar loop, vectorised over keys (eight in the lanes) on AVX-512.
+ */
+void srt_attn_ix_score_bf16(const double *qk, const float *w, size_t nh, size_t ne, double *out);
+
 void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k, size_t ne,
 		       double *y);
 

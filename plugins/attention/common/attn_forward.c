@@ -110,7 +110,6 @@ SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
 #define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
 #define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
 #define ATTN_IXB 64   /* indexer keys scored per task */
-#define ATTN_IXH 64   /* indexer heads weighed per call (a multiple of 8) */
 #define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8) */
 #define ATTN_RH 4     /* reference profile: query heads of a row per pass over its keys */
 
@@ -804,22 +803,16 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 				}
 		}
 		double *out = f->isc + ur * f->c4max;
+		if (a->ref) { /* the per-head terms, summed in ascending heads, keys in lanes */
+			srt_attn_ix_score_bf16(y, iw, ih, nk, out + j0);
+			continue;
+		}
 		for (int64_t j = j0; j < j1; j++) {
 			const double *qk = y + (size_t)(j - j0) * ih;
 			double tot = 0;
-			if (a->ref) { /* the per-head terms vectorised, summed in ascending heads */
-				float tw[ATTN_IXH];
-				for (size_t h0 = 0; h0 < ih; h0 += ATTN_IXH) {
-					size_t nh = ih - h0 < ATTN_IXH ? ih - h0 : ATTN_IXH;
-					srt_attn_ix_weigh_bf16(qk + h0, iw + h0, nh, tw);
-					for (size_t h = 0; h < nh; h++)
-						tot += tw[h];
-				}
-			} else {
-				for (size_t h = 0; h < ih; h++)
-					tot += (qk[h] > 0 ? qk[h] : 0.0) * iw[h];
-			}
-			out[j] = a->ref ? srt_round_bf16((float)tot) : tot;
+			for (size_t h = 0; h < ih; h++)
+				tot += (qk[h] > 0 ? qk[h] : 0.0) * iw[h];
+			out[j] = tot;
 		}
 	}
 }

@@ -26,9 +26,11 @@
 /* One row's query heads, prepared (the layout is private to attn_ix.c). */
 struct srt_attn_ixq {
 	size_t nh, d;
-	int8_t *q;     /* [d/32][8][nh][4] 2·E2M1 values, dims in the order of the key bytes */
-	int32_t *corr; /* [d/32][nh] -12·Σ q over the block (the key bytes carry +12) */
-	double *qs;    /* [d/32][nh] the unit 2^(e-128) of the block, 0 for an all-zero block */
+	/* per 16 heads (nh / 16 of each), so that one pass's operands are contiguous; nb4 = d / 32
+	 * rounded up to a multiple of 4, the extra blocks zero */
+	int8_t *q;     /* [nh/16][nb4][8][16][4] 2·E2M1 values, dims in the key bytes' order */
+	int32_t *corr; /* [nh/16][nb4][16] -12·Σ q over the block (the key bytes carry +12) */
+	double *qs;    /* [nh/16][d/32][16] the unit 2^(e-128) of the block, 0 if all zero */
 	int spread;    /* max over heads of the span of its nonzero blocks' exponent codes */
 };
 
@@ -41,8 +43,9 @@ size_t srt_attn_ixq_bytes(size_t nh, size_t d);
 
 /*
  * Prepare the query iq [nh][d] (floats) in buf (srt_attn_ixq_bytes, 8-byte aligned). Returns
- * 1 when every 32-dim block of every head is exactly an E2M1 code times a UE8M0 power of two
- * (what srt_quant_fp4_fake writes) with finite values, else 0: then use the double loop.
+ * 1 when nh is a multiple of 16 and every 32-dim block of every head is exactly an E2M1 code
+ * times a UE8M0 power of two (what srt_quant_fp4_fake writes) with finite values, else 0: then
+ * use the double loop.
  */
 int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf,
 			 struct srt_attn_ixq *q);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn.h"
 #include "attn_dot.h"
 #include "attn_ix.h"
 #include "ops/quant.h"
@@ -745,6 +746,70 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 }
 END_TEST
 
+struct tk_pair {
+	double s;
+	int32_t j;
+};
+
+static int tk_cmp(const void *x, const void *y)
+{
+	const struct tk_pair *a = x, *b = y;
+	if (a->s != b->s)
+		return a->s > b->s ? -1 : 1;
+	return (a->j > b->j) - (a->j < b->j);
+}
+
+static int tk_cmp_i32(const void *x, const void *y)
+{
+	int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+	return (a > b) - (a < b);
+}
+
+/*
+ * The indexer's top-k = the first k of a full sort (descending score, ties to the lower
+ * index): bf16-rounded scores (many ties, the k-th among them), all equal, ascending,
+ * descending, -0 with +0, a few large ones, at lengths where the sampled prefilter runs
+ * (n >= 8k) and where it does not; a prefilter that dropped the ties at its threshold, or
+ * sampled a threshold above the k-th score and kept the result, would fail.
+ */
+START_TEST(topk_equals_the_first_k_of_a_sort)
+{
+	static const int64_t ns[] = {300, 2047, 2048, 4096, 16384, 20001};
+	const int64_t k = 256;
+	for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+		for (int kind = 0; kind < 6; kind++) {
+			const int64_t n = ns[ni];
+			double *sc = malloc(sizeof(double) * (size_t)n);
+			struct tk_pair *all = malloc(sizeof(*all) * (size_t)n);
+			void *scratch = malloc(16 * (size_t)n);
+			int32_t sel[256], want[256];
+			for (int64_t j = 0; j < n; j++) {
+				double v = kind == 0 ? srt_round_bf16(wide() * 0x1p-12f)
+					 : kind == 1 ? 0.25
+					 : kind == 2 ? (double)j
+					 : kind == 3 ? (double)(n - j)
+					 : kind == 4 ? (j % 3 ? 0.0 : -0.0)
+					 : (j % 997 == 5 ? 1e6 + (double)j : srt_round_bf16(unit()));
+				sc[j] = v;
+				all[j].s = v;
+				all[j].j = (int32_t)j;
+			}
+			qsort(all, (size_t)n, sizeof(*all), tk_cmp);
+			const int64_t kk = k < n ? k : n;
+			for (int64_t i = 0; i < kk; i++)
+				want[i] = all[i].j;
+			qsort(want, (size_t)kk, sizeof(*want), tk_cmp_i32);
+			ck_assert_int_eq(srt_attn_topk(sc, n, k, scratch, sel), kk);
+			for (int64_t i = 0; i < kk; i++)
+				ck_assert_msg(sel[i] == want[i], "n %lld kind %d: sel[%lld] %d, want %d",
+					      (long long)n, kind, (long long)i, sel[i], want[i]);
+			free(sc);
+			free(all);
+			free(scratch);
+		}
+}
+END_TEST
+
 static Suite *attn_dot_suite(const char *name)
 {
 	Suite *s = suite_create(name);
@@ -755,6 +820,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, tile_layout_is_the_definition);
 	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, ix_score_bf16_equals_the_ascending_head_sum_bitwise);
+	tcase_add_test(tc, topk_equals_the_first_k_of_a_sort);
 	tcase_add_test(tc, dot_tiles_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_f32_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);

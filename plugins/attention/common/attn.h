@@ -131,6 +131,13 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		     const float *x, float *out, char *why, size_t why_len);
 
 /* Entry codecs (exposed for tests): encode w (or wi) floats into an entry, decode back. */
+/*
+ * The indexer's top-k: sel[0..k) := the indices of the k first of score[0..n) by descending
+ * score, ties to the lower index (all of them when n <= k), in ascending order; returns k.
+ * scratch: n · 16 bytes (8-byte aligned). Scores must not be NaN (no order among them).
+ */
+int64_t srt_attn_topk(const double *score, int64_t n, int64_t k, void *scratch, int32_t *sel);
+
 void srt_attn_kv_encode(const struct srt_attn *a, const float *v, uint8_t *e);
 void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v);
 void srt_attn_ix_encode(const struct srt_attn *a, const float *v, uint8_t *e);

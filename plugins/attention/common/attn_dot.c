@@ -733,34 +733,53 @@ void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *
 }
 
 #ifdef ATTN_X86
-/* Keys in the lanes, 16 at a time in two independent sums: each head's term, for every key,
- * by the operations of ix_weigh_avx512 (the same floats), added to the key's sum in
- * ascending heads. */
-__attribute__((target("avx512f,avx2"))) static inline __m512d ix_term8(const double *qk,
-								       __m512i idx, float w)
+/* The 8x8 transpose of doubles: r[i][j] -> r[j][i]. */
+__attribute__((target("avx512f"))) static inline void transpose8_pd(__m512d r[8])
 {
-	const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(_mm512_i64gather_pd(idx, qk, 8)));
-	const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
-	return _mm512_cvtps_pd(round_bf16_v8(_mm256_mul_ps(r, _mm256_set1_ps(w))));
+	__m512d t[8], u[8];
+	for (int i = 0; i < 8; i += 2) { /* pairs of rows, element pairs interleaved */
+		t[i] = _mm512_unpacklo_pd(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_pd(r[i], r[i + 1]);
+	}
+	/* 128-bit pieces of four rows: 0/2 and 1/3 of each group of four */
+	const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+	const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+	for (int g = 0; g < 8; g += 4)
+		for (int i = 0; i < 2; i++) {
+			u[g + i] = _mm512_permutex2var_pd(t[g + i], lo, t[g + 2 + i]);
+			u[g + 2 + i] = _mm512_permutex2var_pd(t[g + i], hi, t[g + 2 + i]);
+		}
+	for (int i = 0; i < 4; i++) { /* 256-bit halves of the two groups */
+		r[i] = _mm512_shuffle_f64x2(u[i], u[4 + i], 0x44);
+		r[4 + i] = _mm512_shuffle_f64x2(u[i], u[4 + i], 0xEE);
+	}
 }
 
+/* Keys in the lanes, eight at a time: their rows of qk transposed eight heads at a time, each
+ * head's term for the eight keys by the operations of ix_weigh_avx512 (the same floats),
+ * added to the keys' sums in ascending heads. */
 __attribute__((target("avx512f,avx2"))) static size_t ix_score_avx512(const double *qk,
 								      const float *w, size_t nh,
 								      size_t ne, double *out)
 {
-	long long ix[8];
-	for (size_t l = 0; l < 8; l++)
-		ix[l] = (long long)(l * nh);
-	const __m512i idx = _mm512_loadu_si512(ix);
 	size_t e = 0;
-	for (; e + 16 <= ne; e += 16) {
-		__m512d t0 = _mm512_setzero_pd(), t1 = t0;
-		for (size_t h = 0; h < nh; h++) {
-			t0 = _mm512_add_pd(t0, ix_term8(qk + e * nh + h, idx, w[h]));
-			t1 = _mm512_add_pd(t1, ix_term8(qk + (e + 8) * nh + h, idx, w[h]));
+	if (nh % 8 != 0)
+		return 0;
+	for (; e + 8 <= ne; e += 8) {
+		__m512d tot = _mm512_setzero_pd();
+		for (size_t h = 0; h < nh; h += 8) {
+			__m512d r[8];
+			for (size_t k = 0; k < 8; k++)
+				r[k] = _mm512_loadu_pd(qk + (e + k) * nh + h);
+			transpose8_pd(r); /* r[i]: head h + i of the eight keys */
+			for (size_t i = 0; i < 8; i++) {
+				const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(r[i]));
+				const __m256 rl = _mm256_max_ps(sc, _mm256_setzero_ps());
+				const __m256 t = round_bf16_v8(_mm256_mul_ps(rl, _mm256_set1_ps(w[h + i])));
+				tot = _mm512_add_pd(tot, _mm512_cvtps_pd(t));
+			}
 		}
-		_mm512_storeu_pd(out + e, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(t0))));
-		_mm512_storeu_pd(out + e + 8, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(t1))));
+		_mm512_storeu_pd(out + e, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot))));
 	}
 	return e;
 }

@@ -252,6 +252,23 @@ static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, in
 						    d->entry_bytes;
 }
 
+/* out[i] = entry(a, s, p, slot, idx + i) for i in [0, n), p a compressed pool (not the window
+ * ring): one page lookup per page, the entries of a page consecutive. */
+static void entry_run(const struct srt_attn *a, const struct srt_seq_view *s, int p,
+		      uint32_t slot, int64_t idx, int64_t n, const uint8_t **out)
+{
+	const size_t eb = a->pools[p].entry_bytes;
+	const int64_t span = (int64_t)page_span(a, p);
+	for (int64_t i = 0; i < n;) {
+		const uint8_t *e = entry(a, s, p, slot, idx + i);
+		int64_t run = span - (idx + i) % span;
+		run = run < n - i ? run : n - i;
+		for (int64_t r = 0; r < run; r++)
+			out[i + r] = e ? e + (size_t)r * eb : NULL;
+		i += run;
+	}
+}
+
 /* Is entry idx of pool p read-only for the sequence (it exists in the cache)? */
 static int ro_entry(const struct vinfo *v, int p, int64_t idx)
 {
@@ -781,8 +798,7 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 			prow = r;
 		}
 		if (fast && qfp4) {
-			for (int64_t j = j0; j < j1; j++)
-				kp[j - j0] = entry(a, s, a->pool_ix, f->slot, j);
+			entry_run(a, s, a->pool_ix, f->slot, j0, (int64_t)nk, kp);
 			done = srt_attn_qk_fp4(&ixq, kp, nk, y, kok);
 		}
 		if (done < nk && qrow != r) { /* the row's query, transposed: [dim][head] */
@@ -852,23 +868,69 @@ static void select_top(struct ipair *p, int64_t n, int64_t k)
 	}
 }
 
+/*
+ * The candidates for the k first of score[0..n) in cmp_pair order, to pairs: those with a score
+ * of at least P, where P is a sample's score chosen so that about 2k to 3k scores reach it.
+ * If at least k do, the k-th score s_k is >= P, so every one of the k first (scores >= s_k) is
+ * a candidate and selecting among the candidates gives the same set. Returns their number,
+ * or -1 when fewer than k reach P or a score is NaN (no order): then select among all.
+ */
+#define ATTN_SAMPLES 256
+static int64_t prefilter(const double *score, int64_t n, int64_t k, struct ipair *pairs)
+{
+	struct ipair smp[ATTN_SAMPLES];
+	int64_t r = 2 * (k * ATTN_SAMPLES / n) + 8; /* P: the (r+1)-th largest sample */
+	if (r >= ATTN_SAMPLES)
+		return -1;
+	for (int64_t i = 0; i < ATTN_SAMPLES; i++) {
+		smp[i].s = score[i * n / ATTN_SAMPLES];
+		smp[i].j = (int32_t)i;
+		if (smp[i].s != smp[i].s)
+			return -1;
+	}
+	select_top(smp, ATTN_SAMPLES, r + 1);
+	double P = smp[0].s;
+	for (int64_t i = 1; i <= r; i++)
+		P = smp[i].s < P ? smp[i].s : P;
+	int64_t c = 0;
+	int bad = 0;
+	for (int64_t j = 0; j < n; j++) { /* no branch on the data */
+		pairs[c].s = score[j];
+		pairs[c].j = (int32_t)j;
+		c += score[j] >= P;
+		bad |= score[j] != score[j];
+	}
+	return bad || c < k ? -1 : c;
+}
+
+int64_t srt_attn_topk(const double *score, int64_t n, int64_t k, void *scratch, int32_t *sel)
+{
+	struct ipair *pairs = scratch;
+	int64_t c = -1;
+	k = k < n ? k : n;
+	if (k < n / 8)
+		c = prefilter(score, n, k, pairs);
+	if (c < 0) { /* all of them */
+		for (int64_t j = 0; j < n; j++) {
+			pairs[j].s = score[j];
+			pairs[j].j = (int32_t)j;
+		}
+		c = n;
+	}
+	if (k < c)
+		select_top(pairs, c, k);
+	for (int64_t i = 0; i < k; i++)
+		sel[i] = pairs[i].j;
+	qsort(sel, (size_t)k, sizeof(*sel), cmp_i32);
+	return k;
+}
+
 /* The indexer's selection for the row at position t from its scores (phase_ix): sel[0..k)
  * ascending; returns k. */
 static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct ipair *pairs,
 			 int32_t *sel)
 {
-	const struct srt_model_config *m = f->a->m;
-	int64_t nvis = (t + 1) / 4, k = nvis < m->index_topk ? nvis : m->index_topk;
-	for (int64_t j = 0; j < nvis; j++) {
-		pairs[j].s = score[j];
-		pairs[j].j = (int32_t)j;
-	}
-	if (k < nvis)
-		select_top(pairs, nvis, k);
-	for (int64_t i = 0; i < k; i++)
-		sel[i] = pairs[i].j;
-	qsort(sel, (size_t)k, sizeof(*sel), cmp_i32);
-	return k;
+	return srt_attn_topk(score, (t + 1) / 4, f->a->m->index_topk, pairs, sel);
 }
 
 /*
@@ -906,8 +968,8 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 		for (int64_t p = t - W + 1 < 0 ? 0 : t - W + 1; p <= t; p++)
 			src[nk++] = entry(a, s, a->pool_win, f->slot, p);
 		if (a->ratio == 128) {
-			for (int64_t j = 0; j < (t + 1) / 128; j++)
-				src[nk++] = entry(a, s, a->pool_comp, f->slot, j);
+			entry_run(a, s, a->pool_comp, f->slot, 0, (t + 1) / 128, src + nk);
+			nk += (t + 1) / 128;
 		} else if (a->ratio == 4) {
 			ns = select_c4(f, t, f->isc + u * f->c4max, pairs, sel);
 			for (int64_t i = 0; i < ns; i++)

@@ -191,6 +191,45 @@ START_TEST(test_mhc_batch_rows_equal_each_row_alone_bitwise)
 }
 END_TEST
 
+/* post = its defining loop bitwise: per channel c and stream j, ((M[0][j]·X0 + M[1][j]·X1) +
+ * M[2][j]·X2) + M[3][j]·X3 (product then sum, in that order), plus post[j]·f, rounded to
+ * bf16 in the reference profile; batch rows and one-row calls (split by channels). Inputs
+ * of many binades, so another order of the sum fails. */
+START_TEST(test_mhc_post_is_the_defining_loop_bitwise)
+{
+	int32_t layer = 1;
+	uint32_t profile = _i ? SRT_PROFILE_F32 : SRT_PROFILE_REFERENCE;
+	const int d = F.cfg.hidden_size, S = F.cfg.hc_mult, mixf = S + S * S;
+	struct srt_instance *in = tfx_instance(&F, SRT_KIND_RESIDUAL, "mhc", profile, &layer, 1);
+	float *X = malloc(sizeof(float) * N * S * d), *u = malloc(sizeof(float) * N * d);
+	float *mix = malloc(sizeof(float) * N * mixf), *f = malloc(sizeof(float) * N * d);
+	float *want = malloc(sizeof(float) * N * S * d), *X1 = malloc(sizeof(float) * N * S * d);
+	tfx_rand(X, (size_t)N * S * d, 11, 2.0f, !_i);
+	tfx_rand(f, (size_t)N * d, 12, 1.0f, !_i);
+	for (int i = 0; i < N * S * d; i++) /* magnitudes over ~2^-12 .. 2^12 */
+		X[i] = ldexpf(X[i], (i * 7) % 25 - 12);
+	ck_assert_int_eq(vt(in)->pre(in->ctx, layer, SRT_SUBLAYER_ATTN, N, X, u, mix), 0);
+	for (int i = 0; i < N; i++) {
+		const float *x = X + i * S * d, *post = mix + i * mixf, *M = post + S;
+		for (int c = 0; c < d; c++)
+			for (int j = 0; j < S; j++) {
+				float v = M[j] * x[c];
+				for (int k = 1; k < S; k++)
+					v += M[k * S + j] * x[k * d + c];
+				float acc = post[j] * f[i * d + c] + v;
+				want[i * S * d + j * d + c] = _i ? acc : srt_round_bf16(acc);
+			}
+	}
+	memcpy(X1, X, sizeof(float) * N * S * d);
+	ck_assert_int_eq(vt(in)->post(in->ctx, layer, SRT_SUBLAYER_ATTN, N, f, mix, X), 0);
+	ck_assert(!memcmp(X, want, sizeof(float) * N * S * d));
+	ck_assert_int_eq(vt(in)->post(in->ctx, layer, SRT_SUBLAYER_ATTN, 1, f, mix, X1), 0);
+	ck_assert(!memcmp(X1, want, sizeof(float) * S * d));
+	srt_instance_destroy(in);
+	free(X), free(u), free(mix), free(f), free(want), free(X1);
+}
+END_TEST
+
 START_TEST(test_mhc_rejects_unserved_layer)
 {
 	int32_t layer = 1;
@@ -244,6 +283,7 @@ static Suite *residual_suite(void)
 	tcase_set_timeout(tc, 60);
 	tcase_add_test(tc, test_mhc_sinkhorn_is_doubly_stochastic);
 	tcase_add_loop_test(tc, test_mhc_batch_rows_equal_each_row_alone_bitwise, 0, 2);
+	tcase_add_loop_test(tc, test_mhc_post_is_the_defining_loop_bitwise, 0, 2);
 	tcase_add_test(tc, test_mhc_rejects_unserved_layer);
 	tcase_add_loop_test(tc, test_plain_is_identity_and_add, 0, 2);
 	suite_add_tcase(s, tc);

@@ -107,6 +107,28 @@ static inline float dot(const float *a, const float *b, int64_t n)
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
+/* y[j] = dot(a[j], b, n) for j < 4: each with the operations of dot() in its order, the four
+ * interleaved (one load of b for all, four independent chains instead of one). */
+static inline void dot4(const float *const a[4], const float *b, int64_t n, float y[4])
+{
+	float s[4][8] = {{0}};
+	int64_t i = 0;
+	for (; i + 8 <= n; i += 8)
+		for (int j = 0; j < 8; j++) {
+			const float bv = b[i + j];
+			s[0][j] += a[0][i + j] * bv;
+			s[1][j] += a[1][i + j] * bv;
+			s[2][j] += a[2][i + j] * bv;
+			s[3][j] += a[3][i + j] * bv;
+		}
+	for (; i < n; i++)
+		for (int q = 0; q < 4; q++)
+			s[q][i & 7] += a[q][i] * b[i];
+	for (int q = 0; q < 4; q++)
+		y[q] = ((s[q][0] + s[q][4]) + (s[q][1] + s[q][5])) +
+		       ((s[q][2] + s[q][6]) + (s[q][3] + s[q][7]));
+}
+
 /* The hot loops below also get an AVX2 build (GCC function multi-versioning, picked at load
  * by cpuid): the same operations in the same order, only wider vectors (no FMA: the avx2
  * target does not enable it, so nothing is contracted), hence the same bits. */
@@ -328,8 +350,18 @@ MHC_CLONES static void row_dots(void *ctx, int64_t begin, int64_t end, int tid)
 	struct mhc_inst *in = ctx;
 	int64_t n = in->S * in->d;
 	(void)tid;
-	for (int64_t k = begin; k < end; k++)
+	for (int64_t k = begin; k < end;) {
+		if (end - k >= 4) { /* four dot products in one pass (the same sums) */
+			const float *a[4];
+			for (int j = 0; j < 4; j++)
+				a[j] = k + j < in->nd ? in->dfn + (k + j) * n : in->X;
+			dot4(a, in->X, n, in->dots + k);
+			k += 4;
+			continue;
+		}
 		in->dots[k] = dot(k < in->nd ? in->dfn + k * n : in->X, in->X, n);
+		k++;
+	}
 }
 
 /* u[d] = sum_i pre_i X_i, accumulated stream by stream. */
@@ -393,11 +425,59 @@ static void pre_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
+/* bf16_round without a branch (NaN kept, the rest rounded to nearest even), so that loops
+ * over channels vectorise: the same values. */
+static inline float bf16_round_sel(float v)
+{
+	uint32_t u, r;
+	memcpy(&u, &v, sizeof(u));
+	r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	r = (u & 0x7fffffffu) > 0x7f800000u ? u : r;
+	memcpy(&v, &r, sizeof(v));
+	return v;
+}
+
+/* post_row for four streams: the same operations per channel in the same order, constant
+ * loops over the streams so that the channels go through the vector lanes. */
+MHC_CLONES static void post_row4(const struct mhc_inst *in, int64_t i, int64_t c0, int64_t c1)
+{
+	const int64_t d = in->d;
+	const int ref = in->profile == SRT_PROFILE_REFERENCE;
+	float *x = in->Xout + i * 4 * d;
+	const float *restrict f = in->f + i * d;
+	const float *mx = in->mix_in + i * (4 + 16);
+	float m[16], p[4]; /* the mixes in locals: the stores below cannot change them */
+	memcpy(p, mx, sizeof p);
+	memcpy(m, mx + 4, sizeof m);
+	float *restrict x0 = x, *restrict x1 = x + d, *restrict x2 = x + 2 * d;
+	float *restrict x3 = x + 3 * d;
+	for (int64_t c = c0; c < c1; c++) {
+		const float a0 = x0[c], a1 = x1[c], a2 = x2[c], a3 = x3[c], fc = f[c];
+		float o[4];
+		for (int j = 0; j < 4; j++) {
+			float v = m[j] * a0;
+			v += m[4 + j] * a1;
+			v += m[8 + j] * a2;
+			v += m[12 + j] * a3;
+			const float acc = p[j] * fc + v;
+			o[j] = ref ? bf16_round_sel(acc) : acc;
+		}
+		x0[c] = o[0];
+		x1[c] = o[1];
+		x2[c] = o[2];
+		x3[c] = o[3];
+	}
+}
+
 /* X' = post * f + comb^T X for channels [c0, c1) of row i. */
 MHC_CLONES static void post_row(const struct mhc_inst *in, int64_t i, int64_t c0, int64_t c1)
 {
 	int64_t S = in->S, d = in->d;
 	int ref = in->profile == SRT_PROFILE_REFERENCE;
+	if (S == 4) {
+		post_row4(in, i, c0, c1);
+		return;
+	}
 	float acc[S];
 	float *x = in->Xout + i * S * d;
 	const float *f = in->f + i * d;

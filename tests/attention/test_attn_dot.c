@@ -676,25 +676,25 @@ static float f32_dot(const float *q, const float *k, size_t n)
 }
 
 /*
- * srt_attn_qk8_bf16 (8 query lanes x keys, bf16 pairs) against the float32 loop, bit for bit:
- * head dims 512 and small ones, key counts around the 8-key pass, 8 lanes or fewer (unused
+ * srt_attn_qk16_bf16 (16 query lanes x keys, bf16 pairs) against the float32 loop, bit for bit:
+ * head dims 512 and small ones, key counts around the 8-key pass, 16 lanes or fewer (unused
  * lanes zero), values over ~40 binades, at the gate's bounds (2^-56 and just below 2^56)
  * with ±0. Then values below the gate: the loop keeps what VDPBF16PS flushes, so the
  * kernel differs (where it is VDPBF16PS) -- the gate is needed.
  */
-START_TEST(qk8_bf16_equals_the_ascending_float_loop_bitwise)
+START_TEST(qk16_bf16_equals_the_ascending_float_loop_bitwise)
 {
 	static const size_t hds[] = {512, 64, 6, 2};
 	for (int range = 0; range < 3; range++)
 		for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
 			for (size_t nk = 1; nk <= 41; nk += nk < 20 ? 1 : 7) {
-				const size_t hd = hds[hi], lanes = nk % 3 ? 8 : 5;
-				float *q = malloc(sizeof(float) * 8 * hd);
+				const size_t hd = hds[hi], lanes = nk % 3 ? 16 : 11;
+				float *q = malloc(sizeof(float) * 16 * hd);
 				float *k = malloc(sizeof(float) * nk * hd);
-				uint32_t *qp = malloc(sizeof(uint32_t) * 4 * hd);
+				uint32_t *qp = malloc(sizeof(uint32_t) * 8 * hd);
 				uint32_t *kp = malloc(sizeof(uint32_t) * nk * hd / 2);
-				float *y = malloc(sizeof(float) * 8 * nk);
-				for (size_t i = 0; i < 8 * hd; i++)
+				float *y = malloc(sizeof(float) * 16 * nk);
+				for (size_t i = 0; i < 16 * hd; i++)
 					q[i] = i < lanes * hd ? range == 0 ? bf16ish()
 							 : range == 1 ? bf16_in(71, 80) : bf16_in(172, 182)
 							      : 0.0f;
@@ -702,19 +702,19 @@ START_TEST(qk8_bf16_equals_the_ascending_float_loop_bitwise)
 					k[i] = range == 0 ? bf16ish() : range == 1 ? bf16_in(71, 90)
 									: bf16_in(100, 182);
 				uint8_t ql, qh, kl, kh;
-				ck_assert(srt_attn_bf16_span(q, 8 * hd, &ql, &qh) &&
+				ck_assert(srt_attn_bf16_span(q, 16 * hd, &ql, &qh) &&
 					  srt_attn_bf16_span(k, nk * hd, &kl, &kh));
 				ck_assert(srt_attn_dp_fits(ql, qh, kl, kh, hd));
-				for (size_t l = 0; l < 8; l++)
-					srt_attn_bf16_pairs(q + l * hd, hd, qp + l, 8);
+				for (size_t l = 0; l < 16; l++)
+					srt_attn_bf16_pairs(q + l * hd, hd, qp + l, 16);
 				srt_attn_bf16_pairs(k, nk * hd, kp, 1);
-				srt_attn_qk8_bf16(qp, kp, hd, nk, y);
+				srt_attn_qk16_bf16(qp, kp, hd, nk, y);
 				for (size_t j = 0; j < nk; j++)
-					for (size_t l = 0; l < 8; l++) {
+					for (size_t l = 0; l < 16; l++) {
 						float r = f32_dot(q + l * hd, k + j * hd, hd);
-						ck_assert_msg(same(y[8 * j + l], r),
+						ck_assert_msg(same(y[16 * j + l], r),
 							      "range %d hd %zu nk %zu: key %zu lane %zu %a vs %a",
-							      range, hd, nk, j, l, y[8 * j + l], r);
+							      range, hd, nk, j, l, y[16 * j + l], r);
 					}
 				free(q);
 				free(k);
@@ -726,20 +726,20 @@ START_TEST(qk8_bf16_equals_the_ascending_float_loop_bitwise)
 		return;
 	/* below the gate: products near 2^-140 that the loop keeps as denormals */
 	enum { HD = 64, NK = 8 };
-	float q[8 * HD], k[NK * HD], y[8 * NK];
-	uint32_t qp[4 * HD], kp[NK * HD / 2];
+	float q[16 * HD], k[NK * HD], y[16 * NK];
+	uint32_t qp[8 * HD], kp[NK * HD / 2];
 	int differ = 0;
-	for (size_t i = 0; i < 8 * HD; i++)
+	for (size_t i = 0; i < 16 * HD; i++)
 		q[i] = bf16_in(50, 60);
 	for (size_t i = 0; i < NK * HD; i++)
 		k[i] = bf16_in(50, 60);
-	for (size_t l = 0; l < 8; l++)
-		srt_attn_bf16_pairs(q + l * HD, HD, qp + l, 8);
+	for (size_t l = 0; l < 16; l++)
+		srt_attn_bf16_pairs(q + l * HD, HD, qp + l, 16);
 	srt_attn_bf16_pairs(k, NK * HD, kp, 1);
-	srt_attn_qk8_bf16(qp, kp, HD, NK, y);
+	srt_attn_qk16_bf16(qp, kp, HD, NK, y);
 	for (size_t j = 0; j < NK; j++)
-		for (size_t l = 0; l < 8; l++)
-			differ += !same(y[8 * j + l], f32_dot(q + l * HD, k + j * HD, HD));
+		for (size_t l = 0; l < 16; l++)
+			differ += !same(y[16 * j + l], f32_dot(q + l * HD, k + j * HD, HD));
 	ck_assert_msg(differ, "denormal products should differ from the loop (flushed)");
 }
 END_TEST
@@ -840,6 +840,25 @@ START_TEST(bf16_keys_equals_the_separate_layouts_and_span)
 			free(k);
 			free(kp);
 			free(vp);
+		}
+}
+END_TEST
+
+/* srt_attn_bf16_row at every length up to 40 and odd byte offsets: the widened words. */
+START_TEST(bf16_row_equals_the_scalar_widening_bitwise)
+{
+	uint8_t b[2 * 41 + 1];
+	float v[41];
+	for (size_t i = 0; i < sizeof b; i++)
+		b[i] = (uint8_t)(i * 37 + 11);
+	for (size_t off = 0; off < 2; off++)
+		for (size_t n = 1; n <= 40; n++) {
+			srt_attn_bf16_row(b + off, n, v);
+			for (size_t i = 0; i < n; i++) {
+				uint16_t h;
+				memcpy(&h, b + off + 2 * i, 2);
+				ck_assert_msg(same(v[i], srt_bf16_to_f32(h)), "off %zu n %zu: %zu", off, n, i);
+			}
 		}
 }
 END_TEST
@@ -956,9 +975,10 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, tm_dot_equals_the_double_loop_bitwise_for_every_tile_format);
 	tcase_add_test(tc, bf16_exact_equals_its_definition_at_every_length_and_position);
 	tcase_add_test(tc, dp_gate_rejects_what_the_dot_product_instruction_would_change);
-	tcase_add_test(tc, qk8_bf16_equals_the_ascending_float_loop_bitwise);
+	tcase_add_test(tc, qk16_bf16_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_bf16_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, bf16_keys_equals_the_separate_layouts_and_span);
+	tcase_add_test(tc, bf16_row_equals_the_scalar_widening_bitwise);
 	suite_add_tcase(s, tc);
 	return s;
 }

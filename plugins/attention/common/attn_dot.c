@@ -11,8 +11,9 @@
  * and one fused multiply-add rounds the same sum).
  * Kernel sets: AVX-512F when the CPU has it, else AVX2 (FMA, F16C where a kernel needs them),
  * else the portable loops. The reference profile's float32 q·k and p·v also have AVX512_BF16
- * kernels on bf16 pairs (srt_attn_qk8_bf16, srt_attn_pv_bf16: same bits, below). SRT_GEMM_ISA=generic in the environment selects the portable loops,
- * SRT_GEMM_ISA=avx2 at most the AVX2 kernels (tests).
+ * kernels on bf16 pairs (srt_attn_qk16_bf16, srt_attn_pv_bf16: same bits, below).
+ * SRT_GEMM_ISA=generic in the environment selects the portable loops, SRT_GEMM_ISA=avx2 at
+ * most the AVX2 kernels (tests).
  */
 #include "attn_dot.h"
 
@@ -657,6 +658,32 @@ __attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *cod
 	}
 }
 #endif
+
+#ifdef ATTN_X86
+__attribute__((target("avx512f,avx2"))) static void bf16_row_avx512(const uint8_t *words,
+								    size_t n, float *v)
+{
+	for (size_t i = 0; i < n; i += 16) {
+		const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(words + 2 * i));
+		_mm512_storeu_si512((void *)(v + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16));
+	}
+}
+#endif
+
+void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v)
+{
+	size_t i = 0;
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		i = n / 16 * 16;
+		bf16_row_avx512(words, i, v);
+	}
+#endif
+	for (; i < n; i++) {
+		const uint32_t u = (uint32_t)(words[2 * i] | words[2 * i + 1] << 8) << 16;
+		memcpy(&v[i], &u, sizeof u);
+	}
+}
 
 void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
 {
@@ -1632,14 +1659,6 @@ int srt_attn_dp_usable(void)
 	return have_avx512() && srt_gemm_bf16dp_usable();
 }
 
-__attribute__((target("avx512f,avx512vl,avx512bf16"), always_inline)) static inline __m256bh
-as_bh256(__m256i v)
-{
-	__m256bh r;
-	memcpy(&r, &v, sizeof r);
-	return r;
-}
-
 __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline __m512bh
 as_bh512(__m512i v)
 {
@@ -1648,36 +1667,36 @@ as_bh512(__m512i v)
 	return r;
 }
 
-/* NK keys (a constant) against the 8 query lanes: one accumulator per key, each qp load serves
- * all NK, the key dword broadcast. */
-#define QK8_KEYS 8
-__attribute__((target("avx512f,avx512vl,avx512bf16"), always_inline)) static inline void
-qk8_pass(const uint32_t *qp, const uint32_t *kr, size_t hd2, const size_t nkp, float *y)
+/* NKP keys (a constant) against the 16 query lanes: one accumulator per key, each qp load
+ * serves all NKP, the key dword broadcast (a load, no shuffle). */
+#define QK_KEYS 8
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+qk_pass(const uint32_t *qp, const uint32_t *kr, size_t hd2, const size_t nkp, float *y)
 {
-	__m256 acc[QK8_KEYS];
+	__m512 acc[QK_KEYS];
 	PV_UNROLL
 	for (size_t i = 0; i < nkp; i++)
-		acc[i] = _mm256_setzero_ps();
+		acc[i] = _mm512_setzero_ps();
 	for (size_t j = 0; j < hd2; j++) {
-		const __m256bh q = as_bh256(_mm256_loadu_si256((const __m256i *)(const void *)(qp + 8 * j)));
+		const __m512bh q = as_bh512(_mm512_loadu_si512((const void *)(qp + 16 * j)));
 		PV_UNROLL
 		for (size_t i = 0; i < nkp; i++)
-			acc[i] = _mm256_dpbf16_ps(acc[i], q,
-						  as_bh256(_mm256_set1_epi32((int)kr[i * hd2 + j])));
+			acc[i] = _mm512_dpbf16_ps(acc[i], q,
+						  as_bh512(_mm512_set1_epi32((int)kr[i * hd2 + j])));
 	}
 	PV_UNROLL
 	for (size_t i = 0; i < nkp; i++)
-		_mm256_storeu_ps(y + 8 * i, acc[i]);
+		_mm512_storeu_ps(y + 16 * i, acc[i]);
 }
 
-__attribute__((target("avx512f,avx512vl,avx512bf16"))) static void
-qk8_dp(const uint32_t *qp, const uint32_t *keys, size_t hd2, size_t nk, float *y)
+__attribute__((target("avx512f,avx512bf16"))) static void
+qk_dp(const uint32_t *qp, const uint32_t *keys, size_t hd2, size_t nk, float *y)
 {
 	size_t k = 0;
-	for (; k + QK8_KEYS <= nk; k += QK8_KEYS)
-		qk8_pass(qp, keys + k * hd2, hd2, QK8_KEYS, y + 8 * k);
+	for (; k + QK_KEYS <= nk; k += QK_KEYS)
+		qk_pass(qp, keys + k * hd2, hd2, QK_KEYS, y + 16 * k);
 	for (; k < nk; k++)
-		qk8_pass(qp, keys + k * hd2, hd2, 1, y + 8 * k);
+		qk_pass(qp, keys + k * hd2, hd2, 1, y + 16 * k);
 }
 
 /* NH heads (a constant) x 64 value dims from c0: 4 zmm accumulators per head, each value
@@ -1918,25 +1937,25 @@ int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, ui
 	return srt_attn_bf16_span(keys, nk * hd, lo, hi);
 }
 
-void srt_attn_qk8_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,
-		       float *y)
+void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,
+			float *y)
 {
 #ifdef ATTN_X86
 	if (srt_attn_dp_usable()) {
-		qk8_dp(qp, keys, hd / 2, nk, y);
+		qk_dp(qp, keys, hd / 2, nk, y);
 		return;
 	}
 #endif
 	/* the definition: the float32 loop on the words, high word (even dim) first */
 	for (size_t k = 0; k < nk; k++)
-		for (size_t l = 0; l < 8; l++) {
+		for (size_t l = 0; l < 16; l++) {
 			float s = 0;
 			for (size_t j = 0; j < hd / 2; j++) {
-				const uint32_t a = qp[8 * j + l], b = keys[k * (hd / 2) + j];
+				const uint32_t a = qp[16 * j + l], b = keys[k * (hd / 2) + j];
 				s += bf16_word(a >> 16) * bf16_word(b >> 16);
 				s += bf16_word(a) * bf16_word(b);
 			}
-			y[8 * k + l] = s;
+			y[16 * k + l] = s;
 		}
 }
 

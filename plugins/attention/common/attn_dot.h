@@ -151,14 +151,14 @@ int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, ui
 		       uint8_t *lo, uint8_t *hi);
 
 /*
- * y[k·8 + l] = Σ_c q_l[c] · key_k[c], c in [0, hd) ascending, for keys k in [0, nk) and 8
- * query lanes l: the bits of srt_attn_dot_tiles_f32 for each (lane, key). qp: [hd/2][8]
- * dwords, qp[j·8 + l] the pair (q_l[2j], q_l[2j + 1]) (srt_attn_bf16_pairs(q_l, hd, qp + l,
- * 8)); keys: [nk][hd/2] dwords, each key's pairs (srt_attn_bf16_pairs(key, hd, ., 1)).
- * hd even.
+ * y[k·16 + l] = Σ_c q_l[c] · key_k[c], c in [0, hd) ascending, for keys k in [0, nk) and 16
+ * query lanes l (heads): the bits of srt_attn_dot_tiles_f32 for each (lane, key). qp:
+ * [hd/2][16] dwords, qp[j·16 + l] the pair (q_l[2j], q_l[2j + 1]) (srt_attn_bf16_pairs(q_l,
+ * hd, qp + l, 16)); keys: [nk][hd/2] dwords, each key's pairs (srt_attn_bf16_pairs(key, hd,
+ * ., 1)). hd even.
  */
-void srt_attn_qk8_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,
-		       float *y);
+void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,
+			float *y);
 
 /*
  * y[h][c] = Σ_k p_h[k] · v[k][c], k ascending, for heads h in [0, nh), c in [0, n): the bits
@@ -188,6 +188,13 @@ void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, flo
  * FP8 "nope" dims).
  */
 void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
+
+/*
+ * v[i] = the bf16 value whose little-endian bits are bytes 2i, 2i + 1 of `words` (any
+ * alignment), for i in [0, n): exact widenings, vectorised when n is a multiple of 16 (the KV
+ * cache's rope dims and bf16 entries).
+ */
+void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v);
 
 /*
  * The indexer's per-head weighting in the reference profile: t[h] = bf16(ReLU(bf16((float)

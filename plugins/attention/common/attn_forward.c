@@ -78,7 +78,7 @@ struct kblk {
 	uint8_t exact;  /* srt_attn_bf16_exact of the keys: the float kernels may fuse */
 	uint8_t span;   /* srt_attn_bf16_span accepted them (lo, hi); with dp, value pairs built */
 	uint8_t lo, hi;
-	uint8_t dp;     /* q·k by srt_attn_qk8_bf16 on the key pairs (no float tiles) */
+	uint8_t dp;     /* q·k done by c1k (srt_attn_qk16_bf16, scores in csc; no float tiles) */
 };
 
 struct fwd {
@@ -109,11 +109,13 @@ struct fwd {
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
 	struct kblk *ckx; /* reference profile: per (group row, key block of phase_c1k) */
-	/* reference profile with AVX512_BF16 dot products (srt_attn_dp_usable): the group rows'
-	 * keys as bf16 pairs, row-major [n][kmax][hd/2] (q·k), and pair-interleaved values
-	 * [n][(kmax + 1)/2][hd] (p·v); the span of each row's queries */
+	/* reference profile with AVX512_BF16 dot products (srt_attn_dp_usable), for the group's
+	 * rows: the queries as bf16 pairs, 16 heads in lanes, [n][hg][hd/2][16] (hg = ceil(H /
+	 * 16); c1), the scores of the blocks c1k computed [n][hg][kmax][16], the values as pairs
+	 * of keys [n][(kmax + 1)/2][hd] (p·v), the span of each row's queries (c1) */
 	int dp;
-	uint32_t *ckb, *cvp;
+	uint32_t *cqp, *cvp;
+	float *csc;
 	struct kblk cq[ATTN_CROWS];
 	int64_t row0; /* first batch row of the block being computed */
 	struct vinfo *vi; /* [n_seqs] of f->b */
@@ -935,10 +937,20 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 		if (t < 0)
 			continue;
 		if (f->dp) {
-			size_t Hd = (size_t)(m->num_attention_heads * m->head_dim);
+			size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+			size_t hg = (H + 15) / 16;
+			const float *q = f->q + (size_t)r * H * hd;
+			uint32_t *qp = f->cqp + (size_t)u * hg * 8 * hd;
 			struct kblk *cq = &f->cq[u];
-			cq->span = (uint8_t)srt_attn_bf16_span(f->q + (size_t)r * Hd, Hd, &cq->lo,
-							       &cq->hi);
+			cq->span = (uint8_t)srt_attn_bf16_span(q, H * hd, &cq->lo, &cq->hi);
+			for (size_t h = 0; cq->span && h < 16 * hg; h++) {
+				uint32_t *w = qp + h / 16 * 8 * hd + h % 16;
+				if (h < H)
+					srt_attn_bf16_pairs(q + h * hd, hd, w, 16);
+				else /* unused lanes: zero queries */
+					for (size_t j = 0; j < hd / 2; j++)
+						w[16 * j] = 0;
+			}
 		}
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
 		int64_t lo = f->vi[f->rseq[r]].lo;
@@ -968,16 +980,17 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 /* Phase c1k, per (row of the group, block of ATTN_KGB keys): the keys c1 listed, decoded
  * row-major and tiled (a block starts on a tile boundary, so the tiles are those of one
  * srt_attn_tile call over all the row's keys). With f->dp, a block whose keys and the row's
- * queries fit the AVX512_BF16 kernels (srt_attn_dp_fits) is stored as bf16 pairs instead of
- * tiles, and the values of every block of normal bf16 keys as pairs of keys (a block starts
- * on an even key). */
+ * queries fit the AVX512_BF16 kernels (srt_attn_dp_fits) gets its scores for every head here
+ * (the keys' pairs still in cache) instead of tiles, and the values of every block of normal
+ * bf16 keys are stored as pairs of keys (a block starts on an even key). */
 static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	size_t hd = (size_t)a->m->head_dim;
 	int64_t nblk = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
-	(void)tid;
+	size_t hg = ((size_t)a->m->num_attention_heads + 15) / 16;
+	uint32_t *kp = (uint32_t *)(void *)(f->tbuf + (size_t)tid * f->tfloats); /* [KGB][hd/2] */
 	for (int64_t u = b; u < e; u++) {
 		int64_t gr = u / nblk, k0 = (u % nblk) * ATTN_KGB, nk = f->cnk[gr];
 		if (nk <= k0)
@@ -996,16 +1009,19 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			uint32_t *vp = f->cvp + ((size_t)gr * (size_t)((f->kmax + 1) / 2) +
 						 (size_t)k0 / 2) * hd;
 			/* both pair layouts, used only when the span allows */
-			kb->span = (uint8_t)srt_attn_bf16_keys(kf, (size_t)(k1 - k0), hd,
-								f->ckb + ((size_t)gr * (size_t)f->kmax +
-									  (size_t)k0) * (hd / 2),
-								vp, &kb->lo, &kb->hi);
+			kb->span = (uint8_t)srt_attn_bf16_keys(kf, (size_t)(k1 - k0), hd, kp, vp,
+							       &kb->lo, &kb->hi);
 			/* srt_attn_bf16_exact from the span: bf16 values and the nonzero ones'
 			 * exponents in [67, 187] (a failed span has a low bit set, or a nonzero
 			 * exponent 0 or 255: not exact either) */
 			kb->exact = kb->span && (kb->lo > kb->hi || (kb->lo >= 67 && kb->hi <= 187));
 			kb->dp = kb->span && cq->span &&
 				 srt_attn_dp_fits(cq->lo, cq->hi, kb->lo, kb->hi, hd);
+			for (size_t g = 0; kb->dp && g < hg; g++)
+				srt_attn_qk16_bf16(f->cqp + ((size_t)gr * hg + g) * 8 * hd, kp, hd,
+						   (size_t)(k1 - k0),
+						   f->csc + (((size_t)gr * hg + g) * (size_t)f->kmax +
+							     (size_t)k0) * 16);
 			if (kb->dp)
 				continue;
 		} else if (a->ref) {
@@ -1132,8 +1148,8 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 
 /*
  * Phase c2 of the reference profile with AVX512_BF16 dot products (f->dp), per (row of the
- * group, 8 heads): q·k with the 8 heads in the lanes of srt_attn_qk8_bf16 for the key blocks
- * c1k stored as pairs, the float tile kernels for the others; the softmax of phase_c2; p·v by
+ * group, 8 heads): the scores c1k computed for its key blocks by srt_attn_qk16_bf16, the float
+ * tile kernels for the other blocks; the softmax of phase_c2; p·v by
  * srt_attn_pv_bf16 for each head whose probabilities fit with the row's keys
  * (srt_attn_dp_fits), the float kernels for the others. Every value gets the bits of
  * phase_c2's float path whichever kernel computes it (attn_dot.h), so the choices (per block,
@@ -1145,13 +1161,12 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
 	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
-	size_t HG = (H + 7) / 8, kmax = (size_t)f->kmax, kmax8 = (size_t)f->kmax8;
+	size_t HG = (H + 7) / 8, hg = (H + 15) / 16, kmax = (size_t)f->kmax;
+	size_t kmax8 = (size_t)f->kmax8;
 	const int64_t nkb = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
 	float scale_f = (float)pow((double)hd, -0.5);
-	/* thread scratch: query pairs [hd/2][8], a block's scores [ATTN_KGB][8], probabilities
-	 * [8][kmax8], their pairs [8][kmax8/2], p·v sums [8][hd] */
-	uint32_t *qp = (uint32_t *)(void *)(f->tbuf + (size_t)tid * f->tfloats);
-	float *raw = (float *)(void *)(qp + 4 * hd), *sfb = raw + 8 * ATTN_KGB;
+	/* thread scratch: probabilities [8][kmax8], their pairs [8][kmax8/2], p·v sums [8][hd] */
+	float *sfb = f->tbuf + (size_t)tid * f->tfloats;
 	uint32_t *ppb = (uint32_t *)(void *)(sfb + 8 * kmax8);
 	float *pvb = (float *)(void *)(ppb + 4 * kmax8);
 
@@ -1170,13 +1185,6 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 		const struct kblk *kbs = f->ckx + gr * nkb;
 		float *sf[8], *pvf[8], denf[8];
 		const float *qh[8];
-		for (size_t l = 0; l < 8; l++) {
-			if (l < nh)
-				srt_attn_bf16_pairs(q + l * hd, hd, qp + l, 8);
-			else /* unused lanes: zero queries */
-				for (size_t j = 0; j < hd / 2; j++)
-					qp[8 * j + l] = 0;
-		}
 		for (size_t i = 0; i < nh; i++) {
 			sf[i] = sfb + i * kmax8;
 			pvf[i] = pvb + i * hd;
@@ -1192,11 +1200,13 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 			klo = kb->lo < klo ? kb->lo : klo;
 			khi = kb->hi > khi ? kb->hi : khi;
 			if (kb->dp) {
-				srt_attn_qk8_bf16(qp, f->ckb + ((size_t)gr * kmax + (size_t)k0) * (hd / 2),
-						  hd, (size_t)(k1 - k0), raw);
-				for (int64_t k = k0; k < k1; k++)
-					for (size_t i = 0; i < nh; i++)
-						sf[i][k] = raw[8 * (size_t)(k - k0) + i];
+				for (size_t i = 0; i < nh; i++) {
+					size_t h = h0 + i;
+					const float *sc = f->csc + ((size_t)gr * hg + h / 16) * kmax * 16 +
+							  h % 16;
+					for (int64_t k = k0; k < k1; k++)
+						sf[i][k] = sc[16 * (size_t)k];
+				}
 			} else {
 				float *y[8];
 				for (size_t i = 0; i < nh; i++)
@@ -1508,7 +1518,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			}
 			h->parallel_for(h, n, phase_c1, f);
 			h->parallel_for(h, n * ((f->kmax + ATTN_KGB - 1) / ATTN_KGB), phase_c1k, f);
-			if (f->dp) /* units of 8 heads: the lanes of srt_attn_qk8_bf16 */
+			if (f->dp) /* units of 8 heads: two per row of 16 heads */
 				h->parallel_for(h, n * (int64_t)((H + 7) / 8), phase_c2_dp, f);
 			else
 				h->parallel_for(h, n * (int64_t)H, phase_c2, f);
@@ -1604,8 +1614,10 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		     (ix_qbytes(ih, idim) + ATTN_IXB * (sizeof(void *) + 1)) / sizeof(float) + 1;
 	if (a->ratio == 4 && f.tfloats < ixf)
 		f.tfloats = ixf;
-	if (f.dp && f.tfloats < 12 * ((size_t)f.kmax8 + hd) + 8 * ATTN_KGB) /* phase_c2_dp */
-		f.tfloats = 12 * ((size_t)f.kmax8 + hd) + 8 * ATTN_KGB;
+	if (f.dp && f.tfloats < 12 * (size_t)f.kmax8 + 8 * hd) /* phase_c2_dp */
+		f.tfloats = 12 * (size_t)f.kmax8 + 8 * hd;
+	if (f.dp && f.tfloats < ATTN_KGB * hd / 2) /* phase_c1k: a block's key pairs */
+		f.tfloats = ATTN_KGB * hd / 2;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
@@ -1615,7 +1627,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[16] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t hg = (H + 15) / 16;
+	size_t sz[17] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
@@ -1625,10 +1638,11 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			2 * (batch->n_seqs + 1) * sizeof(struct vinfo),
 			ATTN_CROWS * (size_t)f.kmax * sizeof(const uint8_t *),
 			ATTN_CROWS * (size_t)((f.kmax + ATTN_KGB - 1) / ATTN_KGB) * sizeof(struct kblk),
-			f.dp ? ATTN_CROWS * (size_t)f.kmax * hd * 2 : 0,
-			f.dp ? ATTN_CROWS * (size_t)((f.kmax + 1) / 2) * hd * 4 : 0};
-	size_t off[16], total = 0;
-	for (int i = 0; i < 16; i++) {
+			f.dp ? ATTN_CROWS * hg * (size_t)f.kmax * 16 * sizeof(float) : 0,
+			f.dp ? ATTN_CROWS * (size_t)((f.kmax + 1) / 2) * hd * 4 : 0,
+			f.dp ? ATTN_CROWS * hg * 8 * hd * 4 : 0};
+	size_t off[17], total = 0;
+	for (int i = 0; i < 17; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1656,8 +1670,9 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
 	f.csrc = (const uint8_t **)(void *)(a->scratch + off[12]);
 	f.ckx = (struct kblk *)(void *)(a->scratch + off[13]);
-	f.ckb = (uint32_t *)(void *)(a->scratch + off[14]);
+	f.csc = (float *)(void *)(a->scratch + off[14]);
 	f.cvp = (uint32_t *)(void *)(a->scratch + off[15]);
+	f.cqp = (uint32_t *)(void *)(a->scratch + off[16]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
 	f.xa = buf;
 	f.qr = f.xa + B * d;

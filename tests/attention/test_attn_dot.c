@@ -863,6 +863,50 @@ START_TEST(bf16_row_equals_the_scalar_widening_bitwise)
 }
 END_TEST
 
+/* srt_attn_div_bf16 against its scalar expression: lengths around the vector width, special
+ * values (NaN, infinities, zeros, values that round up into the next binade). */
+START_TEST(div_bf16_equals_the_scalar_expression_bitwise)
+{
+	const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0x1.ffffp0f, 0x1.00018p0f,
+			    0x1p-140f, 3.0f};
+	const float ds[] = {3.0f, -0.7f, 0.0f, 0x1p-100f};
+	float x[45], y[45];
+	for (size_t n = 1; n <= 45; n++)
+		for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+			for (size_t i = 0; i < n; i++)
+				x[i] = i % 5 == 4 ? sp[(i / 5) % (sizeof sp / sizeof sp[0])] : wide();
+			srt_attn_div_bf16(x, ds[di], n, y);
+			for (size_t i = 0; i < n; i++)
+				ck_assert_msg(same(y[i], srt_round_bf16(x[i] / ds[di])),
+					      "n %zu d %a: %a / d gives %a", n, ds[di], x[i], y[i]);
+		}
+}
+END_TEST
+
+/* srt_attn_bf16_qpairs: the strided pairs of each head, zeros past nh. */
+START_TEST(qpairs_equals_the_strided_pairs_of_each_head)
+{
+	static const size_t hds[] = {512, 64, 6};
+	for (size_t hi = 0; hi < 3; hi++)
+		for (size_t nh = 1; nh <= 16; nh++) {
+			const size_t hd = hds[hi];
+			float *q = malloc(sizeof(float) * nh * hd);
+			uint32_t *a = malloc(sizeof(uint32_t) * 8 * hd), *b = malloc(sizeof(uint32_t) * 8 * hd);
+			for (size_t i = 0; i < nh * hd; i++)
+				q[i] = wide();
+			memset(b, 0, sizeof(uint32_t) * 8 * hd);
+			for (size_t l = 0; l < nh; l++)
+				srt_attn_bf16_pairs(q + l * hd, hd, b + l, 16);
+			memset(a, 0xAB, sizeof(uint32_t) * 8 * hd);
+			srt_attn_bf16_qpairs(q, nh, hd, a);
+			ck_assert_msg(!memcmp(a, b, sizeof(uint32_t) * 8 * hd), "hd %zu nh %zu", hd, nh);
+			free(q);
+			free(a);
+			free(b);
+		}
+}
+END_TEST
+
 /* Uniform in (-1, 1): dense FP4 codes after quantization (wide() is mostly below a block's
  * smallest code). */
 static float unit(void)
@@ -979,6 +1023,8 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, pv_bf16_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, bf16_keys_equals_the_separate_layouts_and_span);
 	tcase_add_test(tc, bf16_row_equals_the_scalar_widening_bitwise);
+	tcase_add_test(tc, div_bf16_equals_the_scalar_expression_bitwise);
+	tcase_add_test(tc, qpairs_equals_the_strided_pairs_of_each_head);
 	suite_add_tcase(s, tc);
 	return s;
 }

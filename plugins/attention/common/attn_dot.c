@@ -742,7 +742,28 @@ __attribute__((target("avx2"))) static void ix_weigh_avx2(const double *qk, cons
 		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
 	}
 }
+
+__attribute__((target("avx2"))) static void div_bf16_avx2(const float *x, float d, size_t n,
+							   float *y)
+{
+	const __m256 dv = _mm256_set1_ps(d);
+	for (size_t i = 0; i < n; i += 8)
+		_mm256_storeu_ps(y + i, round_bf16_v8(_mm256_div_ps(_mm256_loadu_ps(x + i), dv)));
+}
 #endif
+
+void srt_attn_div_bf16(const float *x, float d, size_t n, float *y)
+{
+	size_t i = 0;
+#ifdef ATTN_X86
+	if (have_avx2()) { /* IEEE division, correctly rounded in every lane as in the loop */
+		i = n / 8 * 8;
+		div_bf16_avx2(x, d, i, y);
+	}
+#endif
+	for (; i < n; i++)
+		y[i] = round_bf16_scalar(x[i] / d);
+}
 
 void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t)
 {
@@ -1821,6 +1842,27 @@ __attribute__((target("avx512f"))) static void vpairs_avx512(const float *v0, co
 	}
 }
 
+/* srt_attn_bf16_qpairs: per dim pair j, the qwords (q_l[2j], q_l[2j + 1]) of 8 heads by one
+ * gather (heads past nh masked to 0), paired as pairs16 does. */
+__attribute__((target("avx512f"))) static void qpairs_avx512(const float *q, size_t nh,
+							     size_t hd, uint32_t *qp)
+{
+	const __m256i step = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+	const __m256i i0 = _mm256_mullo_epi32(step, _mm256_set1_epi32((int)(hd / 2)));
+	const __m256i i1 = _mm256_add_epi32(i0, _mm256_set1_epi32((int)(4 * hd)));
+	const __mmask8 m0 = (__mmask8)(nh >= 8 ? 0xFF : (1u << nh) - 1);
+	const __mmask8 m1 = (__mmask8)(nh >= 16 ? 0xFF : nh <= 8 ? 0 : (1u << (nh - 8)) - 1);
+	for (size_t j = 0; j < hd / 2; j++) {
+		const __m256i o = _mm256_set1_epi32((int)j);
+		const __m512i g0 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m0,
+							       _mm256_add_epi32(i0, o), q, 8);
+		const __m512i g1 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m1,
+							       _mm256_add_epi32(i1, o), q, 8);
+		_mm256_storeu_si256((__m256i *)(void *)(qp + 16 * j), pairs16(g0));
+		_mm256_storeu_si256((__m256i *)(void *)(qp + 16 * j + 8), pairs16(g1));
+	}
+}
+
 /* srt_attn_bf16_keys in one pass over each pair of keys (hd a multiple of 16). */
 __attribute__((target("avx512f"))) static int keys_avx512(const float *keys, size_t nk,
 							  size_t hd, uint32_t *kp, uint32_t *vp,
@@ -1921,6 +1963,23 @@ void srt_attn_bf16_vpairs(const float *v0, const float *v1, size_t n, uint32_t *
 #endif
 	for (; c < n; c++)
 		w[c] = hi16(v0[c]) << 16 | (v1 ? hi16(v1[c]) : 0);
+}
+
+void srt_attn_bf16_qpairs(const float *q, size_t nh, size_t hd, uint32_t *qp)
+{
+#ifdef ATTN_X86
+	if (have_avx512() && hd * 8 <= 0x7FFFFFFF) {
+		qpairs_avx512(q, nh, hd, qp);
+		return;
+	}
+#endif
+	for (size_t l = 0; l < 16; l++) {
+		if (l < nh)
+			srt_attn_bf16_pairs(q + l * hd, hd, qp + l, 16);
+		else
+			for (size_t j = 0; j < hd / 2; j++)
+				qp[16 * j + l] = 0;
+	}
 }
 
 int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, uint32_t *vp,

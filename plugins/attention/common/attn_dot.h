@@ -140,6 +140,10 @@ void srt_attn_bf16_pairs(const float *x, size_t n, uint32_t *w, size_t ws);
  * as the pair-interleaved rows of srt_attn_pv_bf16. */
 void srt_attn_bf16_vpairs(const float *v0, const float *v1, size_t n, uint32_t *w);
 
+/* qp [hd/2][16] for srt_attn_qk16_bf16 from nh <= 16 heads' queries q [nh][hd] (hd even):
+ * qp[j·16 + l] = srt_attn_bf16_pairs of q_l's dims 2j, 2j + 1, 0 for lanes l >= nh. */
+void srt_attn_bf16_qpairs(const float *q, size_t nh, size_t hd, uint32_t *qp);
+
 /*
  * nk keys of hd floats (row-major) in one pass: kp [nk][hd/2] their pairs
  * (srt_attn_bf16_pairs of each key), vp [(nk + 1)/2][hd] the pair-interleaved rows
@@ -195,6 +199,10 @@ void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, flo
  * cache's rope dims and bf16 entries).
  */
 void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v);
+
+/* y[i] = srt_round_bf16(x[i] / d) for i in [0, n): the floats of that scalar expression,
+ * vectorised (the reference profile's attention output). */
+void srt_attn_div_bf16(const float *x, float d, size_t n, float *y);
 
 /*
  * The indexer's per-head weighting in the reference profile: t[h] = bf16(ReLU(bf16((float)

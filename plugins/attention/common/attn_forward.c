@@ -943,14 +943,9 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 			uint32_t *qp = f->cqp + (size_t)u * hg * 8 * hd;
 			struct kblk *cq = &f->cq[u];
 			cq->span = (uint8_t)srt_attn_bf16_span(q, H * hd, &cq->lo, &cq->hi);
-			for (size_t h = 0; cq->span && h < 16 * hg; h++) {
-				uint32_t *w = qp + h / 16 * 8 * hd + h % 16;
-				if (h < H)
-					srt_attn_bf16_pairs(q + h * hd, hd, w, 16);
-				else /* unused lanes: zero queries */
-					for (size_t j = 0; j < hd / 2; j++)
-						w[16 * j] = 0;
-			}
+			for (size_t g = 0; cq->span && g < hg; g++)
+				srt_attn_bf16_qpairs(q + 16 * g * hd, H - 16 * g < 16 ? H - 16 * g : 16,
+						     hd, qp + g * 8 * hd);
 		}
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
 		int64_t lo = f->vi[f->rseq[r]].lo;
@@ -1057,9 +1052,7 @@ static void ref_out(const struct srt_attn *a, float *oh, const float *pvf, float
 		    const float *rc, const float *rs)
 {
 	size_t hd = (size_t)a->m->head_dim, nope = hd - (size_t)a->m->qk_rope_head_dim;
-	for (size_t c = 0; c < hd; c++)
-		oh[c] = pvf[c] / denf;
-	srt_round_bf16_n(oh, hd);
+	srt_attn_div_bf16(pvf, denf, hd, oh); /* oh[c] = bf16(pvf[c] / denf), vectorised */
 	rope_by(a, oh + nope, rc, rs, 1);
 }
 

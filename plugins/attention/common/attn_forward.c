@@ -69,7 +69,8 @@ struct vinfo {
 #define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
 #define ATTN_IXB 64   /* indexer keys scored per task */
 #define ATTN_IXH 64   /* indexer heads weighed per call (a multiple of 8) */
-#define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8) */
+#define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8, and even
+		       * for the value pairs of phase_c1k) */
 #define ATTN_RH 4     /* reference profile: query heads of a row per pass over its keys */
 
 /* Reference profile: what phase_c1k found about one block of ATTN_KGB keys of a row (or c1
@@ -913,9 +914,10 @@ static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct i
  * Phase C runs on groups of up to ATTN_CROWS rows in four parallel steps, so that one decode
  * row still uses every thread:
  *   c1 per row:            indexer selection, the cache entries of the row's keys listed;
- *   c1k per (row, 32 keys): those keys decoded row-major and in tiles of 8;
- *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation (per (row, 8
- *                          heads) with AVX512_BF16 dot products: phase_c2_dp);
+ *   c1k per (row, 32 keys): those keys decoded row-major and in tiles of 8 (with AVX512_BF16
+ *                          dot products, f->dp: as bf16 pairs, and their scores for all heads);
+ *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation (with f->dp per
+ *                          (row, 8 heads), phase_c2_dp);
  *   c3 per (group, 8 outputs of wo_a), after all groups, for every row of the block.
  * Each value is computed by the same operations in the same order as a per-row loop would.
  */

@@ -653,6 +653,307 @@ START_TEST(bf16_exact_equals_its_definition_at_every_length_and_position)
 }
 END_TEST
 
+/* A bf16 value of either sign with biased exponent in [elo, ehi] and a random 8-bit
+ * significand, or ±0 one time in 13. */
+static float bf16_in(int elo, int ehi)
+{
+	rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+	if (rng % 13 == 0)
+		return rng % 2 ? 0.0f : -0.0f;
+	const uint32_t u = (uint32_t)(rng >> 63) << 31 |
+			   (uint32_t)(elo + (int)((rng >> 8) % (uint64_t)(ehi - elo + 1))) << 23 |
+			   (uint32_t)((rng >> 20) & 0x7F) << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* The AVX512_BF16 kernels' admission: srt_attn_bf16_span's exponents against a scalar
+ * definition, its rejections (not bf16, denormal, inf, NaN), and srt_attn_dp_fits at its
+ * bounds (products of at least 2^-112, i.e. nothing below 2^-56 against 2^-56; sums of 2^15
+ * products below 2^127). */
+START_TEST(dp_gate_rejects_what_the_dot_product_instruction_would_change)
+{
+	const float bad[] = {1.0f + 0x1p-16f, INFINITY, -INFINITY, NAN, 0x1p-130f, -0x1p-127f};
+	for (size_t n = 1; n <= 40; n++) {
+		float v[40];
+		uint8_t lo0 = 255, hi0 = 0, lo, hi;
+		for (size_t i = 0; i < n; i++) {
+			v[i] = bf16_in(1, 254);
+			uint32_t u;
+			memcpy(&u, &v[i], sizeof u);
+			const uint8_t e = (uint8_t)(u >> 23 & 0xFF);
+			if (u & 0x7FFFFFFFu) {
+				lo0 = e < lo0 ? e : lo0;
+				hi0 = e > hi0 ? e : hi0;
+			}
+		}
+		ck_assert_msg(srt_attn_bf16_span(v, n, &lo, &hi), "n %zu: bf16 values should pass", n);
+		ck_assert_msg(lo == lo0 && hi == hi0, "n %zu: span %u..%u, expected %u..%u", n, lo, hi,
+			      lo0, hi0);
+		for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+			for (size_t i = 0; i < n; i++) {
+				float keep = v[i];
+				v[i] = bad[b];
+				ck_assert_msg(!srt_attn_bf16_span(v, n, &lo, &hi),
+					      "n %zu: %a at %zu should fail", n, bad[b], i);
+				v[i] = keep;
+			}
+	}
+	const float zeros[20] = {-0.0f, 0.0f, -0.0f};
+	uint8_t lo, hi;
+	ck_assert(srt_attn_bf16_span(zeros, 20, &lo, &hi) && lo == 255 && hi == 0);
+	ck_assert(srt_attn_dp_fits(lo, hi, 1, 254, 1u << 20)); /* zeros fit anything */
+	/* 2^-56 = biased 71, 2^55 = biased 182 */
+	ck_assert(srt_attn_dp_fits(71, 182, 71, 182, 32768));
+	ck_assert(!srt_attn_dp_fits(70, 182, 71, 182, 512));
+	ck_assert(srt_attn_dp_fits(70, 182, 72, 182, 512));
+	ck_assert(!srt_attn_dp_fits(71, 183, 71, 182, 512));
+	ck_assert(!srt_attn_dp_fits(71, 182, 71, 182, 32769));
+}
+END_TEST
+
+/* keys[k][c] -> the float32 loop y = 0; y += q[c] · key[c], c ascending */
+static float f32_dot(const float *q, const float *k, size_t n)
+{
+	float s = 0;
+	for (size_t c = 0; c < n; c++)
+		s += q[c] * k[c];
+	return s;
+}
+
+/*
+ * srt_attn_qk16_bf16 (16 query lanes x keys, bf16 pairs) against the float32 loop, bit for bit:
+ * head dims 512 and small ones, key counts around the 8-key pass, 16 lanes or fewer (unused
+ * lanes zero), values over ~40 binades, at the gate's bounds (2^-56 and just below 2^56)
+ * with ±0. Then values below the gate: the loop keeps what VDPBF16PS flushes, so the
+ * kernel differs (where it is VDPBF16PS) -- the gate is needed.
+ */
+START_TEST(qk16_bf16_equals_the_ascending_float_loop_bitwise)
+{
+	static const size_t hds[] = {512, 64, 6, 2};
+	for (int range = 0; range < 3; range++)
+		for (size_t hi = 0; hi < sizeof hds / sizeof hds[0]; hi++)
+			for (size_t nk = 1; nk <= 41; nk += nk < 20 ? 1 : 7) {
+				const size_t hd = hds[hi], lanes = nk % 3 ? 16 : 11;
+				float *q = malloc(sizeof(float) * 16 * hd);
+				float *k = malloc(sizeof(float) * nk * hd);
+				uint32_t *qp = malloc(sizeof(uint32_t) * 8 * hd);
+				uint32_t *kp = malloc(sizeof(uint32_t) * nk * hd / 2);
+				float *y = malloc(sizeof(float) * 16 * nk);
+				for (size_t i = 0; i < 16 * hd; i++)
+					q[i] = i < lanes * hd ? range == 0 ? bf16ish()
+							 : range == 1 ? bf16_in(71, 80) : bf16_in(172, 182)
+							      : 0.0f;
+				for (size_t i = 0; i < nk * hd; i++)
+					k[i] = range == 0 ? bf16ish() : range == 1 ? bf16_in(71, 90)
+									: bf16_in(100, 182);
+				uint8_t ql, qh, kl, kh;
+				ck_assert(srt_attn_bf16_span(q, 16 * hd, &ql, &qh) &&
+					  srt_attn_bf16_span(k, nk * hd, &kl, &kh));
+				ck_assert(srt_attn_dp_fits(ql, qh, kl, kh, hd));
+				for (size_t l = 0; l < 16; l++)
+					srt_attn_bf16_pairs(q + l * hd, hd, qp + l, 16);
+				srt_attn_bf16_pairs(k, nk * hd, kp, 1);
+				srt_attn_qk16_bf16(qp, kp, hd, nk, y);
+				for (size_t j = 0; j < nk; j++)
+					for (size_t l = 0; l < 16; l++) {
+						float r = f32_dot(q + l * hd, k + j * hd, hd);
+						ck_assert_msg(same(y[16 * j + l], r),
+							      "range %d hd %zu nk %zu: key %zu lane %zu %a vs %a",
+							      range, hd, nk, j, l, y[16 * j + l], r);
+					}
+				free(q);
+				free(k);
+				free(qp);
+				free(kp);
+				free(y);
+			}
+	if (!srt_attn_dp_usable())
+		return;
+	/* below the gate: products near 2^-140 that the loop keeps as denormals */
+	enum { HD = 64, NK = 8 };
+	float q[16 * HD], k[NK * HD], y[16 * NK];
+	uint32_t qp[8 * HD], kp[NK * HD / 2];
+	int differ = 0;
+	for (size_t i = 0; i < 16 * HD; i++)
+		q[i] = bf16_in(50, 60);
+	for (size_t i = 0; i < NK * HD; i++)
+		k[i] = bf16_in(50, 60);
+	for (size_t l = 0; l < 16; l++)
+		srt_attn_bf16_pairs(q + l * HD, HD, qp + l, 16);
+	srt_attn_bf16_pairs(k, NK * HD, kp, 1);
+	srt_attn_qk16_bf16(qp, kp, HD, NK, y);
+	for (size_t j = 0; j < NK; j++)
+		for (size_t l = 0; l < 16; l++)
+			differ += !same(y[16 * j + l], f32_dot(q + l * HD, k + j * HD, HD));
+	ck_assert_msg(differ, "denormal products should differ from the loop (flushed)");
+}
+END_TEST
+
+/*
+ * srt_attn_pv_bf16 (heads x value dims, keys in pairs) against the float32 loop y = 0;
+ * y += p[k] · v[k][c], k ascending, bit for bit: odd key counts (the zero pad), head counts
+ * around the 4-head pass, probabilities of bf16 over many binades with zeros, values with ±0,
+ * values at the gate's bounds.
+ */
+START_TEST(pv_bf16_equals_the_ascending_float_loop_bitwise)
+{
+	static const size_t ns[] = {512, 128, 64};
+	static const size_t nks[] = {1, 2, 3, 7, 8, 31, 64, 65, 201};
+	for (int range = 0; range < 2; range++)
+		for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
+			for (size_t ki = 0; ki < sizeof nks / sizeof nks[0]; ki++)
+				for (size_t nh = 1; nh <= 9; nh += nh < 5 ? 1 : 4) {
+					const size_t n = ns[ni], nk = nks[ki], np = (nk + 1) / 2;
+					float *p = malloc(sizeof(float) * nh * nk);
+					float *v = malloc(sizeof(float) * nk * n);
+					uint32_t *pw = malloc(sizeof(uint32_t) * nh * np);
+					uint32_t *vp = malloc(sizeof(uint32_t) * np * n);
+					float *y = malloc(sizeof(float) * nh * n);
+					const uint32_t *pp[9];
+					float *ys[9];
+					for (size_t i = 0; i < nh * nk; i++)
+						p[i] = range ? fabsf(bf16_in(71, 127)) : fabsf(bf16ish());
+					for (size_t i = 0; i < nk * n; i++)
+						v[i] = range ? bf16_in(71, 182) : bf16ish();
+					if (nh > 2) /* a head of zeros over negative values: +0 sums */
+						for (size_t i = 0; i < nk; i++) {
+							p[nk + i] = 0.0f;
+							v[i * n] = -fabsf(v[i * n]);
+						}
+					uint8_t pl, ph, vl, vh;
+					ck_assert(srt_attn_bf16_span(p, nh * nk, &pl, &ph) &&
+						  srt_attn_bf16_span(v, nk * n, &vl, &vh));
+					ck_assert(srt_attn_dp_fits(pl, ph, vl, vh, nk));
+					for (size_t h = 0; h < nh; h++) {
+						srt_attn_bf16_pairs(p + h * nk, nk, pw + h * np, 1);
+						pp[h] = pw + h * np;
+						ys[h] = y + h * n;
+					}
+					for (size_t j = 0; j < np; j++)
+						srt_attn_bf16_vpairs(v + 2 * j * n,
+								     2 * j + 1 < nk ? v + (2 * j + 1) * n : NULL,
+								     n, vp + j * n);
+					srt_attn_pv_bf16(nh, pp, vp, n, np, ys);
+					for (size_t h = 0; h < nh; h++)
+						for (size_t c = 0; c < n; c++) {
+							float r = 0;
+							for (size_t j = 0; j < nk; j++)
+								r += p[h * nk + j] * v[j * n + c];
+							ck_assert_msg(same(ys[h][c], r),
+								      "range %d n %zu nk %zu nh %zu: head %zu y[%zu] %a vs %a",
+								      range, n, nk, nh, h, c, ys[h][c], r);
+						}
+					free(p);
+					free(v);
+					free(pw);
+					free(vp);
+					free(y);
+				}
+}
+END_TEST
+
+/* srt_attn_bf16_keys (one pass) gives what the separate layout and span functions give. */
+START_TEST(bf16_keys_equals_the_separate_layouts_and_span)
+{
+	static const size_t hds[] = {512, 64, 10};
+	for (size_t hi = 0; hi < 3; hi++)
+		for (size_t nk = 1; nk <= 33; nk += nk < 4 ? 1 : 29) {
+			const size_t hd = hds[hi], np = (nk + 1) / 2;
+			float *k = malloc(sizeof(float) * nk * hd);
+			uint32_t *kp = malloc(sizeof(uint32_t) * nk * hd / 2 * 2);
+			uint32_t *vp = malloc(sizeof(uint32_t) * np * hd * 2);
+			for (int bad = 0; bad < 2; bad++) {
+				for (size_t i = 0; i < nk * hd; i++)
+					k[i] = bf16_in(1, 254);
+				if (bad)
+					k[(nk * hd) / 2] = 0x1p-130f;
+				uint8_t lo = 0, hi1 = 0, lo2 = 0, hi2 = 0;
+				const int r = srt_attn_bf16_keys(k, nk, hd, kp, vp, &lo, &hi1);
+				const int r2 = srt_attn_bf16_span(k, nk * hd, &lo2, &hi2);
+				ck_assert_msg(r == r2 && r == !bad && (!r || (lo == lo2 && hi1 == hi2)),
+					      "hd %zu nk %zu bad %d: %d %u %u vs %d %u %u", hd, nk, bad, r,
+					      lo, hi1, r2, lo2, hi2);
+				uint32_t *kp2 = kp + nk * hd / 2, *vp2 = vp + np * hd;
+				srt_attn_bf16_pairs(k, nk * hd, kp2, 1);
+				for (size_t j = 0; j < np; j++)
+					srt_attn_bf16_vpairs(k + 2 * j * hd,
+							     2 * j + 1 < nk ? k + (2 * j + 1) * hd : NULL, hd,
+							     vp2 + j * hd);
+				ck_assert(!memcmp(kp, kp2, sizeof(uint32_t) * nk * hd / 2));
+				ck_assert(!memcmp(vp, vp2, sizeof(uint32_t) * np * hd));
+			}
+			free(k);
+			free(kp);
+			free(vp);
+		}
+}
+END_TEST
+
+/* srt_attn_bf16_row at every length up to 40 and odd byte offsets: the widened words. */
+START_TEST(bf16_row_equals_the_scalar_widening_bitwise)
+{
+	uint8_t b[2 * 41 + 1];
+	float v[41];
+	for (size_t i = 0; i < sizeof b; i++)
+		b[i] = (uint8_t)(i * 37 + 11);
+	for (size_t off = 0; off < 2; off++)
+		for (size_t n = 1; n <= 40; n++) {
+			srt_attn_bf16_row(b + off, n, v);
+			for (size_t i = 0; i < n; i++) {
+				uint16_t h;
+				memcpy(&h, b + off + 2 * i, 2);
+				ck_assert_msg(same(v[i], srt_bf16_to_f32(h)), "off %zu n %zu: %zu", off, n, i);
+			}
+		}
+}
+END_TEST
+
+/* srt_attn_div_bf16 against its scalar expression: lengths around the vector width, special
+ * values (NaN, infinities, zeros, values that round up into the next binade). */
+START_TEST(div_bf16_equals_the_scalar_expression_bitwise)
+{
+	const float sp[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 0x1.ffffp0f, 0x1.00018p0f,
+			    0x1p-140f, 3.0f};
+	const float ds[] = {3.0f, -0.7f, 0.0f, 0x1p-100f};
+	float x[45], y[45];
+	for (size_t n = 1; n <= 45; n++)
+		for (size_t di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+			for (size_t i = 0; i < n; i++)
+				x[i] = i % 5 == 4 ? sp[(i / 5) % (sizeof sp / sizeof sp[0])] : wide();
+			srt_attn_div_bf16(x, ds[di], n, y);
+			for (size_t i = 0; i < n; i++)
+				ck_assert_msg(same(y[i], srt_round_bf16(x[i] / ds[di])),
+					      "n %zu d %a: %a / d gives %a", n, ds[di], x[i], y[i]);
+		}
+}
+END_TEST
+
+/* srt_attn_bf16_qpairs: the strided pairs of each head, zeros past nh. */
+START_TEST(qpairs_equals_the_strided_pairs_of_each_head)
+{
+	static const size_t hds[] = {512, 64, 6};
+	for (size_t hi = 0; hi < 3; hi++)
+		for (size_t nh = 1; nh <= 16; nh++) {
+			const size_t hd = hds[hi];
+			float *q = malloc(sizeof(float) * nh * hd);
+			uint32_t *a = malloc(sizeof(uint32_t) * 8 * hd), *b = malloc(sizeof(uint32_t) * 8 * hd);
+			for (size_t i = 0; i < nh * hd; i++)
+				q[i] = wide();
+			memset(b, 0, sizeof(uint32_t) * 8 * hd);
+			for (size_t l = 0; l < nh; l++)
+				srt_attn_bf16_pairs(q + l * hd, hd, b + l, 16);
+			memset(a, 0xAB, sizeof(uint32_t) * 8 * hd);
+			srt_attn_bf16_qpairs(q, nh, hd, a);
+			ck_assert_msg(!memcmp(a, b, sizeof(uint32_t) * 8 * hd), "hd %zu nh %zu", hd, nh);
+			free(q);
+			free(a);
+			free(b);
+		}
+}
+END_TEST
+
 /* Uniform in (-1, 1): dense FP4 codes after quantization (wide() is mostly below a block's
  * smallest code). */
 static float unit(void)
@@ -831,6 +1132,13 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, pv_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, tm_dot_equals_the_double_loop_bitwise_for_every_tile_format);
 	tcase_add_test(tc, bf16_exact_equals_its_definition_at_every_length_and_position);
+	tcase_add_test(tc, dp_gate_rejects_what_the_dot_product_instruction_would_change);
+	tcase_add_test(tc, qk16_bf16_equals_the_ascending_float_loop_bitwise);
+	tcase_add_test(tc, pv_bf16_equals_the_ascending_float_loop_bitwise);
+	tcase_add_test(tc, bf16_keys_equals_the_separate_layouts_and_span);
+	tcase_add_test(tc, bf16_row_equals_the_scalar_widening_bitwise);
+	tcase_add_test(tc, div_bf16_equals_the_scalar_expression_bitwise);
+	tcase_add_test(tc, qpairs_equals_the_strided_pairs_of_each_head);
 	suite_add_tcase(s, tc);
 	return s;
 }

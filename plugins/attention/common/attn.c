@@ -572,20 +572,13 @@ void srt_attn_kv_encode(const struct srt_attn *a, const float *v, uint8_t *e)
 void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 {
 	size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim, nope = w - rd;
-	uint16_t h;
 	switch (a->kv_store) {
 	case SRT_ATTN_ST_BF16:
-		for (size_t i = 0; i < w; i++) {
-			memcpy(&h, e + 2 * i, 2);
-			v[i] = srt_bf16_to_f32(h);
-		}
+		srt_attn_bf16_row(e, w, v); /* vectorised, the same floats */
 		break;
 	case SRT_ATTN_ST_FP8: {
 		srt_attn_fp8_row(e, e + nope + 2 * rd, nope, v); /* vectorised, the same floats */
-		for (size_t i = 0; i < rd; i++) {
-			memcpy(&h, e + nope + 2 * i, 2);
-			v[nope + i] = srt_bf16_to_f32(h);
-		}
+		srt_attn_bf16_row(e + nope, rd, v + nope);
 		break;
 	}
 	default:

@@ -10,8 +10,10 @@
  * the two-head float32 kernels on srt_attn_bf16_exact operands (then each product is exact
  * and one fused multiply-add rounds the same sum).
  * Kernel sets: AVX-512F when the CPU has it, else AVX2 (FMA, F16C where a kernel needs them),
- * else the portable loops. SRT_GEMM_ISA=generic in the environment selects the portable loops,
- * SRT_GEMM_ISA=avx2 at most the AVX2 kernels (tests).
+ * else the portable loops. The reference profile's float32 q·k and p·v also have AVX512_BF16
+ * kernels on bf16 pairs (srt_attn_qk16_bf16, srt_attn_pv_bf16: same bits, below).
+ * SRT_GEMM_ISA=generic in the environment selects the portable loops, SRT_GEMM_ISA=avx2 at
+ * most the AVX2 kernels (tests).
  */
 #include "attn_dot.h"
 
@@ -22,6 +24,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "ops/gemm_isa.h" /* srt_gemm_bf16dp_usable */
 #define ATTN_X86 1
 #endif
 
@@ -655,6 +659,32 @@ __attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *cod
 }
 #endif
 
+#ifdef ATTN_X86
+__attribute__((target("avx512f,avx2"))) static void bf16_row_avx512(const uint8_t *words,
+								    size_t n, float *v)
+{
+	for (size_t i = 0; i < n; i += 16) {
+		const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(words + 2 * i));
+		_mm512_storeu_si512((void *)(v + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16));
+	}
+}
+#endif
+
+void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v)
+{
+	size_t i = 0;
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		i = n / 16 * 16;
+		bf16_row_avx512(words, i, v);
+	}
+#endif
+	for (; i < n; i++) {
+		const uint32_t u = (uint32_t)(words[2 * i] | words[2 * i + 1] << 8) << 16;
+		memcpy(&v[i], &u, sizeof u);
+	}
+}
+
 void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
 {
 #ifdef ATTN_X86
@@ -712,7 +742,28 @@ __attribute__((target("avx2"))) static void ix_weigh_avx2(const double *qk, cons
 		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
 	}
 }
+
+__attribute__((target("avx2"))) static void div_bf16_avx2(const float *x, float d, size_t n,
+							   float *y)
+{
+	const __m256 dv = _mm256_set1_ps(d);
+	for (size_t i = 0; i < n; i += 8)
+		_mm256_storeu_ps(y + i, round_bf16_v8(_mm256_div_ps(_mm256_loadu_ps(x + i), dv)));
+}
 #endif
+
+void srt_attn_div_bf16(const float *x, float d, size_t n, float *y)
+{
+	size_t i = 0;
+#ifdef ATTN_X86
+	if (have_avx2()) { /* IEEE division, correctly rounded in every lane as in the loop */
+		i = n / 8 * 8;
+		div_bf16_avx2(x, d, i, y);
+	}
+#endif
+	for (; i < n; i++)
+		y[i] = round_bf16_scalar(x[i] / d);
+}
 
 void srt_attn_ix_weigh_bf16(const double *qk, const float *w, size_t nh, float *t)
 {
@@ -1666,4 +1717,396 @@ void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k,
 	for (size_t c = 0; c < k; c++)
 		for (size_t i = 0; i < n; i++)
 			y[i] += p[c] * (double)v[c * ld + i];
+}
+
+/*
+ * ---- AVX512_BF16 q·k and p·v (reference profile) --------------------------------------------
+ *
+ * Why VDPBF16PS gives the float32 loops' bits. Per float32 lane j it computes acc +=
+ * a[2j+1]·b[2j+1], rounded to nearest even, then acc += a[2j]·b[2j], rounded, with denormal
+ * inputs and results flushed to zero (the Intel SDM; srt_gemm_bf16dp_usable checks this
+ * machine's rounding by a known-answer test). The loops do y += x[c]·v[c] for ascending c,
+ * one float32 product then one float32 addition; the product of two bf16 values (8
+ * significant bits each) is exact in float32. So with x[c] in the high word and x[c + 1] in
+ * the low word of a dword (srt_attn_bf16_pairs), one instruction is the loop's steps c and
+ * c + 1 with the same two roundings. The chain starts at +0 as y = 0 does (+0 + -0 = +0 in
+ * both), and since a chain started at +0 is never -0, adding the +0 products of padding
+ * words leaves it as it is.
+ * What remains is that nothing is ever denormal and nothing overflows, which
+ * srt_attn_dp_fits ensures for operands srt_attn_bf16_span accepted (normal bf16 values or
+ * ±0; a denormal input would be read as 0). With biased exponents lo_a, lo_b of the smallest
+ * nonzero values, a is a multiple of 2^(lo_a - 134) (8 significant bits) and b of
+ * 2^(lo_b - 134), so every product is a multiple of 2^(lo_a + lo_b - 268) >= 2^-126 when
+ * lo_a + lo_b >= 142. A sum of multiples of 2^-126 is one too, and its float32 rounding
+ * stays one (either the sum is representable or the rounding is to a coarser multiple of
+ * the ulp, itself a multiple of 2^-126): every partial sum is 0 or at least 2^-126, normal,
+ * and products are at least 2^-126 too. Above: |a| < 2^(hi_a - 126), |b| < 2^(hi_b - 126),
+ * so n <= 2^15 products sum to less than 2^(hi_a + hi_b - 252 + 15) <= 2^127 when hi_a + hi_b
+ * <= 364, and no partial sum (nor its rounding) reaches the float32 overflow at 2^128.
+ * For the reference profile: head_dim 512 terms per q·k, a few thousand keys per p·v; the
+ * probabilities are at most 1 (exponent <= 127), so values up to 2^110 and probabilities
+ * down to 2^(15 - lo_v) fit.
+ */
+#ifdef ATTN_X86
+int srt_attn_dp_usable(void)
+{
+	return have_avx512() && srt_gemm_bf16dp_usable();
+}
+
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline __m512bh
+as_bh512(__m512i v)
+{
+	__m512bh r;
+	memcpy(&r, &v, sizeof r);
+	return r;
+}
+
+/* NKP keys (a constant) against the 16 query lanes: one accumulator per key, each qp load
+ * serves all NKP, the key dword broadcast (a load, no shuffle). */
+#define QK_KEYS 8
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+qk_pass(const uint32_t *qp, const uint32_t *kr, size_t hd2, const size_t nkp, float *y)
+{
+	__m512 acc[QK_KEYS];
+	PV_UNROLL
+	for (size_t i = 0; i < nkp; i++)
+		acc[i] = _mm512_setzero_ps();
+	for (size_t j = 0; j < hd2; j++) {
+		const __m512bh q = as_bh512(_mm512_loadu_si512((const void *)(qp + 16 * j)));
+		PV_UNROLL
+		for (size_t i = 0; i < nkp; i++)
+			acc[i] = _mm512_dpbf16_ps(acc[i], q,
+						  as_bh512(_mm512_set1_epi32((int)kr[i * hd2 + j])));
+	}
+	PV_UNROLL
+	for (size_t i = 0; i < nkp; i++)
+		_mm512_storeu_ps(y + 16 * i, acc[i]);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void
+qk_dp(const uint32_t *qp, const uint32_t *keys, size_t hd2, size_t nk, float *y)
+{
+	size_t k = 0;
+	for (; k + QK_KEYS <= nk; k += QK_KEYS)
+		qk_pass(qp, keys + k * hd2, hd2, QK_KEYS, y + 16 * k);
+	for (; k < nk; k++)
+		qk_pass(qp, keys + k * hd2, hd2, 1, y + 16 * k);
+}
+
+/* NH heads (a constant) x 64 value dims from c0: 4 zmm accumulators per head, each value
+ * load serves all NH heads, the probability dwords broadcast. */
+#define PV_DP_HEADS 4
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+pv_dp_pass(const uint32_t *const *pp, const uint32_t *vp, size_t n, size_t np, size_t c0,
+	   const size_t nh, float *const *y)
+{
+	__m512 acc[PV_DP_HEADS][4];
+	PV_UNROLL
+	for (size_t h = 0; h < nh; h++)
+		PV_UNROLL
+		for (size_t i = 0; i < 4; i++)
+			acc[h][i] = _mm512_setzero_ps();
+	for (size_t j = 0; j < np; j++) {
+		const uint32_t *vr = vp + j * n + c0;
+		__m512bh v[4];
+		PV_UNROLL
+		for (size_t i = 0; i < 4; i++)
+			v[i] = as_bh512(_mm512_loadu_si512((const void *)(vr + 16 * i)));
+		PV_UNROLL
+		for (size_t h = 0; h < nh; h++) {
+			const __m512bh p = as_bh512(_mm512_set1_epi32((int)pp[h][j]));
+			PV_UNROLL
+			for (size_t i = 0; i < 4; i++)
+				acc[h][i] = _mm512_dpbf16_ps(acc[h][i], v[i], p);
+		}
+	}
+	PV_UNROLL
+	for (size_t h = 0; h < nh; h++)
+		PV_UNROLL
+		for (size_t i = 0; i < 4; i++)
+			_mm512_storeu_ps(y[h] + c0 + 16 * i, acc[h][i]);
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void
+pv_dp(size_t nh, const uint32_t *const *pp, const uint32_t *vp, size_t n, size_t np,
+      float *const *y)
+{
+	size_t h = 0;
+	for (; h + PV_DP_HEADS <= nh; h += PV_DP_HEADS)
+		for (size_t c0 = 0; c0 < n; c0 += 64)
+			pv_dp_pass(pp + h, vp, n, np, c0, PV_DP_HEADS, y + h);
+	for (; h < nh; h++)
+		for (size_t c0 = 0; c0 < n; c0 += 64)
+			pv_dp_pass(pp + h, vp, n, np, c0, 1, y + h);
+}
+
+/* srt_attn_bf16_span's test of 16 floats u: bad lanes into *bad, the exponents of the nonzero
+ * lanes into the running min / max. */
+__attribute__((target("avx512f"), always_inline)) static inline void
+span16(__m512i u, __mmask16 *bad, __m512i *mn, __m512i *mx)
+{
+	const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
+	const __m512i e = _mm512_srli_epi32(a, 23);
+	const __mmask16 nz = _mm512_test_epi32_mask(a, a);
+	/* biased exponent 0 (denormal) or 255 (inf, NaN) of a nonzero value: e - 1 >= 254 */
+	*bad |= _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xFFFF)) |
+		(nz & _mm512_cmpge_epu32_mask(_mm512_sub_epi32(e, _mm512_set1_epi32(1)),
+					      _mm512_set1_epi32(254)));
+	*mn = _mm512_mask_min_epu32(*mn, nz, *mn, e);
+	*mx = _mm512_mask_max_epu32(*mx, nz, *mx, e);
+}
+
+/* The pairs of 16 floats u (srt_attn_bf16_pairs): per 64-bit lane (x[2j] low, x[2j + 1] high
+ * dword), (x[2j] & 0xFFFF0000) | x[2j + 1] >> 16, narrowed to 32 bits. */
+__attribute__((target("avx512f"), always_inline)) static inline __m256i pairs16(__m512i u)
+{
+	return _mm512_cvtepi64_epi32(_mm512_or_si512(
+		_mm512_and_si512(u, _mm512_set1_epi64(0xFFFF0000)), _mm512_srli_epi64(u, 48)));
+}
+
+/* Two keys' values as one pair-interleaved row (srt_attn_bf16_vpairs) */
+__attribute__((target("avx512f"), always_inline)) static inline __m512i vpairs16(__m512i a,
+										  __m512i b)
+{
+	return _mm512_or_si512(_mm512_and_si512(a, _mm512_set1_epi32((int)0xFFFF0000u)),
+			       _mm512_srli_epi32(b, 16));
+}
+
+__attribute__((target("avx512f"))) static int bf16_span_avx512(const float *x, size_t n,
+							       uint8_t *lo, uint8_t *hi)
+{
+	__mmask16 bad = 0;
+	__m512i mn = _mm512_set1_epi32(255), mx = _mm512_setzero_si512();
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		span16(_mm512_loadu_si512((const void *)(x + i)), &bad, &mn, &mx);
+	if (bad)
+		return 0;
+	uint8_t l = (uint8_t)_mm512_reduce_min_epu32(mn), h = (uint8_t)_mm512_reduce_max_epu32(mx);
+	for (; i < n; i++) {
+		uint8_t l1, h1;
+		if (!srt_attn_bf16_span(x + i, 1, &l1, &h1))
+			return 0;
+		l = l1 < l ? l1 : l;
+		h = h1 > h ? h1 : h;
+	}
+	*lo = l;
+	*hi = h;
+	return 1;
+}
+
+/* Pairs of n = 16 m contiguous floats (ws == 1). */
+__attribute__((target("avx512f"))) static void pairs_avx512(const float *x, size_t n,
+							    uint32_t *w)
+{
+	for (size_t i = 0; i < n; i += 16)
+		_mm256_storeu_si256((__m256i *)(void *)(w + i / 2),
+				    pairs16(_mm512_loadu_si512((const void *)(x + i))));
+}
+
+__attribute__((target("avx512f"))) static void vpairs_avx512(const float *v0, const float *v1,
+							     size_t n, uint32_t *w)
+{
+	for (size_t c = 0; c < n; c += 16) {
+		const __m512i a = _mm512_loadu_si512((const void *)(v0 + c));
+		const __m512i b = v1 ? _mm512_loadu_si512((const void *)(v1 + c))
+				     : _mm512_setzero_si512();
+		_mm512_storeu_si512((void *)(w + c), vpairs16(a, b));
+	}
+}
+
+/* srt_attn_bf16_qpairs: per dim pair j, the qwords (q_l[2j], q_l[2j + 1]) of 8 heads by one
+ * gather (heads past nh masked to 0), paired as pairs16 does. */
+__attribute__((target("avx512f"))) static void qpairs_avx512(const float *q, size_t nh,
+							     size_t hd, uint32_t *qp)
+{
+	const __m256i step = _mm256_set_epi32(7, 6, 5, 4, 3, 2, 1, 0);
+	const __m256i i0 = _mm256_mullo_epi32(step, _mm256_set1_epi32((int)(hd / 2)));
+	const __m256i i1 = _mm256_add_epi32(i0, _mm256_set1_epi32((int)(4 * hd)));
+	const __mmask8 m0 = (__mmask8)(nh >= 8 ? 0xFF : (1u << nh) - 1);
+	const __mmask8 m1 = (__mmask8)(nh >= 16 ? 0xFF : nh <= 8 ? 0 : (1u << (nh - 8)) - 1);
+	for (size_t j = 0; j < hd / 2; j++) {
+		const __m256i o = _mm256_set1_epi32((int)j);
+		const __m512i g0 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m0,
+							       _mm256_add_epi32(i0, o), q, 8);
+		const __m512i g1 = _mm512_mask_i32gather_epi64(_mm512_setzero_si512(), m1,
+							       _mm256_add_epi32(i1, o), q, 8);
+		_mm256_storeu_si256((__m256i *)(void *)(qp + 16 * j), pairs16(g0));
+		_mm256_storeu_si256((__m256i *)(void *)(qp + 16 * j + 8), pairs16(g1));
+	}
+}
+
+/* srt_attn_bf16_keys in one pass over each pair of keys (hd a multiple of 16). */
+__attribute__((target("avx512f"))) static int keys_avx512(const float *keys, size_t nk,
+							  size_t hd, uint32_t *kp, uint32_t *vp,
+							  uint8_t *lo, uint8_t *hi)
+{
+	__mmask16 bad = 0;
+	__m512i mn = _mm512_set1_epi32(255), mx = _mm512_setzero_si512();
+	for (size_t k = 0; k < nk; k += 2) {
+		const float *k0 = keys + k * hd, *k1 = k0 + hd;
+		uint32_t *p0 = kp + k * (hd / 2), *p1 = p0 + hd / 2, *v = vp + k / 2 * hd;
+		for (size_t c = 0; c < hd; c += 16) {
+			const __m512i a = _mm512_loadu_si512((const void *)(k0 + c));
+			__m512i b = _mm512_setzero_si512();
+			span16(a, &bad, &mn, &mx);
+			_mm256_storeu_si256((__m256i *)(void *)(p0 + c / 2), pairs16(a));
+			if (k + 1 < nk) {
+				b = _mm512_loadu_si512((const void *)(k1 + c));
+				span16(b, &bad, &mn, &mx);
+				_mm256_storeu_si256((__m256i *)(void *)(p1 + c / 2), pairs16(b));
+			}
+			_mm512_storeu_si512((void *)(v + c), vpairs16(a, b));
+		}
+	}
+	if (bad)
+		return 0;
+	*lo = (uint8_t)_mm512_reduce_min_epu32(mn);
+	*hi = (uint8_t)_mm512_reduce_max_epu32(mx);
+	return 1;
+}
+#else
+int srt_attn_dp_usable(void)
+{
+	return 0;
+}
+#endif
+
+int srt_attn_bf16_span(const float *x, size_t n, uint8_t *lo, uint8_t *hi)
+{
+#ifdef ATTN_X86
+	if (n >= 16 && have_avx512())
+		return bf16_span_avx512(x, n, lo, hi);
+#endif
+	uint8_t l = 255, h = 0;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof u);
+		const uint32_t e = (u & 0x7FFFFFFFu) >> 23;
+		if (u & 0xFFFFu)
+			return 0;
+		if (!(u & 0x7FFFFFFFu))
+			continue;
+		if (e == 0 || e == 255)
+			return 0;
+		l = (uint8_t)e < l ? (uint8_t)e : l;
+		h = (uint8_t)e > h ? (uint8_t)e : h;
+	}
+	*lo = l;
+	*hi = h;
+	return 1;
+}
+
+static uint32_t hi16(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	return u >> 16;
+}
+
+static float bf16_word(uint32_t w)
+{
+	const uint32_t u = (w & 0xFFFFu) << 16;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+void srt_attn_bf16_pairs(const float *x, size_t n, uint32_t *w, size_t ws)
+{
+	size_t i = 0;
+#ifdef ATTN_X86
+	if (ws == 1 && n >= 16 && have_avx512()) {
+		i = n / 16 * 16;
+		pairs_avx512(x, i, w);
+	}
+#endif
+	for (; i < n; i += 2)
+		w[i / 2 * ws] = hi16(x[i]) << 16 | (i + 1 < n ? hi16(x[i + 1]) : 0);
+}
+
+void srt_attn_bf16_vpairs(const float *v0, const float *v1, size_t n, uint32_t *w)
+{
+	size_t c = 0;
+#ifdef ATTN_X86
+	if (have_avx512()) {
+		c = n / 16 * 16;
+		vpairs_avx512(v0, v1, c, w);
+	}
+#endif
+	for (; c < n; c++)
+		w[c] = hi16(v0[c]) << 16 | (v1 ? hi16(v1[c]) : 0);
+}
+
+void srt_attn_bf16_qpairs(const float *q, size_t nh, size_t hd, uint32_t *qp)
+{
+#ifdef ATTN_X86
+	if (have_avx512() && hd * 8 <= 0x7FFFFFFF) {
+		qpairs_avx512(q, nh, hd, qp);
+		return;
+	}
+#endif
+	for (size_t l = 0; l < 16; l++) {
+		if (l < nh)
+			srt_attn_bf16_pairs(q + l * hd, hd, qp + l, 16);
+		else
+			for (size_t j = 0; j < hd / 2; j++)
+				qp[16 * j + l] = 0;
+	}
+}
+
+int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, uint32_t *vp,
+		       uint8_t *lo, uint8_t *hi)
+{
+#ifdef ATTN_X86
+	if (hd % 16 == 0 && have_avx512())
+		return keys_avx512(keys, nk, hd, kp, vp, lo, hi);
+#endif
+	srt_attn_bf16_pairs(keys, nk * hd, kp, 1);
+	for (size_t k = 0; k < nk; k += 2)
+		srt_attn_bf16_vpairs(keys + k * hd, k + 1 < nk ? keys + (k + 1) * hd : NULL, hd,
+				     vp + k / 2 * hd);
+	return srt_attn_bf16_span(keys, nk * hd, lo, hi);
+}
+
+void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,
+			float *y)
+{
+#ifdef ATTN_X86
+	if (srt_attn_dp_usable()) {
+		qk_dp(qp, keys, hd / 2, nk, y);
+		return;
+	}
+#endif
+	/* the definition: the float32 loop on the words, high word (even dim) first */
+	for (size_t k = 0; k < nk; k++)
+		for (size_t l = 0; l < 16; l++) {
+			float s = 0;
+			for (size_t j = 0; j < hd / 2; j++) {
+				const uint32_t a = qp[16 * j + l], b = keys[k * (hd / 2) + j];
+				s += bf16_word(a >> 16) * bf16_word(b >> 16);
+				s += bf16_word(a) * bf16_word(b);
+			}
+			y[16 * k + l] = s;
+		}
+}
+
+void srt_attn_pv_bf16(size_t nh, const uint32_t *const *pp, const uint32_t *vp, size_t n,
+		      size_t np, float *const *y)
+{
+#ifdef ATTN_X86
+	if (srt_attn_dp_usable()) {
+		pv_dp(nh, pp, vp, n, np, y);
+		return;
+	}
+#endif
+	for (size_t h = 0; h < nh; h++)
+		for (size_t c = 0; c < n; c++) {
+			float s = 0;
+			for (size_t j = 0; j < np; j++) {
+				s += bf16_word(pp[h][j] >> 16) * bf16_word(vp[j * n + c] >> 16);
+				s += bf16_word(pp[h][j]) * bf16_word(vp[j * n + c]);
+			}
+			y[h][c] = s;
+		}
 }

@@ -101,6 +101,80 @@ void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t 
 int srt_attn_bf16_exact(const float *x, size_t n);
 
 /*
+ * AVX512_BF16 kernels for the reference profile's q·k and p·v: the bits of the float32 loops
+ * above (y = 0; y += a[c] · b[c], c ascending, multiplication then addition) from VDPBF16PS,
+ * which does two steps of such a chain per instruction (attn_dot.c says why the bits are
+ * the same). Operands are pairs of bf16 words in dwords: (x[c] high word, x[c + 1] low word).
+ * Valid only for operands whose exponent spans pass srt_attn_dp_fits; the kernels run on any
+ * CPU (portable loops where srt_attn_dp_usable() is 0), callers use them only when it is 1.
+ */
+
+/* 1 when the AVX512_BF16 kernels run as VDPBF16PS (the CPU has AVX512_BF16 with the SDM's
+ * rounding, srt_gemm_bf16dp_usable, and SRT_GEMM_ISA allows AVX-512). Cached, thread-safe. */
+int srt_attn_dp_usable(void);
+
+/* 1 when every x[i] is ±0 or a finite, normal float whose low 16 bits are clear (a bf16
+ * value the kernels read exactly), else 0. *lo / *hi: the smallest and largest biased
+ * exponent of the nonzero values (255 / 0 when none is nonzero). */
+int srt_attn_bf16_span(const float *x, size_t n, uint8_t *lo, uint8_t *hi);
+
+/*
+ * 1 when chains of at most n products a·b, a and b from two operand sets of spans (lo_a,
+ * hi_a) and (lo_b, hi_b) that srt_attn_bf16_span accepted, are computed by VDPBF16PS with
+ * the float32 loop's bits: nothing denormal, nothing overflows (attn_dot.c). Either set all
+ * zeros (lo > hi) always fits.
+ */
+static inline int srt_attn_dp_fits(uint8_t lo_a, uint8_t hi_a, uint8_t lo_b, uint8_t hi_b,
+				   size_t n)
+{
+	if (lo_a > hi_a || lo_b > hi_b)
+		return 1;
+	return n <= 32768 && lo_a + lo_b >= 142 && hi_a + hi_b <= 364;
+}
+
+/* w[j · ws] = (bf16 of x[2j]) << 16 | (bf16 of x[2j + 1]) for j < ceil(n / 2), the high
+ * halves of the floats (x[n] taken as 0 when n is odd). */
+void srt_attn_bf16_pairs(const float *x, size_t n, uint32_t *w, size_t ws);
+
+/* w[c] = (bf16 of v0[c]) << 16 | (bf16 of v1[c]) for c < n (v1 NULL: zeros): two keys' values
+ * as the pair-interleaved rows of srt_attn_pv_bf16. */
+void srt_attn_bf16_vpairs(const float *v0, const float *v1, size_t n, uint32_t *w);
+
+/* qp [hd/2][16] for srt_attn_qk16_bf16 from nh <= 16 heads' queries q [nh][hd] (hd even):
+ * qp[j·16 + l] = srt_attn_bf16_pairs of q_l's dims 2j, 2j + 1, 0 for lanes l >= nh. */
+void srt_attn_bf16_qpairs(const float *q, size_t nh, size_t hd, uint32_t *qp);
+
+/*
+ * nk keys of hd floats (row-major) in one pass: kp [nk][hd/2] their pairs
+ * (srt_attn_bf16_pairs of each key), vp [(nk + 1)/2][hd] the pair-interleaved rows
+ * (srt_attn_bf16_vpairs of keys 2j and 2j + 1, NULL for a last odd key), and the return value
+ * and *lo, *hi those of srt_attn_bf16_span over all nk · hd values. kp and vp are written
+ * whatever it returns.
+ */
+int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, uint32_t *vp,
+		       uint8_t *lo, uint8_t *hi);
+
+/*
+ * y[k·16 + l] = Σ_c q_l[c] · key_k[c], c in [0, hd) ascending, for keys k in [0, nk) and 16
+ * query lanes l (heads): the bits of srt_attn_dot_tiles_f32 for each (lane, key). qp:
+ * [hd/2][16] dwords, qp[j·16 + l] the pair (q_l[2j], q_l[2j + 1]) (srt_attn_bf16_pairs(q_l,
+ * hd, qp + l, 16)); keys: [nk][hd/2] dwords, each key's pairs (srt_attn_bf16_pairs(key, hd,
+ * ., 1)). hd even.
+ */
+void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,
+			float *y);
+
+/*
+ * y[h][c] = Σ_k p_h[k] · v[k][c], k ascending, for heads h in [0, nh), c in [0, n): the bits
+ * of srt_attn_pv_f32 for each head. pp[h]: [np] dwords, the pairs (p_h[2j], p_h[2j + 1])
+ * (srt_attn_bf16_pairs); vp: [np][n] dwords, row j the pairs of keys 2j and 2j + 1
+ * (srt_attn_bf16_vpairs). An odd key count pads with p = 0 and a zero value: adding +0 to a
+ * chain that started at +0 changes nothing (such a chain is never -0). n a multiple of 64.
+ */
+void srt_attn_pv_bf16(size_t nh, const uint32_t *const *pp, const uint32_t *vp, size_t n,
+		      size_t np, float *const *y);
+
+/*
  * Many queries' heads against many keys (the lightning indexer's q·k): y[e·nh + h] =
  * Σ_c qt[c·nh + h] · keys[e·k + c] for entries e in [0, ne), heads h in [0, nh), c ascending
  * (qt is the query transposed, [k][nh], as doubles; the key floats are widened exactly).
@@ -118,6 +192,17 @@ void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, flo
  * FP8 "nope" dims).
  */
 void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
+
+/*
+ * v[i] = the bf16 value whose little-endian bits are bytes 2i, 2i + 1 of `words` (any
+ * alignment), for i in [0, n): exact widenings, vectorised when n is a multiple of 16 (the KV
+ * cache's rope dims and bf16 entries).
+ */
+void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v);
+
+/* y[i] = srt_round_bf16(x[i] / d) for i in [0, n): the floats of that scalar expression,
+ * vectorised (the reference profile's attention output). */
+void srt_attn_div_bf16(const float *x, float d, size_t n, float *y);
 
 /*
  * The indexer's per-head weighting in the reference profile: t[h] = bf16(ReLU(bf16((float)

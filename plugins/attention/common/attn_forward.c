@@ -65,6 +65,22 @@ struct vinfo {
 	int64_t lo;         /* -1: not a rematerialization */
 };
 
+#define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
+#define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
+#define ATTN_IXB 64   /* indexer keys scored per task */
+#define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8, and even
+		       * for the value pairs of phase_c1k) */
+#define ATTN_RH 4     /* reference profile: query heads of a row per pass over its keys */
+
+/* Reference profile: what phase_c1k found about one block of ATTN_KGB keys of a row (or c1
+ * about a row's queries: span, lo, hi). */
+struct kblk {
+	uint8_t exact;  /* srt_attn_bf16_exact of the keys: the float kernels may fuse */
+	uint8_t span;   /* srt_attn_bf16_span accepted them (lo, hi); with dp, value pairs built */
+	uint8_t lo, hi;
+	uint8_t dp;     /* q·k done by c1k (srt_attn_qk16_bf16, scores in csc; no float tiles) */
+};
+
 struct fwd {
 	struct srt_attn *a;
 	const struct srt_attn_lw *lw;
@@ -92,7 +108,15 @@ struct fwd {
 	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
 	double *isc; /* csa: indexer scores of the group's rows, [ATTN_CROWS][c4max] */
 	int64_t *cnk;
-	uint8_t *ckx; /* per (group row, key block of phase_c1k): srt_attn_bf16_exact of its keys */
+	struct kblk *ckx; /* reference profile: per (group row, key block of phase_c1k) */
+	/* reference profile with AVX512_BF16 dot products (srt_attn_dp_usable), for the group's
+	 * rows: the queries as bf16 pairs, 16 heads in lanes, [n][hg][hd/2][16] (hg = ceil(H /
+	 * 16); c1), the scores of the blocks c1k computed [n][hg][kmax][16], the values as pairs
+	 * of keys [n][(kmax + 1)/2][hd] (p·v), the span of each row's queries (c1) */
+	int dp;
+	uint32_t *cqp, *cvp;
+	float *csc;
+	struct kblk cq[ATTN_CROWS];
 	int64_t row0; /* first batch row of the block being computed */
 	struct vinfo *vi; /* [n_seqs] of f->b */
 	int err;
@@ -106,12 +130,6 @@ SRT_EXPORT struct srt_prof *srt_plugin_prof(void)
 {
 	return &attn_prof;
 }
-
-#define ATTN_ROWS 256 /* rows per block of a call: bounds the scratch of a long prefill */
-#define ATTN_CROWS 8  /* rows per phase C group: bounds the gathered keys */
-#define ATTN_IXB 64   /* indexer keys scored per task */
-#define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8) */
-#define ATTN_RH 4     /* reference profile: query heads of a row per pass over its keys */
 
 struct ipair {
 	double s;
@@ -182,11 +200,10 @@ static void head_norm(float *q, size_t n, double eps, int ref)
 	}
 }
 
-/* RoPE (or its inverse) of the rd dims at x for position pos. */
-static void rope(const struct srt_attn *a, float *x, int64_t pos, int inverse)
+/* The cosines and sines (rd/2 each, at most 128) of RoPE at position pos. */
+static void rope_cs(const struct srt_attn *a, int64_t pos, float *c, float *s)
 {
-	size_t rd = (size_t)a->m->qk_rope_head_dim, np = rd / 2;
-	float c[128], s[128];
+	size_t np = (size_t)a->m->qk_rope_head_dim / 2;
 	if (a->ref) {
 		srt_rope_cos_sin(a->freqs, np, pos, c, s);
 	} else {
@@ -196,9 +213,24 @@ static void rope(const struct srt_attn *a, float *x, int64_t pos, int inverse)
 			s[i] = (float)sin(ang);
 		}
 	}
+}
+
+/* RoPE (or its inverse) of the rd dims at x by rope_cs's c, s. */
+static void rope_by(const struct srt_attn *a, float *x, const float *c, const float *s,
+		    int inverse)
+{
+	size_t rd = (size_t)a->m->qk_rope_head_dim;
 	srt_rope_apply(x, rd, c, s, inverse != 0);
 	if (a->ref)
 		srt_round_bf16_n(x, rd);
+}
+
+/* RoPE (or its inverse) of the rd dims at x for position pos. */
+static void rope(const struct srt_attn *a, float *x, int64_t pos, int inverse)
+{
+	float c[128], s[128];
+	rope_cs(a, pos, c, s);
+	rope_by(a, x, c, s, inverse);
 }
 
 /* Normalized Walsh-Hadamard transform, exact in double then scaled (n <= 1024). */
@@ -937,8 +969,10 @@ static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct i
  * Phase C runs on groups of up to ATTN_CROWS rows in four parallel steps, so that one decode
  * row still uses every thread:
  *   c1 per row:            indexer selection, the cache entries of the row's keys listed;
- *   c1k per (row, 32 keys): those keys decoded row-major and in tiles of 8;
- *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation;
+ *   c1k per (row, 32 keys): those keys decoded row-major and in tiles of 8 (with AVX512_BF16
+ *                          dot products, f->dp: as bf16 pairs, and their scores for all heads);
+ *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation (with f->dp per
+ *                          (row, 8 heads), phase_c2_dp);
  *   c3 per (group, 8 outputs of wo_a), after all groups, for every row of the block.
  * Each value is computed by the same operations in the same order as a per-row loop would.
  */
@@ -959,6 +993,17 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 		f->cnk[u] = 0;
 		if (t < 0)
 			continue;
+		if (f->dp) {
+			size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+			size_t hg = (H + 15) / 16;
+			const float *q = f->q + (size_t)r * H * hd;
+			uint32_t *qp = f->cqp + (size_t)u * hg * 8 * hd;
+			struct kblk *cq = &f->cq[u];
+			cq->span = (uint8_t)srt_attn_bf16_span(q, H * hd, &cq->lo, &cq->hi);
+			for (size_t g = 0; cq->span && g < hg; g++)
+				srt_attn_bf16_qpairs(q + 16 * g * hd, H - 16 * g < 16 ? H - 16 * g : 16,
+						     hd, qp + g * 8 * hd);
+		}
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
 		int64_t lo = f->vi[f->rseq[r]].lo;
 		if (lo >= 0 && t - W + 1 < lo) {
@@ -986,14 +1031,18 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 
 /* Phase c1k, per (row of the group, block of ATTN_KGB keys): the keys c1 listed, decoded
  * row-major and tiled (a block starts on a tile boundary, so the tiles are those of one
- * srt_attn_tile call over all the row's keys). */
+ * srt_attn_tile call over all the row's keys). With f->dp, a block whose keys and the row's
+ * queries fit the AVX512_BF16 kernels (srt_attn_dp_fits) gets its scores for every head here
+ * (the keys' pairs still in cache) instead of tiles, and the values of every block of normal
+ * bf16 keys are stored as pairs of keys (a block starts on an even key). */
 static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
 	const struct srt_attn *a = f->a;
 	size_t hd = (size_t)a->m->head_dim;
 	int64_t nblk = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
-	(void)tid;
+	size_t hg = ((size_t)a->m->num_attention_heads + 15) / 16;
+	uint32_t *kp = (uint32_t *)(void *)(f->tbuf + (size_t)tid * f->tfloats); /* [KGB][hd/2] */
 	for (int64_t u = b; u < e; u++) {
 		int64_t gr = u / nblk, k0 = (u % nblk) * ATTN_KGB, nk = f->cnk[gr];
 		if (nk <= k0)
@@ -1002,13 +1051,66 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 		const uint8_t *const *src = f->csrc + (size_t)gr * (size_t)f->kmax;
 		float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
 		float *kt = f->ckt + (size_t)gr * (size_t)f->kmax8 * hd;
+		const float *kf = keys + (size_t)k0 * hd;
+		const size_t nv = (size_t)(k1 - k0) * hd;
+		struct kblk *kb = &f->ckx[u];
 		for (int64_t k = k0; k < k1; k++)
 			srt_attn_kv_decode(a, src[k], keys + (size_t)k * hd);
-		srt_attn_tile(keys + (size_t)k0 * hd, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
-		if (a->ref)
-			f->ckx[u] = (uint8_t)srt_attn_bf16_exact(keys + (size_t)k0 * hd,
-								 (size_t)(k1 - k0) * hd);
+		if (f->dp) {
+			const struct kblk *cq = &f->cq[gr];
+			uint32_t *vp = f->cvp + ((size_t)gr * (size_t)((f->kmax + 1) / 2) +
+						 (size_t)k0 / 2) * hd;
+			/* both pair layouts, used only when the span allows */
+			kb->span = (uint8_t)srt_attn_bf16_keys(kf, (size_t)(k1 - k0), hd, kp, vp,
+							       &kb->lo, &kb->hi);
+			/* srt_attn_bf16_exact from the span: bf16 values and the nonzero ones'
+			 * exponents in [67, 187] (a failed span has a low bit set, or a nonzero
+			 * exponent 0 or 255: not exact either) */
+			kb->exact = kb->span && (kb->lo > kb->hi || (kb->lo >= 67 && kb->hi <= 187));
+			kb->dp = kb->span && cq->span &&
+				 srt_attn_dp_fits(cq->lo, cq->hi, kb->lo, kb->hi, hd);
+			for (size_t g = 0; kb->dp && g < hg; g++)
+				srt_attn_qk16_bf16(f->cqp + ((size_t)gr * hg + g) * 8 * hd, kp, hd,
+						   (size_t)(k1 - k0),
+						   f->csc + (((size_t)gr * hg + g) * (size_t)f->kmax +
+							     (size_t)k0) * 16);
+			if (kb->dp)
+				continue;
+		} else if (a->ref) {
+			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, nv);
+		}
+		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 	}
+}
+
+/* Reference profile: scores sf[0 .. nk) of one head (float32 q·k) into its bf16-rounded
+ * probabilities, max-subtracted; returns the denominator with the sink. */
+static float ref_softmax(float *sf, int64_t nk, float scale_f, float sink)
+{
+	float mxf = -INFINITY;
+	double den = 0;
+	for (int64_t k = 0; k < nk; k++) {
+		sf[k] = sf[k] * scale_f;
+		mxf = sf[k] > mxf ? sf[k] : mxf;
+	}
+	for (int64_t k = 0; k < nk; k++) {
+		float ev = expf(sf[k] - mxf);
+		den += ev;
+		sf[k] = ev;
+	}
+	srt_round_bf16_n(sf, (size_t)nk); /* the library's vector loop */
+	return (float)den + expf(sink - mxf);
+}
+
+/* Reference profile: one head's output oh from its p·v sums and denominator, rounded to bf16,
+ * the rope dims de-rotated by rope_cs's rc, rs of the row's position (computed once for all
+ * of the row's heads). */
+static void ref_out(const struct srt_attn *a, float *oh, const float *pvf, float denf,
+		    const float *rc, const float *rs)
+{
+	size_t hd = (size_t)a->m->head_dim, nope = hd - (size_t)a->m->qk_rope_head_dim;
+	srt_attn_div_bf16(pvf, denf, hd, oh); /* oh[c] = bf16(pvf[c] / denf), vectorised */
+	rope_by(a, oh + nope, rc, rs, 1);
 }
 
 static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
@@ -1062,32 +1164,16 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			const int64_t nkb = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
 			int kx = 1;
 			for (int64_t kb = 0; kb * ATTN_KGB < nk; kb++)
-				kx &= f->ckx[gr * nkb + kb];
+				kx &= f->ckx[gr * nkb + kb].exact;
 			srt_attn_dot_tiles_f32_n(nh, qh, kt, hd, (size_t)(nk + 7) / 8, scf, kx);
-			for (size_t i = 0; i < nh; i++) {
-				float *sf = scf[i], mxf = -INFINITY;
-				double den = 0;
-				for (int64_t k = 0; k < nk; k++) {
-					sf[k] = sf[k] * scale_f;
-					mxf = sf[k] > mxf ? sf[k] : mxf;
-				}
-				for (int64_t k = 0; k < nk; k++) {
-					float ev = expf(sf[k] - mxf);
-					den += ev;
-					sf[k] = ev;
-				}
-				srt_round_bf16_n(sf, (size_t)nk); /* the library's vector loop */
-				denf[i] = (float)den + expf(lw->sink[h + i] - mxf);
-			}
+			for (size_t i = 0; i < nh; i++)
+				denf[i] = ref_softmax(scf[i], nk, scale_f, lw->sink[h + i]);
 			srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd, (size_t)nk,
 					  pvf, kx);
-			for (size_t i = 0; i < nh; i++) {
-				float *oh = f->o + r * H * hd + (h + i) * hd;
-				for (size_t c = 0; c < hd; c++)
-					oh[c] = pvf[i][c] / denf[i];
-				srt_round_bf16_n(oh, hd);
-				rope(a, oh + nope, t, 1);
-			}
+			float rc[128], rs[128];
+			rope_cs(a, t, rc, rs);
+			for (size_t i = 0; i < nh; i++)
+				ref_out(a, f->o + r * H * hd + (h + i) * hd, pvf[i], denf[i], rc, rs);
 		} else {
 			const float *q = f->q + r * H * hd + h * hd;
 			float *oh = f->o + r * H * hd + h * hd;
@@ -1107,6 +1193,106 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				oh[i] = (float)(pv[i] / den);
 			rope(a, oh + nope, t, 1);
 		}
+	}
+}
+
+/*
+ * Phase c2 of the reference profile with AVX512_BF16 dot products (f->dp), per (row of the
+ * group, 8 heads): the scores c1k computed for its key blocks by srt_attn_qk16_bf16, the float
+ * tile kernels for the other blocks; the softmax of phase_c2; p·v by
+ * srt_attn_pv_bf16 for each head whose probabilities fit with the row's keys
+ * (srt_attn_dp_fits), the float kernels for the others. Every value gets the bits of
+ * phase_c2's float path whichever kernel computes it (attn_dot.h), so the choices (per block,
+ * per head) change nothing but the speed.
+ */
+static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
+{
+	struct fwd *f = ctx;
+	const struct srt_attn *a = f->a;
+	const struct srt_model_config *m = a->m;
+	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+	size_t HG = (H + 7) / 8, hg = (H + 15) / 16, kmax = (size_t)f->kmax;
+	size_t kmax8 = (size_t)f->kmax8;
+	const int64_t nkb = (f->kmax + ATTN_KGB - 1) / ATTN_KGB;
+	float scale_f = (float)pow((double)hd, -0.5);
+	/* thread scratch: probabilities [8][kmax8], their pairs [8][kmax8/2], p·v sums [8][hd] */
+	float *sfb = f->tbuf + (size_t)tid * f->tfloats;
+	uint32_t *ppb = (uint32_t *)(void *)(sfb + 8 * kmax8);
+	float *pvb = (float *)(void *)(ppb + 4 * kmax8);
+
+	for (int64_t u = b; u < e; u++) {
+		int64_t gr = u / (int64_t)HG, r = f->cg0 + gr, t = f->rpos[r], nk = f->cnk[gr];
+		size_t h0 = (size_t)(u % (int64_t)HG) * 8, nh = H - h0 < 8 ? H - h0 : 8;
+		if (t < 0)
+			continue;
+		if (nk < 0) { /* a discarded row of a rematerialization */
+			memset(f->o + r * H * hd + h0 * hd, 0, nh * hd * sizeof(float));
+			continue;
+		}
+		const float *q = f->q + r * H * hd + h0 * hd;
+		const float *keys = f->ck + (size_t)gr * kmax * hd;
+		const float *kt = f->ckt + (size_t)gr * kmax8 * hd;
+		const struct kblk *kbs = f->ckx + gr * nkb;
+		float *sf[8], *pvf[8], denf[8];
+		const float *qh[8];
+		for (size_t i = 0; i < nh; i++) {
+			sf[i] = sfb + i * kmax8;
+			pvf[i] = pvb + i * hd;
+			qh[i] = q + i * hd;
+		}
+		int kx = 1, vok = 1;
+		uint8_t klo = 255, khi = 0;
+		for (int64_t j = 0; j * ATTN_KGB < nk; j++) {
+			const struct kblk *kb = &kbs[j];
+			int64_t k0 = j * ATTN_KGB, k1 = k0 + ATTN_KGB < nk ? k0 + ATTN_KGB : nk;
+			kx &= kb->exact;
+			vok &= kb->span;
+			klo = kb->lo < klo ? kb->lo : klo;
+			khi = kb->hi > khi ? kb->hi : khi;
+			if (kb->dp) {
+				for (size_t i = 0; i < nh; i++) {
+					size_t h = h0 + i;
+					const float *sc = f->csc + ((size_t)gr * hg + h / 16) * kmax * 16 +
+							  h % 16;
+					for (int64_t k = k0; k < k1; k++)
+						sf[i][k] = sc[16 * (size_t)k];
+				}
+			} else {
+				float *y[8];
+				for (size_t i = 0; i < nh; i++)
+					y[i] = sf[i] + k0;
+				srt_attn_dot_tiles_f32_n(nh, qh, kt + (size_t)k0 * hd, hd,
+							 (size_t)(k1 - k0 + 7) / 8, y, kb->exact);
+			}
+		}
+		for (size_t i = 0; i < nh; i++)
+			denf[i] = ref_softmax(sf[i], nk, scale_f, f->lw->sink[h0 + i]);
+		const uint32_t *pp[8];
+		const float *pf[8];
+		float *ydp[8], *yf[8];
+		size_t ndp = 0, nf = 0;
+		for (size_t i = 0; i < nh; i++) {
+			uint8_t lo, hi;
+			if (vok && srt_attn_bf16_span(sf[i], (size_t)nk, &lo, &hi) &&
+			    srt_attn_dp_fits(lo, hi, klo, khi, (size_t)nk)) {
+				uint32_t *w = ppb + i * (kmax8 / 2);
+				srt_attn_bf16_pairs(sf[i], (size_t)nk, w, 1);
+				pp[ndp] = w;
+				ydp[ndp++] = pvf[i];
+			} else {
+				pf[nf] = sf[i];
+				yf[nf++] = pvf[i];
+			}
+		}
+		if (ndp)
+			srt_attn_pv_bf16(ndp, pp, f->cvp + (size_t)gr * ((kmax + 1) / 2) * hd, hd,
+					 (size_t)(nk + 1) / 2, ydp);
+		if (nf)
+			srt_attn_pv_f32_n(nf, pf, keys, hd, hd, (size_t)nk, yf, kx);
+		float rc[128], rs[128];
+		rope_cs(a, t, rc, rs);
+		for (size_t i = 0; i < nh; i++)
+			ref_out(a, f->o + r * H * hd + (h0 + i) * hd, pvf[i], denf[i], rc, rs);
 	}
 }
 
@@ -1382,7 +1568,10 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			}
 			h->parallel_for(h, n, phase_c1, f);
 			h->parallel_for(h, n * ((f->kmax + ATTN_KGB - 1) / ATTN_KGB), phase_c1k, f);
-			h->parallel_for(h, n * (int64_t)H, phase_c2, f);
+			if (f->dp) /* units of 8 heads: two per row of 16 heads */
+				h->parallel_for(h, n * (int64_t)((H + 7) / 8), phase_c2_dp, f);
+			else
+				h->parallel_for(h, n * (int64_t)H, phase_c2, f);
 			t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CORE, t0);
 		}
 		h->parallel_for(h, (int64_t)(G * tg), phase_c3, f);
@@ -1449,6 +1638,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.a = a;
 	f.lw = &a->lw[slot];
 	f.slot = slot;
+	f.dp = a->ref && m->head_dim % 64 == 0 && srt_attn_dp_usable();
 
 	size_t N = (size_t)batch->n_rows, B = N < ATTN_ROWS ? N : ATTN_ROWS;
 	size_t d = (size_t)m->hidden_size, H = (size_t)m->num_attention_heads;
@@ -1474,6 +1664,10 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		     (ix_qbytes(ih, idim) + ATTN_IXB * (sizeof(void *) + 1)) / sizeof(float) + 1;
 	if (a->ratio == 4 && f.tfloats < ixf)
 		f.tfloats = ixf;
+	if (f.dp && f.tfloats < 12 * (size_t)f.kmax8 + 8 * hd) /* phase_c2_dp */
+		f.tfloats = 12 * (size_t)f.kmax8 + 8 * hd;
+	if (f.dp && f.tfloats < ATTN_KGB * hd / 2) /* phase_c1k: a block's key pairs */
+		f.tfloats = ATTN_KGB * hd / 2;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
@@ -1483,7 +1677,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			  d + d / 128 + ql + ql / 128);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
-	size_t sz[14] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	size_t hg = (H + 15) / 16;
+	size_t sz[17] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
@@ -1492,9 +1687,12 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
 			2 * (batch->n_seqs + 1) * sizeof(struct vinfo),
 			ATTN_CROWS * (size_t)f.kmax * sizeof(const uint8_t *),
-			ATTN_CROWS * (size_t)((f.kmax + ATTN_KGB - 1) / ATTN_KGB)};
-	size_t off[14], total = 0;
-	for (int i = 0; i < 14; i++) {
+			ATTN_CROWS * (size_t)((f.kmax + ATTN_KGB - 1) / ATTN_KGB) * sizeof(struct kblk),
+			f.dp ? ATTN_CROWS * hg * (size_t)f.kmax * 16 * sizeof(float) : 0,
+			f.dp ? ATTN_CROWS * (size_t)((f.kmax + 1) / 2) * hd * 4 : 0,
+			f.dp ? ATTN_CROWS * hg * 8 * hd * 4 : 0};
+	size_t off[17], total = 0;
+	for (int i = 0; i < 17; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1521,7 +1719,10 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.isc = (double *)(void *)(a->scratch + off[10]);
 	struct vinfo *vi0 = (struct vinfo *)(void *)(a->scratch + off[11]);
 	f.csrc = (const uint8_t **)(void *)(a->scratch + off[12]);
-	f.ckx = (uint8_t *)(a->scratch + off[13]);
+	f.ckx = (struct kblk *)(void *)(a->scratch + off[13]);
+	f.csc = (float *)(void *)(a->scratch + off[14]);
+	f.cvp = (uint32_t *)(void *)(a->scratch + off[15]);
+	f.cqp = (uint32_t *)(void *)(a->scratch + off[16]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
 	f.xa = buf;
 	f.qr = f.xa + B * d;

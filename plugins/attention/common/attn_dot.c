@@ -806,9 +806,31 @@ __attribute__((target("avx512f"))) static inline void transpose8_pd(__m512d r[8]
 	}
 }
 
-/* Keys in the lanes, eight at a time: their rows of qk transposed eight heads at a time, each
- * head's term for the eight keys by the operations of ix_weigh_avx512 (the same floats),
- * added to the keys' sums in ascending heads. */
+/* Keys in the lanes, eight at a time (two such groups a pass: independent sums): their rows
+ * of qk transposed eight heads at a time, each head's term for the eight keys by the
+ * operations of ix_weigh_avx512 (the same floats), added to the keys' sums in ascending heads. */
+__attribute__((target("avx512f,avx2"))) static inline __m512d ix_sum8(__m512d tot,
+								      const double *qk, size_t nh,
+								      const float *w)
+{
+	__m512d r[8];
+	for (size_t k = 0; k < 8; k++)
+		r[k] = _mm512_loadu_pd(qk + k * nh);
+	transpose8_pd(r); /* r[i]: head i of the eight keys */
+	for (size_t i = 0; i < 8; i++) {
+		const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(r[i]));
+		const __m256 rl = _mm256_max_ps(sc, _mm256_setzero_ps());
+		const __m256 t = round_bf16_v8(_mm256_mul_ps(rl, _mm256_set1_ps(w[i])));
+		tot = _mm512_add_pd(tot, _mm512_cvtps_pd(t));
+	}
+	return tot;
+}
+
+__attribute__((target("avx512f,avx2"))) static inline void ix_store8(double *out, __m512d tot)
+{
+	_mm512_storeu_pd(out, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot))));
+}
+
 __attribute__((target("avx512f,avx2"))) static size_t ix_score_avx512(const double *qk,
 								      const float *w, size_t nh,
 								      size_t ne, double *out)
@@ -816,21 +838,20 @@ __attribute__((target("avx512f,avx2"))) static size_t ix_score_avx512(const doub
 	size_t e = 0;
 	if (nh % 8 != 0)
 		return 0;
-	for (; e + 8 <= ne; e += 8) {
-		__m512d tot = _mm512_setzero_pd();
+	for (; e + 16 <= ne; e += 16) {
+		__m512d t0 = _mm512_setzero_pd(), t1 = t0;
 		for (size_t h = 0; h < nh; h += 8) {
-			__m512d r[8];
-			for (size_t k = 0; k < 8; k++)
-				r[k] = _mm512_loadu_pd(qk + (e + k) * nh + h);
-			transpose8_pd(r); /* r[i]: head h + i of the eight keys */
-			for (size_t i = 0; i < 8; i++) {
-				const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(r[i]));
-				const __m256 rl = _mm256_max_ps(sc, _mm256_setzero_ps());
-				const __m256 t = round_bf16_v8(_mm256_mul_ps(rl, _mm256_set1_ps(w[h + i])));
-				tot = _mm512_add_pd(tot, _mm512_cvtps_pd(t));
-			}
+			t0 = ix_sum8(t0, qk + e * nh + h, nh, w + h);
+			t1 = ix_sum8(t1, qk + (e + 8) * nh + h, nh, w + h);
 		}
-		_mm512_storeu_pd(out + e, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot))));
+		ix_store8(out + e, t0);
+		ix_store8(out + e + 8, t1);
+	}
+	for (; e + 8 <= ne; e += 8) {
+		__m512d t0 = _mm512_setzero_pd();
+		for (size_t h = 0; h < nh; h += 8)
+			t0 = ix_sum8(t0, qk + e * nh + h, nh, w + h);
+		ix_store8(out + e, t0);
 	}
 	return e;
 }

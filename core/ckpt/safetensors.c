@@ -73,6 +73,8 @@ struct ck_file {
 	char *path;
 	const uint8_t *map;
 	size_t size;
+	size_t map_len;  /* bytes mapped at map when it is a huge-page copy (huge) */
+	int huge;        /* map is srt_ck_to_hugepages's anonymous copy */
 	size_t data_off; /* 8 + header length */
 	int borrowed;    /* map is the caller's memory (srt_ck_check_image), not a mapping */
 	char **meta;	 /* key, value, key, value, ... (owned) */
@@ -220,7 +222,7 @@ void srt_ck_close(struct srt_ckpt *ck)
 	for (size_t i = 0; i < ck->n_files; i++) {
 		struct ck_file *f = &ck->files[i];
 		if (f->map && !f->borrowed)
-			munmap((void *)f->map, f->size);
+			munmap((void *)f->map, f->huge ? f->map_len : f->size);
 		for (size_t k = 0; k < 2 * f->n_meta; k++)
 			free(f->meta[k]);
 		free(f->meta);
@@ -904,6 +906,103 @@ int srt_ck_open(const char *path, struct srt_ckpt **out, char *err, size_t errle
 	fingerprint_sampled(ck);
 	*out = ck;
 	return 0;
+}
+
+/* ---- huge pages ---------------------------------------------------------------------------- */
+
+#define CK_HUGE ((size_t)2 << 20)
+
+/* The kernel's transparent huge page mode allows MADV_HUGEPAGE ("always" or "madvise"). */
+static int thp_usable(void)
+{
+	char buf[128] = "";
+	FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (!fp)
+		return 0;
+	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+	fclose(fp);
+	buf[n] = 0;
+	return strstr(buf, "[never]") == NULL && (strstr(buf, "[always]") || strstr(buf, "[madvise]"));
+}
+
+/* MemAvailable of /proc/meminfo in bytes, 0 when unknown. */
+static uint64_t mem_available(void)
+{
+	char line[256];
+	unsigned long long kb = 0;
+	FILE *fp = fopen("/proc/meminfo", "r");
+	if (!fp)
+		return 0;
+	while (fgets(line, sizeof(line), fp))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1)
+			break;
+	fclose(fp);
+	return (uint64_t)kb * 1024;
+}
+
+/* File f's bytes moved from its mapping into anonymous memory aligned to 2 MiB and advised
+ * onto huge pages, read-only; its tensors re-pointed. 0, or -1 with nothing changed. */
+static int file_to_huge(struct srt_ckpt *ck, uint32_t fi)
+{
+	struct ck_file *f = &ck->files[fi];
+	const size_t len = (f->size + CK_HUGE - 1) / CK_HUGE * CK_HUGE;
+	uint8_t *m = mmap(NULL, len + CK_HUGE, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return -1;
+	uint8_t *a = (uint8_t *)(((uintptr_t)m + CK_HUGE - 1) & ~(uintptr_t)(CK_HUGE - 1));
+	if (a > m) /* the unaligned head and tail go back */
+		munmap(m, (size_t)(a - m));
+	if (m + len + CK_HUGE > a + len)
+		munmap(a + len, (size_t)(m + len + CK_HUGE - (a + len)));
+	madvise(a, len, MADV_HUGEPAGE);
+	memcpy(a, f->map, f->size);
+	mprotect(a, len, PROT_READ);
+	for (size_t i = 0; i < ck->n_ents; i++) {
+		struct ck_entry *e = &ck->ents[i];
+		if (e->file == fi && !e->owned && e->t.data)
+			e->t.data = a + ((const uint8_t *)e->t.data - f->map);
+	}
+	munmap((void *)f->map, f->size);
+	f->map = a;
+	f->map_len = len;
+	f->huge = 1;
+	return 0;
+}
+
+int srt_ck_to_hugepages(struct srt_ckpt *ck, char *note, size_t note_len)
+{
+	uint64_t total = 0, avail = mem_available();
+	size_t moved = 0;
+	for (size_t i = 0; i < ck->n_files; i++)
+		if (!ck->files[i].borrowed && !ck->files[i].huge)
+			total += ck->files[i].size;
+	if (!thp_usable()) {
+		snprintf(note, note_len, "weights stay mapped from their files: transparent huge "
+			 "pages are off (/sys/kernel/mm/transparent_hugepage/enabled)");
+		return 0;
+	}
+	/* the copy must not crowd out the page cache it comes from: it needs room to spare */
+	if (!avail || total > avail / 10 * 8) {
+		snprintf(note, note_len, "weights stay mapped from their files: %.1f GiB do not fit "
+			 "in 80%% of the %.1f GiB of available memory", (double)total / (1 << 30),
+			 (double)avail / (1 << 30));
+		return 0;
+	}
+	for (size_t i = 0; i < ck->n_files; i++) {
+		struct ck_file *f = &ck->files[i];
+		if (f->borrowed || !f->map || f->huge)
+			continue;
+		if (file_to_huge(ck, (uint32_t)i)) {
+			snprintf(note, note_len, "%zu of %zu weight files on huge pages; the rest stay "
+				 "mapped (no memory for a copy of %s)", moved, ck->n_files, f->path);
+			return (int)moved;
+		}
+		moved++;
+	}
+	snprintf(note, note_len, "weights on huge pages: %.1f MiB in %zu files",
+		 (double)total / (1 << 20), moved);
+	return (int)moved;
 }
 
 int srt_ck_check_image(const void *data, size_t size, const char *name, char *err,

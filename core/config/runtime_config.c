@@ -413,7 +413,7 @@ static const char *const rc_sections[] = {"runtime", "attention", "moe",     "re
 					  "tier.l1", "tier.l2",   "tier.l3", "cache",
 					  "sampling"};
 static const char *const rc_runtime_keys[] = {"plugin_dirs", "threads", "profile", "model",
-					      "prefill_chunk"};
+					      "prefill_chunk", "weights"};
 static const char *const rc_cache_keys[] = {"page_size", "write_policy", "prefetch",
 					    "tenant_salt"};
 static const char *const rc_sampling_keys[] = {"temperature", "top_p", "seed",
@@ -595,8 +595,18 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 			c->prefill_chunk = (int32_t)iv;
 			return 0;
 		}
-		RC_FAIL(e, "unknown key%s (expected plugin_dirs, threads, profile, model or "
-			"prefill_chunk)", rc_dym(dym, sizeof(dym), k, rc_runtime_keys,
+		if (!strcmp(k, "weights")) {
+			if (!strcmp(v, "hugepages"))
+				c->weights_huge = 1;
+			else if (!strcmp(v, "mmap"))
+				c->weights_huge = 0;
+			else
+				RC_FAIL(e, "'%s' is not a way to hold the weights (expected hugepages or "
+					"mmap)", v);
+			return 0;
+		}
+		RC_FAIL(e, "unknown key%s (expected plugin_dirs, threads, profile, model, "
+			"prefill_chunk or weights)", rc_dym(dym, sizeof(dym), k, rc_runtime_keys,
 						 RC_NELEM(rc_runtime_keys)));
 	}
 	if (!strcmp(s, "attention")) {
@@ -823,6 +833,7 @@ static void rc_defaults(struct srt_runtime_config *c)
 	c->profile = SRT_PROFILE_REFERENCE;
 	c->model = "tiny";
 	c->prefill_chunk = 256;
+	c->weights_huge = 1;
 	c->page_size = 256;
 	c->write_policy = SRT_WRITE_THROUGH;
 	c->write_after_hits = 2;

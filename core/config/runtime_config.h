@@ -113,6 +113,10 @@ struct srt_runtime_config {
 
 	/* [runtime] prefill_chunk: tokens per prefill forward call (default 256). */
 	int32_t prefill_chunk;
+	/* [runtime] weights: hugepages (1, default) = the checkpoint copied into anonymous memory
+	 * on transparent huge pages when it fits (srt_ck_to_hugepages); mmap (0) = read through
+	 * the file mapping. */
+	int weights_huge;
 
 	/* Every entry, for srt_runtime_config_option. */
 	size_t n_entries;

@@ -544,6 +544,11 @@ int srt_engine_open(const struct srt_engine_opts *opts, struct srt_engine **out,
 		seterr(err, errlen, "checkpoint %s: %s", e->path, why);
 		goto fail;
 	}
+	if (e->rc.weights_huge) {
+		srt_ck_to_hugepages(e->ck, why, sizeof(why));
+		if (!opts->quiet)
+			srt_log(SRT_LOG_INFO, "exec", "%s", why);
+	}
 	srt_ck_weights(e->ck, &e->weights);
 	e->d = e->model.hidden_size;
 	e->vocab = e->model.vocab_size;

@@ -594,6 +594,56 @@ START_TEST(unaligned_tensor_data_is_copied_to_aligned_memory)
 }
 END_TEST
 
+/* srt_ck_to_hugepages moves every file of a sharded checkpoint (and of one with an aligned
+ * copy of an unaligned tensor) into its huge-page copy: every tensor reads the same bytes
+ * (the full fingerprint too), a second call moves nothing, close frees it. Where the kernel
+ * has transparent huge pages off, nothing moves and the note says why. */
+START_TEST(hugepage_copy_keeps_every_tensor_and_fingerprint)
+{
+	make_roundtrip_tensors();
+	char *d = strdup(tmpdir());
+	char err[256], note[256], f0[48], f1[48];
+	size_t nf = 0;
+	struct srt_ck_write_opts o = {.shard_bytes = 64};
+	ck_assert_int_eq(srt_ck_write(d, rt, N_RT, &o, &nf, err, sizeof(err)), 0);
+	struct srt_ckpt *ck;
+	ck_assert_msg(srt_ck_open(d, &ck, err, sizeof(err)) == 0, "%s", err);
+	ck_assert_int_eq(srt_ck_fingerprint_full(ck, f0, err, sizeof(err)), 0);
+	const void *before = srt_ck_find(ck, "i64")->data;
+	int moved = srt_ck_to_hugepages(ck, note, sizeof(note));
+	fprintf(stderr, "hugepages: %s\n", note);
+	if (moved == 0) {
+		ck_assert_msg(strstr(note, "stay mapped"), "%s", note);
+		ck_assert_ptr_eq(srt_ck_find(ck, "i64")->data, before);
+	} else {
+		ck_assert_int_eq(moved, (int)nf);
+		ck_assert_ptr_ne(srt_ck_find(ck, "i64")->data, before);
+		ck_assert_msg(strstr(note, "on huge pages"), "%s", note);
+		ck_assert_int_eq(srt_ck_to_hugepages(ck, note, sizeof(note)), 0);
+	}
+	check_roundtrip(ck);
+	ck_assert_int_eq(srt_ck_fingerprint_full(ck, f1, err, sizeof(err)), 0);
+	ck_assert_str_eq(f0, f1);
+	srt_ck_close(ck);
+
+	char hdr[256];
+	char *p = path_in(tmpdir(), "unaligned.safetensors");
+	snprintf(hdr, sizeof(hdr), "%-112s",
+		 "{\"a\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[0,2]},"
+		 "\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[2,10]}}");
+	write_raw_st(p, hdr, 10); /* data byte i = i */
+	ck_assert_msg(srt_ck_open(p, &ck, err, sizeof(err)) == 0, "%s", err);
+	const void *w_copy = srt_ck_find(ck, "w")->data;
+	srt_ck_to_hugepages(ck, note, sizeof(note));
+	static const uint8_t want_a[2] = {0, 1}, want_w[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+	ck_assert_ptr_eq(srt_ck_find(ck, "w")->data, w_copy); /* the aligned copy stays */
+	ck_assert_int_eq(memcmp(srt_ck_find(ck, "a")->data, want_a, 2), 0);
+	ck_assert_int_eq(memcmp(srt_ck_find(ck, "w")->data, want_w, 8), 0);
+	srt_ck_close(ck);
+	free(d);
+}
+END_TEST
+
 /* A header "{}" is a valid safetensors file with no tensors (the format allows it); it opens
  * with a count of 0 and finds nothing. (Under UBSan this caught qsort on a NULL array.) */
 START_TEST(file_without_tensors_opens_empty)
@@ -1290,6 +1340,7 @@ static Suite *ckpt_suite(void)
 	tcase_add_test(tc, index_errors_name_the_index_and_tensor);
 	tcase_add_test(tc, file_without_tensors_opens_empty);
 	tcase_add_test(tc, unaligned_tensor_data_is_copied_to_aligned_memory);
+	tcase_add_test(tc, hugepage_copy_keeps_every_tensor_and_fingerprint);
 	tcase_add_test(tc, next_write_removes_temporary_files_of_killed_writers);
 	tcase_add_test(tc, fifo_in_place_of_a_safetensors_file_is_refused_not_waited_on);
 	tcase_add_test(tc, unlisted_and_duplicate_tensors_across_shards_are_errors);

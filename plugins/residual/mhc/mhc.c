@@ -107,26 +107,31 @@ static inline float dot(const float *a, const float *b, int64_t n)
 	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
 }
 
-/* y[j] = dot(a[j], b, n) for j < 4: each with the operations of dot() in its order, the four
- * interleaved (one load of b for all, four independent chains instead of one). */
+/* Eight floats in a GCC vector: the lanes are dot()'s eight partial sums. */
+typedef float mhc_v8 __attribute__((vector_size(32)));
+
+/* y[j] = dot(a[j], b, n) for j < 4: each with the operations of dot() in its order (lane l of
+ * s[j] is its partial sum l), the four interleaved: one load of b for all, four independent
+ * chains instead of one. */
 static inline void dot4(const float *const a[4], const float *b, int64_t n, float y[4])
 {
-	float s[4][8] = {{0}};
+	mhc_v8 s[4] = {{0}};
 	int64_t i = 0;
-	for (; i + 8 <= n; i += 8)
-		for (int j = 0; j < 8; j++) {
-			const float bv = b[i + j];
-			s[0][j] += a[0][i + j] * bv;
-			s[1][j] += a[1][i + j] * bv;
-			s[2][j] += a[2][i + j] * bv;
-			s[3][j] += a[3][i + j] * bv;
+	for (; i + 8 <= n; i += 8) {
+		mhc_v8 bv, av;
+		memcpy(&bv, b + i, sizeof bv);
+		for (int q = 0; q < 4; q++) {
+			memcpy(&av, a[q] + i, sizeof av);
+			s[q] += av * bv;
 		}
-	for (; i < n; i++)
-		for (int q = 0; q < 4; q++)
-			s[q][i & 7] += a[q][i] * b[i];
-	for (int q = 0; q < 4; q++)
-		y[q] = ((s[q][0] + s[q][4]) + (s[q][1] + s[q][5])) +
-		       ((s[q][2] + s[q][6]) + (s[q][3] + s[q][7]));
+	}
+	for (int q = 0; q < 4; q++) {
+		float t[8];
+		memcpy(t, &s[q], sizeof t);
+		for (int64_t k = i; k < n; k++)
+			t[k & 7] += a[q][k] * b[k];
+		y[q] = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+	}
 }
 
 /* The hot loops below also get an AVX2 build (GCC function multi-versioning, picked at load

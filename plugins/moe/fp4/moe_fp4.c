@@ -668,8 +668,11 @@ static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t 
 			float gt = in->gate[(int64_t)e * I + (int64_t)n];
 			float up = in->up[(int64_t)e * I + (int64_t)n], hv;
 			if (L > 0.0f) {
-				up = fminf(fmaxf(up, -L), L);
-				gt = fminf(gt, L);
+				/* fminf / fmaxf against a number (a NaN gives the bound), as
+				 * comparisons: inlined instead of library calls */
+				up = up > -L ? up : -L;
+				up = up < L ? up : L;
+				gt = gt < L ? gt : L;
 			}
 			hv = srt_silu(gt) * up;
 			if (g->routed)

@@ -17,6 +17,7 @@
  */
 #include "attn_dot.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1670,9 +1671,11 @@ void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k,
  * and products are at least 2^-126 too. Above: |a| < 2^(hi_a - 126), |b| < 2^(hi_b - 126),
  * so n <= 2^15 products sum to less than 2^(hi_a + hi_b - 252 + 15) <= 2^127 when hi_a + hi_b
  * <= 364, and no partial sum (nor its rounding) reaches the float32 overflow at 2^128.
- * For the reference profile: head_dim 512 terms per q·k, a few thousand keys per p·v; the
- * probabilities are at most 1 (exponent <= 127), so values up to 2^110 and probabilities
- * down to 2^(15 - lo_v) fit.
+ * The bounds are on the sums of the two exponents, not on each value: a fixed range such as
+ * [2^-56, 2^61) for every value keeps the products normal but lets 512 products of 2^121
+ * overflow. For the reference profile: head_dim 512 terms per q·k, a few thousand keys per
+ * p·v; the probabilities are below 2 (biased exponent <= 127), so values below 2^111 fit, and
+ * probabilities down to 2^(15 - lo_v) (lo_v the values' smallest biased exponent).
  */
 #ifdef ATTN_X86
 int srt_attn_dp_usable(void)
@@ -2038,6 +2041,7 @@ void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, siz
 void srt_attn_pv_bf16(size_t nh, const uint32_t *const *pp, const uint32_t *vp, size_t n,
 		      size_t np, float *const *y)
 {
+	assert(n % 64 == 0);
 #ifdef ATTN_X86
 	if (srt_attn_dp_usable()) {
 		pv_dp(nh, pp, vp, n, np, y);

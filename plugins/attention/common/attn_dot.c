@@ -17,6 +17,7 @@
  */
 #include "attn_dot.h"
 
+#include <assert.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1764,9 +1765,11 @@ void srt_attn_pv(const double *p, const float *v, size_t ld, size_t n, size_t k,
  * and products are at least 2^-126 too. Above: |a| < 2^(hi_a - 126), |b| < 2^(hi_b - 126),
  * so n <= 2^15 products sum to less than 2^(hi_a + hi_b - 252 + 15) <= 2^127 when hi_a + hi_b
  * <= 364, and no partial sum (nor its rounding) reaches the float32 overflow at 2^128.
- * For the reference profile: head_dim 512 terms per q·k, a few thousand keys per p·v; the
- * probabilities are at most 1 (exponent <= 127), so values up to 2^110 and probabilities
- * down to 2^(15 - lo_v) fit.
+ * The bounds are on the sums of the two exponents, not on each value: a fixed range such as
+ * [2^-56, 2^61) for every value keeps the products normal but lets 512 products of 2^121
+ * overflow. For the reference profile: head_dim 512 terms per q·k, a few thousand keys per
+ * p·v; the probabilities are below 2 (biased exponent <= 127), so values below 2^111 fit, and
+ * probabilities down to 2^(15 - lo_v) (lo_v the values' smallest biased exponent).
  */
 #ifdef ATTN_X86
 int srt_attn_dp_usable(void)
@@ -1861,20 +1864,41 @@ pv_dp(size_t nh, const uint32_t *const *pp, const uint32_t *vp, size_t n, size_t
 			pv_dp_pass(pp + h, vp, n, np, c0, 1, y + h);
 }
 
-/* srt_attn_bf16_span's test of 16 floats u: bad lanes into *bad, the exponents of the nonzero
- * lanes into the running min / max. */
+/* srt_attn_bf16_span over 16 floats at a time: the OR of all bits (the low halves must stay
+ * 0), the largest magnitude (exponent 255: inf or NaN) and the smallest nonzero one (exponent
+ * 0: denormal), as magnitude - 1 so that a zero wraps to the largest value, out of the min. */
+struct span_acc {
+	__m512i any, mx, mn1;
+};
+
 __attribute__((target("avx512f"), always_inline)) static inline void
-span16(__m512i u, __mmask16 *bad, __m512i *mn, __m512i *mx)
+span_init(struct span_acc *s)
+{
+	s->any = s->mx = _mm512_setzero_si512();
+	s->mn1 = _mm512_set1_epi32(-1);
+}
+
+__attribute__((target("avx512f"), always_inline)) static inline void
+span16(struct span_acc *s, __m512i u)
 {
 	const __m512i a = _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF));
-	const __m512i e = _mm512_srli_epi32(a, 23);
-	const __mmask16 nz = _mm512_test_epi32_mask(a, a);
-	/* biased exponent 0 (denormal) or 255 (inf, NaN) of a nonzero value: e - 1 >= 254 */
-	*bad |= _mm512_test_epi32_mask(u, _mm512_set1_epi32(0xFFFF)) |
-		(nz & _mm512_cmpge_epu32_mask(_mm512_sub_epi32(e, _mm512_set1_epi32(1)),
-					      _mm512_set1_epi32(254)));
-	*mn = _mm512_mask_min_epu32(*mn, nz, *mn, e);
-	*mx = _mm512_mask_max_epu32(*mx, nz, *mx, e);
+	s->any = _mm512_or_si512(s->any, u);
+	s->mx = _mm512_max_epu32(s->mx, a);
+	s->mn1 = _mm512_min_epu32(s->mn1, _mm512_sub_epi32(a, _mm512_set1_epi32(1)));
+}
+
+/* srt_attn_bf16_span's result from the accumulated s. */
+__attribute__((target("avx512f"))) static int span_end(const struct span_acc *s, uint8_t *lo,
+						       uint8_t *hi)
+{
+	const uint32_t mx = (uint32_t)_mm512_reduce_max_epu32(s->mx);
+	const uint32_t mn = (uint32_t)_mm512_reduce_min_epu32(s->mn1) + 1u; /* 0: all zero */
+	if (_mm512_test_epi32_mask(s->any, _mm512_set1_epi32(0xFFFF)) || mx >= 0x7F800000u ||
+	    (mn && mn < 0x00800000u))
+		return 0;
+	*lo = mn ? (uint8_t)(mn >> 23) : 255;
+	*hi = mn ? (uint8_t)(mx >> 23) : 0;
+	return 1;
 }
 
 /* The pairs of 16 floats u (srt_attn_bf16_pairs): per 64-bit lane (x[2j] low, x[2j + 1] high
@@ -1896,14 +1920,14 @@ __attribute__((target("avx512f"), always_inline)) static inline __m512i vpairs16
 __attribute__((target("avx512f"))) static int bf16_span_avx512(const float *x, size_t n,
 							       uint8_t *lo, uint8_t *hi)
 {
-	__mmask16 bad = 0;
-	__m512i mn = _mm512_set1_epi32(255), mx = _mm512_setzero_si512();
+	struct span_acc s;
+	uint8_t l, h;
 	size_t i = 0;
+	span_init(&s);
 	for (; i + 16 <= n; i += 16)
-		span16(_mm512_loadu_si512((const void *)(x + i)), &bad, &mn, &mx);
-	if (bad)
+		span16(&s, _mm512_loadu_si512((const void *)(x + i)));
+	if (!span_end(&s, &l, &h))
 		return 0;
-	uint8_t l = (uint8_t)_mm512_reduce_min_epu32(mn), h = (uint8_t)_mm512_reduce_max_epu32(mx);
 	for (; i < n; i++) {
 		uint8_t l1, h1;
 		if (!srt_attn_bf16_span(x + i, 1, &l1, &h1))
@@ -1962,29 +1986,25 @@ __attribute__((target("avx512f"))) static int keys_avx512(const float *keys, siz
 							  size_t hd, uint32_t *kp, uint32_t *vp,
 							  uint8_t *lo, uint8_t *hi)
 {
-	__mmask16 bad = 0;
-	__m512i mn = _mm512_set1_epi32(255), mx = _mm512_setzero_si512();
+	struct span_acc s;
+	span_init(&s);
 	for (size_t k = 0; k < nk; k += 2) {
 		const float *k0 = keys + k * hd, *k1 = k0 + hd;
 		uint32_t *p0 = kp + k * (hd / 2), *p1 = p0 + hd / 2, *v = vp + k / 2 * hd;
 		for (size_t c = 0; c < hd; c += 16) {
 			const __m512i a = _mm512_loadu_si512((const void *)(k0 + c));
 			__m512i b = _mm512_setzero_si512();
-			span16(a, &bad, &mn, &mx);
+			span16(&s, a);
 			_mm256_storeu_si256((__m256i *)(void *)(p0 + c / 2), pairs16(a));
 			if (k + 1 < nk) {
 				b = _mm512_loadu_si512((const void *)(k1 + c));
-				span16(b, &bad, &mn, &mx);
+				span16(&s, b);
 				_mm256_storeu_si256((__m256i *)(void *)(p1 + c / 2), pairs16(b));
 			}
 			_mm512_storeu_si512((void *)(v + c), vpairs16(a, b));
 		}
 	}
-	if (bad)
-		return 0;
-	*lo = (uint8_t)_mm512_reduce_min_epu32(mn);
-	*hi = (uint8_t)_mm512_reduce_max_epu32(mx);
-	return 1;
+	return span_end(&s, lo, hi);
 }
 #else
 int srt_attn_dp_usable(void)
@@ -2115,6 +2135,7 @@ void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, siz
 void srt_attn_pv_bf16(size_t nh, const uint32_t *const *pp, const uint32_t *vp, size_t n,
 		      size_t np, float *const *y)
 {
+	assert(n % 64 == 0);
 #ifdef ATTN_X86
 	if (srt_attn_dp_usable()) {
 		pv_dp(nh, pp, vp, n, np, y);

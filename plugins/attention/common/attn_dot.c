@@ -720,16 +720,21 @@ __attribute__((target("avx2"))) static inline __m256 round_bf16_v8(__m256 x)
 				nan);
 }
 
+/* The weighting of 8 scores already narrowed to float: bf16(ReLU(bf16(f)) · w), the floats of
+ * the scalar expression; max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f). */
+__attribute__((target("avx2"))) static inline __m256 ix_term8(__m256 f, __m256 w)
+{
+	const __m256 r = _mm256_max_ps(round_bf16_v8(f), _mm256_setzero_ps());
+	return round_bf16_v8(_mm256_mul_ps(r, w));
+}
+
 __attribute__((target("avx512f,avx2"))) static void ix_weigh_avx512(const double *qk,
 								    const float *w, size_t nh,
 								    float *t)
 {
-	for (size_t h = 0; h < nh; h += 8) {
-		const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(_mm512_loadu_pd(qk + h)));
-		/* max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f) */
-		const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
-		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
-	}
+	for (size_t h = 0; h < nh; h += 8)
+		_mm256_storeu_ps(t + h, ix_term8(_mm512_cvtpd_ps(_mm512_loadu_pd(qk + h)),
+						 _mm256_loadu_ps(w + h)));
 }
 
 __attribute__((target("avx2"))) static void ix_weigh_avx2(const double *qk, const float *w,
@@ -738,9 +743,7 @@ __attribute__((target("avx2"))) static void ix_weigh_avx2(const double *qk, cons
 	for (size_t h = 0; h < nh; h += 8) {
 		const __m256 f = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(
 				_mm256_loadu_pd(qk + h))), _mm256_cvtpd_ps(_mm256_loadu_pd(qk + h + 4)), 1);
-		const __m256 sc = round_bf16_v8(f);
-		const __m256 r = _mm256_max_ps(sc, _mm256_setzero_ps());
-		_mm256_storeu_ps(t + h, round_bf16_v8(_mm256_mul_ps(r, _mm256_loadu_ps(w + h))));
+		_mm256_storeu_ps(t + h, ix_term8(f, _mm256_loadu_ps(w + h)));
 	}
 }
 
@@ -808,8 +811,8 @@ __attribute__((target("avx512f"))) static inline void transpose8_pd(__m512d r[8]
 }
 
 /* Keys in the lanes, eight at a time (two such groups a pass: independent sums): their rows
- * of qk transposed eight heads at a time, each head's term for the eight keys by the
- * operations of ix_weigh_avx512 (the same floats), added to the keys' sums in ascending heads. */
+ * of qk transposed eight heads at a time, each head's term for the eight keys by ix_term8
+ * (the floats of srt_attn_ix_weigh_bf16), added to the keys' sums in ascending heads. */
 __attribute__((target("avx512f,avx2"))) static inline __m512d ix_sum8(__m512d tot,
 								      const double *qk, size_t nh,
 								      const float *w)
@@ -818,12 +821,9 @@ __attribute__((target("avx512f,avx2"))) static inline __m512d ix_sum8(__m512d to
 	for (size_t k = 0; k < 8; k++)
 		r[k] = _mm512_loadu_pd(qk + k * nh);
 	transpose8_pd(r); /* r[i]: head i of the eight keys */
-	for (size_t i = 0; i < 8; i++) {
-		const __m256 sc = round_bf16_v8(_mm512_cvtpd_ps(r[i]));
-		const __m256 rl = _mm256_max_ps(sc, _mm256_setzero_ps());
-		const __m256 t = round_bf16_v8(_mm256_mul_ps(rl, _mm256_set1_ps(w[i])));
-		tot = _mm512_add_pd(tot, _mm512_cvtps_pd(t));
-	}
+	for (size_t i = 0; i < 8; i++)
+		tot = _mm512_add_pd(tot, _mm512_cvtps_pd(ix_term8(_mm512_cvtpd_ps(r[i]),
+								  _mm256_set1_ps(w[i]))));
 	return tot;
 }
 

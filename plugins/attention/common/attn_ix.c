@@ -163,7 +163,7 @@ __attribute__((target("avx512f,avx512bw"))) static void ix_key_bytes(const uint8
  */
 #define IX_KEYS_FN(NAME, NK)                                                                    \
 	__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void NAME(                \
-		const struct srt_attn_ixq *q, const uint8_t *const *kb,                         \
+		const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],                     \
 		const double (*ku)[IX_DMAX / IX_BLOCK], double *const *y)                      \
 	{                                                                                       \
 		const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);              \
@@ -227,6 +227,17 @@ IX_KEYS_FN(qk_fp4_keys2, 2)
 #undef IX_KEYS_FN
 
 #define IX_BATCH 16 /* keys whose bytes are prepared before their dot products */
+
+/* The n prepared keys of a batch, in pairs: each key's values depend on that key alone. */
+static void ix_run_batch(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
+			 const double (*ku)[IX_DMAX / IX_BLOCK], double *const *yk, size_t n)
+{
+	size_t i = 0;
+	for (; i + 2 <= n; i += 2)
+		qk_fp4_keys2(q, kb + i, ku + i, yk + i);
+	if (i < n)
+		qk_fp4_keys1(q, kb + i, ku + i, yk + i);
+}
 #endif
 
 size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
@@ -236,7 +247,6 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
 #ifdef IX_X86
 	uint8_t kbuf[IX_BATCH][IX_DMAX] __attribute__((aligned(64)));
 	double ku[IX_BATCH][IX_DMAX / IX_BLOCK];
-	const uint8_t *kb[IX_BATCH];
 	double *yk[IX_BATCH];
 	size_t nbat = 0;
 #endif
@@ -255,16 +265,10 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
 		ix_key_bytes(keys[e], nbytes, kbuf[nbat], kbuf[nbat] + IX_DMAX / 2);
 		for (size_t b = 0; b < nb; b++)
 			ku[nbat][b] = ix_unit(ks[b]);
-		kb[nbat] = kbuf[nbat];
 		yk[nbat++] = y + e * q->nh;
 		done++;
-		if (nbat == IX_BATCH || e + 1 == ne) {
-			/* keys in pairs: each key's values depend on that key alone */
-			size_t i = 0;
-			for (; i + 2 <= nbat; i += 2)
-				qk_fp4_keys2(q, kb + i, ku + i, yk + i);
-			if (i < nbat)
-				qk_fp4_keys1(q, kb + i, ku + i, yk + i);
+		if (nbat == IX_BATCH) {
+			ix_run_batch(q, kbuf, ku, yk, nbat);
 			nbat = 0;
 		}
 #else
@@ -272,13 +276,7 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
 #endif
 	}
 #ifdef IX_X86
-	if (nbat) {
-		size_t i = 0;
-		for (; i + 2 <= nbat; i += 2)
-			qk_fp4_keys2(q, kb + i, ku + i, yk + i);
-		if (i < nbat)
-			qk_fp4_keys1(q, kb + i, ku + i, yk + i);
-	}
+	ix_run_batch(q, kbuf, ku, yk, nbat);
 #endif
 	return done;
 }

@@ -82,15 +82,15 @@ static void set_why(char *why, size_t why_len, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Nearest even on the dropped 16 bits, NaN kept; without a branch, so that loops over
+ * channels vectorise. */
 static inline float bf16_round(float v)
 {
-	uint32_t u;
+	uint32_t u, r;
 	memcpy(&u, &v, sizeof(u));
-	if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu))
-		return v;
-	u += 0x7fffu + ((u >> 16) & 1u);
-	u &= 0xffff0000u;
-	memcpy(&v, &u, sizeof(v));
+	r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+	r = (u & 0x7fffffffu) > 0x7f800000u ? u : r;
+	memcpy(&v, &r, sizeof(v));
 	return v;
 }
 
@@ -430,18 +430,6 @@ static void pre_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-/* bf16_round without a branch (NaN kept, the rest rounded to nearest even), so that loops
- * over channels vectorise: the same values. */
-static inline float bf16_round_sel(float v)
-{
-	uint32_t u, r;
-	memcpy(&u, &v, sizeof(u));
-	r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-	r = (u & 0x7fffffffu) > 0x7f800000u ? u : r;
-	memcpy(&v, &r, sizeof(v));
-	return v;
-}
-
 /* post_row for four streams: the same operations per channel in the same order, constant
  * loops over the streams so that the channels go through the vector lanes. */
 MHC_CLONES static void post_row4(const struct mhc_inst *in, int64_t i, int64_t c0, int64_t c1)
@@ -465,7 +453,7 @@ MHC_CLONES static void post_row4(const struct mhc_inst *in, int64_t i, int64_t c
 			v += m[8 + j] * a2;
 			v += m[12 + j] * a3;
 			const float acc = p[j] * fc + v;
-			o[j] = ref ? bf16_round_sel(acc) : acc;
+			o[j] = ref ? bf16_round(acc) : acc;
 		}
 		x0[c] = o[0];
 		x1[c] = o[1];

@@ -136,6 +136,8 @@ static struct {
 	_Alignas(64) uint8_t fp4_sx[64];               /* scale codes -> lane 4s + r */
 	_Alignas(64) int32_t fp4_yix[2][16];           /* sub-block terms -> [s: rows 0-7] */
 	_Alignas(64) int32_t fp4_xix[2][16];           /* activation words, even / odd lanes */
+	_Alignas(64) uint8_t fp4_u8[64];               /* 2·E2M1 + 12 of each nibble, 4 times */
+	_Alignas(64) uint8_t even_odd[2][64];          /* bytes 2β, 2β + 1 of 128 (VPERMT2B) */
 } tab;
 
 static void fp8_arrange(unsigned off, uint8_t *ix);
@@ -169,14 +171,26 @@ static void build_tables(void)
 	for (int p = 0; p < 2; p++)
 		for (int L = 0; L < 16; L++)
 			tab.fp4_xix[p][L] = 16 * ((L / 4) % 2) + p + 2 * (L % 4);
+	for (unsigned i = 0; i < 64; i++) {
+		tab.fp4_u8[i] = (uint8_t)(2.0f * srt_fp4_e2m1_table[i & 15u] + 12.0f);
+		tab.even_odd[0][i] = (uint8_t)(2 * i);
+		tab.even_odd[1][i] = (uint8_t)(2 * i + 1);
+	}
+}
+
+static bool cpu_vnni(void)
+{
+	unsigned a, b, c, d;
+	return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 11)); /* AVX512_VNNI */
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
-static bool usable;
+static bool usable, vnni;
 
 static void init_once(void)
 {
 	usable = cpu_bf16_vbmi_vl() && dp_known_answers();
+	vnni = usable && cpu_vnni();
 	if (usable)
 		build_tables();
 }
@@ -318,12 +332,141 @@ static inline __m512 fp4_half_sums(__m512 at, __m512 au, __m512 ot, __m512 ou)
 	return _mm512_add_ps(e, o);
 }
 
-static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y,
-		     size_t n0, size_t ntiles)
+/* Block b's 32 sub-block sums of a tile by bf16 dot products (activation words xb =
+ * fp4_x_words' 4 of the block), in the layout of d below. */
+static inline void fp4_blk_bf16(const uint8_t *const *rows, size_t b, const __m512i *xb,
+				__m512i t16, __m512i pw0, __m512i pw1, __m512 *d)
+{
+	__m512 ev[8], od[8];
+	for (int t = 0; t < 8; t++) {
+		const __m512i r = _mm512_loadu_si512(rows[t] + b * 64);
+		const __m512i d0 = _mm512_permutexvar_epi8(pw0, r);
+		const __m512i d1 = _mm512_permutexvar_epi8(pw1, r);
+		ev[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(), as_bh(_mm512_permutexvar_epi16(d0, t16)),
+					 as_bh(xb[0]));
+		ev[t] = _mm512_dpbf16_ps(ev[t], as_bh(_mm512_permutexvar_epi16(d1, t16)), as_bh(xb[1]));
+		od[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
+					 as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(d0, 4), t16)),
+					 as_bh(xb[2]));
+		od[t] = _mm512_dpbf16_ps(od[t], as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(d1, 4), t16)),
+					 as_bh(xb[3]));
+	}
+	/* per sub-block s (128-bit lane s): the 4 results of rows 0-3, then of 4-7 */
+	for (int g = 0; g < 2; g++) {
+		const __m512 g01 = fp4_half_sums(ev[4 * g], ev[4 * g + 1], od[4 * g], od[4 * g + 1]);
+		const __m512 g23 = fp4_half_sums(ev[4 * g + 2], ev[4 * g + 3], od[4 * g + 2], od[4 * g + 3]);
+		d[g] = _mm512_add_ps(_mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)),
+				     _mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)));
+	}
+}
+
+/*
+ * FP4 by integer dot products. Where a sub-block's 32 activations are integers X times one
+ * power of two 2^e with |X| < 2^14, every product x·w is an integer multiple of 2^(e-1) (the
+ * E2M1 values are halves) and every partial sum of the sub-block is below 32·6·2^14·2^e <
+ * 2^24·2^(e-1): gemm.h's float32 sums are all exact, whatever their order, and equal the
+ * integer sum (Σ X·2w)·2^(e-1). VPDPBUSD computes it: the weights as unsigned bytes 2w + 12
+ * (one VPERMB of the code bytes for the even k, one of the bytes shifted right by 4 for the
+ * odd k; the 64-entry table repeats the 16 nibbles, so the index's bits 4-5 do not matter),
+ * the activations as signed bytes Xh = X >> 7 and Xl = X & 127 (first Σ w·Xh, shifted left by
+ * 7, then Σ w·Xl added); 12·ΣX, made once per call, comes off after the row sums. The sums of
+ * a dword lane are those of 8 k of one sub-block, so the 16 lanes of a row are 4 per sub-block
+ * (128-bit lane s = sub-block s), added in any order (integers).
+ */
+struct fp4_xi {
+	__m512i a_hi, b_hi, a_lo, b_lo; /* byte β: Xh, Xl of k = 2β (a) and 2β + 1 (b) */
+	__m512i corr;                   /* lane 4s + r: 12·ΣX of sub-block s */
+	__m512 f;                       /* lane 4s + r: 2^(e_s - 1) */
+};
+
+/* Block x (128 activations) as struct fp4_xi, or false where some sub-block does not fit. */
+static bool fp4_int_block(const float *x, struct fp4_xi *o)
+{
+	_Alignas(64) int8_t hi[128], lo[128];
+	_Alignas(64) int32_t corr[16];
+	_Alignas(64) float f[16];
+	for (int s = 0; s < 4; s++) {
+		const __m512 v0 = _mm512_loadu_ps(x + 32 * s), v1 = _mm512_loadu_ps(x + 32 * s + 16);
+		const __m512i mag = _mm512_set1_epi32(0x7FFFFFFF);
+		const __m512i a = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), mag),
+						   _mm512_and_si512(_mm512_castps_si512(v1), mag));
+		/* |X| < 2^14 for the largest: e = its exponent - 13; NaN, Inf, tiny: no */
+		const int emax = (int)((uint32_t)_mm512_reduce_max_epu32(a) >> 23) - 127;
+		const int e = emax - 13;
+		if (e < -100 || e > 90)
+			return false;
+		uint32_t bits = (uint32_t)(127 - e) << 23;
+		float up;
+		memcpy(&up, &bits, sizeof up);
+		const __m512 y0 = _mm512_mul_ps(v0, _mm512_set1_ps(up));
+		const __m512 y1 = _mm512_mul_ps(v1, _mm512_set1_ps(up));
+		const __m512i X0 = _mm512_cvtps_epi32(y0), X1 = _mm512_cvtps_epi32(y1);
+		if (_mm512_cmpneq_ps_mask(_mm512_cvtepi32_ps(X0), y0) |
+		    _mm512_cmpneq_ps_mask(_mm512_cvtepi32_ps(X1), y1))
+			return false; /* not integers at that scale */
+		const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(X0, X1));
+		_mm_store_si128((__m128i *)(void *)(hi + 32 * s), _mm512_cvtepi32_epi8(_mm512_srai_epi32(X0, 7)));
+		_mm_store_si128((__m128i *)(void *)(hi + 32 * s + 16), _mm512_cvtepi32_epi8(_mm512_srai_epi32(X1, 7)));
+		const __m512i m127 = _mm512_set1_epi32(127);
+		_mm_store_si128((__m128i *)(void *)(lo + 32 * s), _mm512_cvtepi32_epi8(_mm512_and_si512(X0, m127)));
+		_mm_store_si128((__m128i *)(void *)(lo + 32 * s + 16), _mm512_cvtepi32_epi8(_mm512_and_si512(X1, m127)));
+		bits = (uint32_t)(127 + e - 1) << 23;
+		float fe;
+		memcpy(&fe, &bits, sizeof fe);
+		for (int r = 0; r < 4; r++) {
+			corr[4 * s + r] = 12 * sum;
+			f[4 * s + r] = fe;
+		}
+	}
+	const __m512i ie = _mm512_load_si512(tab.even_odd[0]), io = _mm512_load_si512(tab.even_odd[1]);
+	const __m512i h0 = _mm512_load_si512(hi), h1 = _mm512_load_si512(hi + 64);
+	const __m512i l0 = _mm512_load_si512(lo), l1 = _mm512_load_si512(lo + 64);
+	o->a_hi = _mm512_permutex2var_epi8(h0, ie, h1);
+	o->b_hi = _mm512_permutex2var_epi8(h0, io, h1);
+	o->a_lo = _mm512_permutex2var_epi8(l0, ie, l1);
+	o->b_lo = _mm512_permutex2var_epi8(l0, io, l1);
+	o->corr = _mm512_load_si512(corr);
+	o->f = _mm512_load_ps(f);
+	return true;
+}
+
+/* Lane sums of 4 rows' accumulators: 128-bit lane s, dword r = Σ of row r's lanes 4s..4s+3. */
+static inline __m512i sum4_rows(__m512i a, __m512i b, __m512i c, __m512i e)
+{
+	const __m512i ab = _mm512_add_epi32(_mm512_unpacklo_epi32(a, b), _mm512_unpackhi_epi32(a, b));
+	const __m512i ce = _mm512_add_epi32(_mm512_unpacklo_epi32(c, e), _mm512_unpackhi_epi32(c, e));
+	return _mm512_add_epi32(_mm512_unpacklo_epi64(ab, ce), _mm512_unpackhi_epi64(ab, ce));
+}
+
+/* fp4_blk_bf16's d for a block that fits (struct fp4_xi), by VPDPBUSD. */
+static inline void fp4_blk_int(const uint8_t *const *rows, size_t b, const struct fp4_xi *xi,
+			       __m512i tu, __m512 *d)
+{
+	__m512i acc[8];
+	for (int t = 0; t < 8; t++) {
+		const __m512i r = _mm512_loadu_si512(rows[t] + b * 64);
+		const __m512i wa = _mm512_permutexvar_epi8(r, tu);
+		const __m512i wb = _mm512_permutexvar_epi8(_mm512_srli_epi16(r, 4), tu);
+		__m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, xi->a_hi);
+		a = _mm512_dpbusd_epi32(a, wb, xi->b_hi);
+		a = _mm512_slli_epi32(a, 7);
+		a = _mm512_dpbusd_epi32(a, wa, xi->a_lo);
+		acc[t] = _mm512_dpbusd_epi32(a, wb, xi->b_lo);
+	}
+	for (int g = 0; g < 2; g++) {
+		const __m512i sum = sum4_rows(acc[4 * g], acc[4 * g + 1], acc[4 * g + 2], acc[4 * g + 3]);
+		d[g] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(sum, xi->corr)), xi->f);
+	}
+}
+
+/* xw: fp4_x_words of every block; xi: blocks with isint[b] in the integer form. */
+static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const struct fp4_xi *xi,
+		     const bool *isint, const float *xs, float *y, size_t n0, size_t ntiles)
 {
 	const size_t K = w->cols, nb = K / KB;
 	const __m512i t16 = _mm512_load_si512(tab.fp4_w);
 	const __m512i pw0 = _mm512_load_si512(tab.fp4_ar[0]), pw1 = _mm512_load_si512(tab.fp4_ar[1]);
+	const __m512i tu = _mm512_load_si512(tab.fp4_u8);
 	/* the scale codes of a tile, 8 blocks (32 bytes of each row) at a time, gathered by one
 	 * VPERMI2B per block (tab.fp4_sx) */
 	const __m512i sxi = _mm512_load_si512(tab.fp4_sx);
@@ -341,8 +484,6 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 		__m512i stab[4] = {0}; /* the scale tables of blocks [b & ~7, +8) */
 		bool plain = false; /* no code 0 or 255 in them: 2^(e-127) by a shift */
 		for (size_t b = 0; b < nb; b++) {
-			__m512 ev[8], od[8];
-			const __m512i *xb = xw + 4 * b;
 			if (b % 8 == 0) {
 				const size_t nbytes = K / 32 - 4 * b < 32 ? K / 32 - 4 * b : 32;
 				const __mmask32 lm = (__mmask32)(((uint64_t)1 << nbytes) - 1);
@@ -357,30 +498,15 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const float 
 				}
 				plain = special == 0;
 			}
-			for (int t = 0; t < 8; t++) {
-				if (pf)
+			if (pf)
+				for (int t = 0; t < 8; t++)
 					_mm_prefetch(pf + b * (4 * KB) + (size_t)t * 64, _MM_HINT_T1);
-				const __m512i r = _mm512_loadu_si512(rows[t] + b * 64);
-				const __m512i d0 = _mm512_permutexvar_epi8(pw0, r);
-				const __m512i d1 = _mm512_permutexvar_epi8(pw1, r);
-				ev[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
-							 as_bh(_mm512_permutexvar_epi16(d0, t16)), as_bh(xb[0]));
-				ev[t] = _mm512_dpbf16_ps(ev[t], as_bh(_mm512_permutexvar_epi16(d1, t16)), as_bh(xb[1]));
-				od[t] = _mm512_dpbf16_ps(_mm512_setzero_ps(),
-							 as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(d0, 4), t16)),
-							 as_bh(xb[2]));
-				od[t] = _mm512_dpbf16_ps(od[t], as_bh(_mm512_permutexvar_epi16(_mm512_srli_epi16(d1, 4), t16)),
-							 as_bh(xb[3]));
-			}
 			/* per sub-block s (128-bit lane s): the 4 results of rows 0-3, then of 4-7 */
 			__m512 d[2];
-			for (int g = 0; g < 2; g++) {
-				const __m512 g01 = fp4_half_sums(ev[4 * g], ev[4 * g + 1], od[4 * g], od[4 * g + 1]);
-				const __m512 g23 = fp4_half_sums(ev[4 * g + 2], ev[4 * g + 3], od[4 * g + 2],
-								 od[4 * g + 3]);
-				d[g] = _mm512_add_ps(_mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(2, 0, 2, 0)),
-						     _mm512_shuffle_ps(g01, g23, _MM_SHUFFLE(3, 1, 3, 1)));
-			}
+			if (isint[b])
+				fp4_blk_int(rows, b, xi + b, tu, d);
+			else
+				fp4_blk_bf16(rows, b, xw + 4 * b, t16, pw0, pw1, d);
 			const __m512i ix = _mm512_add_epi8(sxi, _mm512_set1_epi8((char)(4 * (b % 8))));
 			const __m512i c0 = _mm512_maskz_permutex2var_epi8(dwlow, stab[0], ix, stab[1]);
 			const __m512i c1 = _mm512_maskz_permutex2var_epi8(dwlow, stab[2], ix, stab[3]);
@@ -411,16 +537,23 @@ bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const 
 	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4) || K % KB != 0 || K > GEMV_KMAX ||
 	    !srt_gemm_bf16dp_usable())
 		return false;
-	for (size_t b = 0; b < nb; b++)
-		if (!x_exact_products(xq + b * KB))
-			return false;
 	_Alignas(64) __m512i xw[GEMV_KMAX / 16]; /* FP8: one per 16 k; FP4: one per 32 */
 	if (w->type == SRT_WT_FP8) {
+		for (size_t b = 0; b < nb; b++)
+			if (!x_exact_products(xq + b * KB))
+				return false;
 		fp8_x_words(xq, K / 16, xw);
 		gemv_fp8(w, xw, xs, y, n0, ntiles);
-	} else {
-		fp4_x_words(xq, nb, xw);
-		gemv_fp4(w, xw, xs, y, n0, ntiles);
+		return true;
 	}
+	struct fp4_xi xi[GEMV_KMAX / KB];
+	bool isint[GEMV_KMAX / KB];
+	for (size_t b = 0; b < nb; b++) {
+		isint[b] = vnni && fp4_int_block(xq + b * KB, &xi[b]);
+		if (!isint[b] && !x_exact_products(xq + b * KB))
+			return false;
+	}
+	fp4_x_words(xq, nb, xw);
+	gemv_fp4(w, xw, xi, isint, xs, y, n0, ntiles);
 	return true;
 }

@@ -931,6 +931,68 @@ START_TEST(gemv_kernels_match_generic_at_the_stack_k_limit)
 }
 END_TEST
 
+/* A value with 4 significant bits: ±(8 + m)·2^(e - 3), m in 0..7. */
+static float sig4(unsigned r, int e)
+{
+	return (r & 8u ? -1.0f : 1.0f) * ldexpf((float)(8u + (r & 7u)), e - 3);
+}
+
+/* REFERENCE FP4 GEMVs where the AVX-512 kernel sums sub-blocks of 32 as integers (when the
+ * 32 activations are integers times 2^(emax - 13), the largest's exponent emax) and where it
+ * cannot (one activation finer than that: the block goes to the bf16 dot products), mixed in
+ * one call: at the boundary (X = ±15360 and X = 1 in one sub-block; one value at emax - 14),
+ * all-zero sub-blocks with -0, single values, exponents near ±60. Every kernel set gives the
+ * generic set's bits. */
+START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
+{
+	enum { N = 45, K = 1024, NB = K / 128 };
+	/* kinds of the 4 sub-blocks of block b % 4: 0 random span 11 binades, 1 boundary that
+	 * fits, 2 one value finer (does not fit), 3 zeros, 4 one value, 5 far exponents */
+	static const int kinds[4][4] = {{0, 1, 3, 4}, {0, 2, 0, 0}, {5, 5, 1, 0}, {4, 0, 3, 1}};
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float xq[K], xs[NB], y0[N], y1[N];
+	for (int round = 0; round < 4; round++) {
+		for (size_t b = 0; b < NB; b++) {
+			xs[b] = ldexpf(1.0f, (int)(b % 5) - 9);
+			for (int s = 0; s < 4; s++) {
+				float *x = xq + b * 128 + s * 32;
+				const int kind = kinds[(b + (size_t)round) % 4][s];
+				const int emax = kind == 5 ? (s % 2 ? 60 : -60) + round : 8 - (int)(b % 3);
+				for (int i = 0; i < 32; i++) {
+					const unsigned r = (unsigned)(frand() * 1e6f + 1e6f);
+					x[i] = kind == 3 ? (i % 3 ? 0.0f : -0.0f)
+					       : kind == 4 ? (i == 17 ? sig4(r, emax) : 0.0f)
+							   : sig4(r, emax - (int)(r >> 4) % 11);
+				}
+				if (kind == 1 || kind == 2) {
+					x[3] = ldexpf(1.875f, emax);
+					x[9] = -ldexpf(1.875f, emax);
+					x[20] = ldexpf(kind == 1 ? 1.0f : 1.5f, emax - 13);
+					x[31] = -0.0f;
+				}
+			}
+		}
+		struct wtest t;
+		make_raw_weight(&t, SRT_WT_FP4, N, K, false);
+		for (size_t n0 = 0; n0 < 3; n0++)
+			for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+				float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+				ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+				srt_gemm_ref(&t.w, xq, xs, 1, K, y, N, n0, N);
+				if (isa == SRT_GEMM_ISA_GENERIC)
+					continue;
+				for (size_t n = n0; n < N; n++)
+					ck_assert_msg(same_float(y0[n], y1[n]),
+						      "%s round %d rows from %zu: y[%zu] %a vs generic %a",
+						      srt_gemm_isa_name((enum srt_gemm_isa)isa), round, n0, n,
+						      y1[n], y0[n]);
+			}
+		free_weight(&t);
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+}
+END_TEST
+
 /* EXACT FP8 at M = 1 with scale codes whose 2^8·s is not finite (250, 254: the weights take
  * two multiplications, (v·2^8)·s) next to ordinary ones, codes below 2 so every dequantized
  * weight is finite, and an output range whose 8-row tiles straddle the 128-row scale blocks
@@ -1202,6 +1264,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
+	tcase_add_test(tc, gemv_fp4_integer_sums_match_generic_at_their_fit_boundary);
 	tcase_add_test(tc, gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations);
 	tcase_add_test(tc, gemv_exact_fp8_matches_generic_for_overflowing_scale_factors);
 	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);

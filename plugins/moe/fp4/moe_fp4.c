@@ -20,7 +20,8 @@
  * (per chunk of MOE_ROW_CHUNK rows). srt_gemm results do not depend on the number of rows or the
  * column range, and a row's expert outputs are summed in ascending expert id (shared last), so a
  * row's result is bitwise independent of the other rows in the batch. Column ranges are
- * MOE_NCOL wide (MOE_NCOL_BIG from MOE_BIG_ROWS rows, prefill), and the parallel tasks are
+ * MOE_NCOL wide (MOE_NCOL_BIG from MOE_BIG_ROWS rows, prefill; at decode 1/T of a matrix for T
+ * threads, so each thread streams one contiguous block of it), and the parallel tasks are
  * weighted by their group's rows (run_tasks) so both threads get the same work although the
  * shared expert's group holds every row of the chunk.
  */
@@ -41,8 +42,8 @@
 
 #define MOE_NAME "fp4"
 #define MOE_ROW_CHUNK 256 /* rows per pass: bounds the scratch memory of a long prefill */
-#define MOE_NCOL 256      /* output columns per parallel task (a decode GEMV call each: long
-			   * enough that the GEMV's set-up and prefetch ramp are a small part) */
+#define MOE_NCOL 256      /* output columns per parallel task of a batch of up to
+			   * MOE_BIG_ROWS rows (decode: moe_forward) */
 #define MOE_NCOL_BIG 128  /* the same from MOE_BIG_ROWS rows (prefill): fewer, larger GEMMs */
 #define MOE_BIG_ROWS 64
 #define MOE_QB 128        /* activation quantisation block */
@@ -105,7 +106,7 @@ struct moe_inst {
 	struct moe_group *groups; /* [E + 1] */
 	int32_t n_groups;
 	int64_t n_tasks_per_group_up, n_tasks_per_group_down;
-	int64_t ncol;             /* columns per task: MOE_NCOL or MOE_NCOL_BIG */
+	int64_t ncol_up, ncol_down; /* columns per up_gate / down task (see moe_forward) */
 	int64_t task0;            /* first work unit of the up_gate / down call (profiling splits) */
 	int64_t spread_n;         /* decode: units of the call dealt round-robin to the threads
 				   * (spread()), 0 = in order */
@@ -626,7 +627,7 @@ static void gemm(const struct moe_inst *in, const struct srt_weight *w, const fl
  * every row of the chunk and a routed group a few. Calls fn for those tasks of units
  * [in->task0 + begin, in->task0 + end).
  */
-static void run_tasks(struct moe_inst *in, int64_t per, int64_t begin, int64_t end,
+static void run_tasks(struct moe_inst *in, int64_t per, int64_t ncol, int64_t begin, int64_t end,
 		      void (*fn)(struct moe_inst *in, const struct moe_group *g, size_t n0))
 {
 	const int64_t lo = in->task0 + begin, hi = in->task0 + end;
@@ -640,7 +641,7 @@ static void run_tasks(struct moe_inst *in, int64_t per, int64_t begin, int64_t e
 		int64_t q0 = lo > u0 ? (lo - u0 + c - 1) / c : 0;
 		int64_t q1 = (hi - u0 + c - 1) / c;
 		for (int64_t q = q0; q < (q1 < per ? q1 : per); q++)
-			fn(in, g, (size_t)(q * in->ncol));
+			fn(in, g, (size_t)(q * ncol));
 	}
 }
 
@@ -650,7 +651,7 @@ static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t 
 	const int64_t d = in->d, I = in->inter;
 	const int ref = in->profile == SRT_PROFILE_REFERENCE;
 	const float L = in->limit;
-	size_t n1 = n0 + (size_t)in->ncol;
+	size_t n1 = n0 + (size_t)in->ncol_up;
 	const float *x = in->gx + (int64_t)g->first * d;
 	const float *xs = in->gs + (int64_t)g->first * (d / MOE_QB);
 	if (n1 > (size_t)I)
@@ -708,16 +709,16 @@ static int64_t spread(const struct moe_inst *in, int64_t p)
 
 /* run_tasks over units [begin, end) of the call, one unit at a time in spread() order at
  * decode. */
-static void run_units(struct moe_inst *in, int64_t per, int64_t begin, int64_t end,
+static void run_units(struct moe_inst *in, int64_t per, int64_t ncol, int64_t begin, int64_t end,
 		      void (*fn)(struct moe_inst *in, const struct moe_group *g, size_t n0))
 {
 	if (!in->spread_n) {
-		run_tasks(in, per, begin, end, fn);
+		run_tasks(in, per, ncol, begin, end, fn);
 		return;
 	}
 	for (int64_t p = begin; p < end; p++) {
 		const int64_t u = spread(in, p);
-		run_tasks(in, per, u, u + 1, fn);
+		run_tasks(in, per, ncol, u, u + 1, fn);
 	}
 }
 
@@ -733,7 +734,7 @@ static void up_gate(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
 	(void)tid;
-	run_units(in, in->n_tasks_per_group_up, begin, end, up_gate_task);
+	run_units(in, in->n_tasks_per_group_up, in->ncol_up, begin, end, up_gate_task);
 }
 
 /* Phase 4, per entry (reference only): h rounded to bf16, then quantised to FP8 per 128. */
@@ -753,7 +754,7 @@ static void quant_h(void *ctx, int64_t begin, int64_t end, int tid)
 static void down_task(struct moe_inst *in, const struct moe_group *g, size_t n0)
 {
 	const int64_t d = in->d, I = in->inter;
-	size_t n1 = n0 + (size_t)in->ncol;
+	size_t n1 = n0 + (size_t)in->ncol_down;
 	if (n1 > (size_t)d)
 		n1 = (size_t)d;
 	gemm(in, &g->w[1], in->hq + (int64_t)g->first * I,
@@ -768,7 +769,7 @@ static void down(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
 	(void)tid;
-	run_units(in, in->n_tasks_per_group_down, begin, end, down_task);
+	run_units(in, in->n_tasks_per_group_down, in->ncol_down, begin, end, down_task);
 }
 
 /* Phase 6, per row: sum its experts' outputs in ascending expert id, shared last. */
@@ -878,13 +879,18 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 	in->cur = l;
 	in->x = x;
 	in->out = out;
-	in->ncol = n >= MOE_BIG_ROWS ? MOE_NCOL_BIG : MOE_NCOL;
-	/* one thread decoding: each matrix in one GEMV call, one stream front to back (a jump
-	 * between the gate and up matrices per column block cost 8% of a decode step) */
-	if (n == 1 && in->host->nthreads == 1)
-		in->ncol = in->inter > in->d ? in->inter : in->d;
-	in->n_tasks_per_group_up = (in->inter + in->ncol - 1) / in->ncol;
-	in->n_tasks_per_group_down = (in->d + in->ncol - 1) / in->ncol;
+	in->ncol_up = in->ncol_down = n >= MOE_BIG_ROWS ? MOE_NCOL_BIG : MOE_NCOL;
+	if (n == 1) {
+		/* decode: each thread one contiguous block of each matrix (whole matrices for
+		 * one thread), one stream front to back; spread() deals block t of every group
+		 * to thread t. Jumping between column blocks of the gate, up and down matrices
+		 * cost 8% of a one-thread decode step. */
+		const int64_t T = in->host->nthreads > 0 ? in->host->nthreads : 1;
+		in->ncol_up = ((in->inter + T - 1) / T + 7) / 8 * 8;
+		in->ncol_down = ((in->d + T - 1) / T + 7) / 8 * 8;
+	}
+	in->n_tasks_per_group_up = (in->inter + in->ncol_up - 1) / in->ncol_up;
+	in->n_tasks_per_group_down = (in->d + in->ncol_down - 1) / in->ncol_down;
 	for (int64_t r0 = 0; r0 < n; r0 += MOE_ROW_CHUNK) {
 		int64_t n_ent;
 		in->row0 = r0;

@@ -1,8 +1,9 @@
 /*
  * core/ops/gemm_avx512_bf16.c — REFERENCE-mode GEMVs (M = 1) for FP8 and FP4 weights on
  * x86-64 with AVX512_BF16, AVX512_VBMI and AVX512VL (compiled with -mavx512f -mavx512bw
- * -mavx512vl -mavx512vbmi -mavx512bf16, never -mfma). Called from gemm_avx512.c; runs only
- * after srt_gemm_bf16dp_usable() said yes.
+ * -mavx512vl -mavx512vbmi -mavx512bf16 -mavx512vnni, never -mfma). Called from gemm_avx512.c;
+ * runs only after srt_gemm_bf16dp_usable() said yes; the FP4 integer sums (VPDPBUSD, "FP4 by
+ * integer dot products" below) only where cpuid also shows AVX512_VNNI.
  *
  * Why it gives gemm.h's bits. In REFERENCE mode every product is of two numbers with few
  * significant bits: an E4M3 activation value (4 bits) times an E4M3 (4 bits) or E2M1 (2 bits)

@@ -549,12 +549,15 @@ bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const 
 	}
 	struct fp4_xi xi[GEMV_KMAX / KB];
 	bool isint[GEMV_KMAX / KB];
+	bool allint = true;
 	for (size_t b = 0; b < nb; b++) {
 		isint[b] = vnni && fp4_int_block(xq + b * KB, &xi[b]);
 		if (!isint[b] && !x_exact_products(xq + b * KB))
 			return false;
+		allint &= isint[b];
 	}
-	fp4_x_words(xq, nb, xw);
+	if (!allint) /* the bf16 words only where some block needs them */
+		fp4_x_words(xq, nb, xw);
 	gemv_fp4(w, xw, xi, isint, xs, y, n0, ntiles);
 	return true;
 }

@@ -8,6 +8,7 @@
 #include <check.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -839,6 +840,32 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 }
 END_TEST
 
+/* srt_gemm_ref at M = 1 for output rows from 0, 1 and 2 to the end: every kernel set gives the
+ * generic set's bits (the best set is current again afterwards). */
+static void gemv_ref_every_isa_is_generic(const struct srt_weight *w, const float *xq,
+					  const float *xs, const char *what)
+{
+	enum { NMAX = 64 };
+	const size_t N = w->rows, K = w->cols;
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float y0[NMAX], y1[NMAX];
+	ck_assert_uint_le(N, NMAX);
+	for (size_t n0 = 0; n0 < 3; n0++)
+		for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+			float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
+			ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+			srt_gemm_ref(w, xq, xs, 1, K, y, N, n0, N);
+			if (isa == SRT_GEMM_ISA_GENERIC)
+				continue;
+			for (size_t n = n0; n < N; n++)
+				ck_assert_msg(same_float(y0[n], y1[n]),
+					      "%s %s rows from %zu: y[%zu] %a vs generic %a",
+					      srt_gemm_isa_name((enum srt_gemm_isa)isa), what, n0, n, y1[n],
+					      y0[n]);
+		}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+}
+
 /* REFERENCE GEMVs (M = 1) on properly quantized activations (so the exact-product kernels,
  * AVX512_BF16 dot products included, run) with scale codes over the whole UE8M0 range, 0
  * (2^-127) and 255 (NaN) included, K whose per-row FP4 scale bytes end inside a 32-byte load
@@ -850,7 +877,7 @@ START_TEST(gemv_reference_matches_generic_for_every_scale_code_on_quantized_acti
 	static const enum srt_wtype types[] = {SRT_WT_FP8, SRT_WT_FP4};
 	enum { N = 45, KMAX = 1280 };
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
-	float x[KMAX], xq[KMAX], xs[KMAX / 128], y0[N], y1[N];
+	float x[KMAX], xq[KMAX], xs[KMAX / 128];
 	for (size_t ki = 0; ki < N_OF(Ks); ki++) {
 		const size_t K = Ks[ki];
 		for (size_t i = 0; i < K; i++)
@@ -863,20 +890,9 @@ START_TEST(gemv_reference_matches_generic_for_every_scale_code_on_quantized_acti
 			const size_t sb = srt_weight_scale_bytes(types[ti], N, K);
 			for (size_t i = 0; i < sb; i += 29)
 				t.scales[i] = i % 2 ? 0 : 255;
-			for (size_t n0 = 0; n0 < 3; n0++) {
-				for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
-					float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
-					ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
-					srt_gemm_ref(&t.w, xq, xs, 1, K, y, N, n0, N);
-					if (isa == SRT_GEMM_ISA_GENERIC)
-						continue;
-					for (size_t n = n0; n < N; n++)
-						ck_assert_msg(same_float(y0[n], y1[n]),
-							      "%s type %d K %zu rows from %zu: y[%zu] %a vs generic %a",
-							      srt_gemm_isa_name((enum srt_gemm_isa)isa), types[ti], K,
-							      n0, n, y1[n], y0[n]);
-				}
-			}
+			char what[48];
+			snprintf(what, sizeof what, "type %d K %zu", types[ti], K);
+			gemv_ref_every_isa_is_generic(&t.w, xq, xs, what);
 			free_weight(&t);
 		}
 	}
@@ -950,7 +966,7 @@ START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 	 * fits, 2 one value finer (does not fit), 3 zeros, 4 one value, 5 far exponents */
 	static const int kinds[4][4] = {{0, 1, 3, 4}, {0, 2, 0, 0}, {5, 5, 1, 0}, {4, 0, 3, 1}};
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
-	float xq[K], xs[NB], y0[N], y1[N];
+	float xq[K], xs[NB];
 	for (int round = 0; round < 4; round++) {
 		for (size_t b = 0; b < NB; b++) {
 			xs[b] = ldexpf(1.0f, (int)(b % 5) - 9);
@@ -974,19 +990,9 @@ START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 		}
 		struct wtest t;
 		make_raw_weight(&t, SRT_WT_FP4, N, K, false);
-		for (size_t n0 = 0; n0 < 3; n0++)
-			for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
-				float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
-				ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
-				srt_gemm_ref(&t.w, xq, xs, 1, K, y, N, n0, N);
-				if (isa == SRT_GEMM_ISA_GENERIC)
-					continue;
-				for (size_t n = n0; n < N; n++)
-					ck_assert_msg(same_float(y0[n], y1[n]),
-						      "%s round %d rows from %zu: y[%zu] %a vs generic %a",
-						      srt_gemm_isa_name((enum srt_gemm_isa)isa), round, n0, n,
-						      y1[n], y0[n]);
-			}
+		char what[16];
+		snprintf(what, sizeof what, "round %d", round);
+		gemv_ref_every_isa_is_generic(&t.w, xq, xs, what);
 		free_weight(&t);
 	}
 	ck_assert_int_eq(srt_gemm_set_isa(best), 0);

@@ -391,9 +391,10 @@ static bool fp4_int_block(const float *x, struct fp4_xi *o)
 		const __m512i mag = _mm512_set1_epi32(0x7FFFFFFF);
 		const __m512i a = _mm512_max_epu32(_mm512_and_si512(_mm512_castps_si512(v0), mag),
 						   _mm512_and_si512(_mm512_castps_si512(v1), mag));
-		/* |X| < 2^14 for the largest: e = its exponent - 13; NaN, Inf, tiny: no */
-		const int emax = (int)((uint32_t)_mm512_reduce_max_epu32(a) >> 23) - 127;
-		const int e = emax - 13;
+		/* |X| < 2^14 for the largest: e = its exponent - 13; NaN, Inf, tiny: no; all
+		 * zeros (either sign): X = 0 at any e */
+		const uint32_t amax = (uint32_t)_mm512_reduce_max_epu32(a);
+		const int e = amax ? (int)(amax >> 23) - 127 - 13 : 0;
 		if (e < -100 || e > 90)
 			return false;
 		uint32_t bits = (uint32_t)(127 - e) << 23;

@@ -527,8 +527,9 @@ START_TEST(test_resume_from_copied_prefix_pages_continues_bitwise)
 END_TEST
 
 /*
- * auto = fp8 KV / fp4 indexer keys in the reference profile: same bits as f32 storage; so is
- * bf16 storage (the fake-quantized values are E4M3 x 2^k / E2M1 x 2^k, the rope dims bf16).
+ * auto = fp8 KV / fp4 indexer keys in the reference profile: same bits as f32 storage, also
+ * with most indexer keys left to the double loop (SRT_IX_SPAN=1); so is bf16 storage (the
+ * fake-quantized values are E4M3 x 2^k / E2M1 x 2^k, the rope dims bf16).
  */
 START_TEST(test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile)
 {
@@ -553,6 +554,18 @@ START_TEST(test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile)
 		      plugin_of(layer));
 	seq_free(&sa);
 	seq_free(&sb);
+	srt_instance_destroy(a);
+	/* the same with the indexer's exact path narrowed to 1 binade (attn_ix.c): most key
+	 * blocks then mix exact keys and keys left to the double loop */
+	setenv("SRT_IX_SPAN", "1", 1);
+	a = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL);
+	seq_init(&sa, a, 3);
+	run_chunks(a, layer, &sa, 0, T, 77, x, y);
+	unsetenv("SRT_IX_SPAN");
+	ck_assert_msg(!memcmp(y, y0, T * d * 4),
+		      "%s: fp8/fp4 storage, exact indexer keys mixed with others, changed the outputs",
+		      plugin_of(layer));
+	seq_free(&sa);
 	srt_instance_destroy(a);
 	a = inst(layer, SRT_PROFILE_REFERENCE, "bf16", "bf16");
 	seq_init(&sa, a, 3);

@@ -968,6 +968,36 @@ static void fp4_key(const float *x, size_t d, uint8_t *e)
 	srt_quant_fp4(x, d, e, e + d / 2);
 }
 
+/* An indexer case: FP4-fake-quantized queries iq [nh][d] with per-head magnitudes 2^-30 ..
+ * 2^30 and some all-zero blocks, ne FP4 keys (d/2 + d/32 bytes each, kp[e] = keys + e·that)
+ * of per-key magnitudes; keys 7 and 8 have block scales spanning 38 and 39 binades (the
+ * exact range's edge: done, and left to the caller). */
+static void ix_case(size_t nh, size_t d, size_t ne, float *iq, uint8_t *keys, const uint8_t **kp)
+{
+	const size_t ke = d / 2 + d / 32;
+	for (size_t h = 0; h < nh; h++) {
+		float mag = ldexpf(1.0f, (int)(h * 7 % 61) - 30);
+		/* |values| < 6·mag, the first of each block 6·mag: every block's scale is mag, so
+		 * a head's nonzero blocks span no binade (q.spread 0) */
+		for (size_t c = 0; c < d; c++)
+			iq[h * d + c] = (h % 5 == 3 && c / 32 == 1) ? 0.0f
+					: c % 32 == 0 ? (c & 64 ? -6.0f : 6.0f) * mag
+					: unit() * 6.0f * mag;
+		srt_quant_fp4_fake(iq + h * d, iq + h * d, d);
+	}
+	for (size_t e = 0; e < ne; e++) {
+		float x[160];
+		for (size_t c = 0; c < d; c++)
+			x[c] = unit() * ldexpf(1.0f, (int)(e % 23) - 11);
+		if (e == 7 || e == 8) /* block 0 far above the others: 38 and 39 binades */
+			for (size_t c = 0; c < d; c++)
+				x[c] = (c < 32 ? ldexpf(1.0f, e == 7 ? 38 : 39) : 1.0f) *
+				       (c % 32 ? 6.0f * unit() : 6.0f);
+		fp4_key(x, d, keys + e * ke);
+		kp[e] = keys + e * ke;
+	}
+}
+
 /*
  * The exact FP4 path of the indexer (attn_ix.h) against the double loop that defines the
  * bits: FP4-fake-quantized queries with per-head magnitudes 2^-30 .. 2^30 and some all-zero
@@ -992,28 +1022,9 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 		uint8_t *keys = malloc(ke * ne), ok[40];
 		const uint8_t *kp[40];
 		void *buf = malloc(srt_attn_ixq_bytes(nh, d));
-		for (size_t h = 0; h < nh; h++) {
-			float mag = ldexpf(1.0f, (int)(h * 7 % 61) - 30);
-			/* |values| < 6·mag, the first of each block 6·mag: every block's scale is
-			 * mag, so a head's nonzero blocks span no binade (q.spread 0) */
-			for (size_t c = 0; c < d; c++)
-				iq[h * d + c] = (h % 5 == 3 && c / 32 == 1) ? 0.0f
-						: c % 32 == 0 ? (c & 64 ? -6.0f : 6.0f) * mag
-						: unit() * 6.0f * mag;
-			srt_quant_fp4_fake(iq + h * d, iq + h * d, d);
-		}
-		for (size_t e = 0; e < ne; e++) {
-			float x[160];
-			for (size_t c = 0; c < d; c++)
-				x[c] = unit() * ldexpf(1.0f, (int)(e % 23) - 11);
-			if (e == 7 || e == 8) /* block 0 far above the others: 38 and 39 binades */
-				for (size_t c = 0; c < d; c++)
-					x[c] = (c < 32 ? ldexpf(1.0f, e == 7 ? 38 : 39) : 1.0f) *
-					       (c % 32 ? 6.0f * unit() : 6.0f);
-			fp4_key(x, d, keys + e * ke);
-			kp[e] = keys + e * ke;
+		ix_case(nh, d, ne, iq, keys, kp);
+		for (size_t e = 0; e < ne; e++)
 			srt_attn_fp4_row(kp[e], kp[e] + d / 2, d, kf + e * d);
-		}
 		struct srt_attn_ixq q;
 		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
 		for (size_t h = 0; h < nh; h++)
@@ -1041,6 +1052,54 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 		free(qt);
 		free(y);
 		free(yr);
+		free(keys);
+		free(buf);
+	}
+}
+END_TEST
+
+/*
+ * The indexer's reference scores with the keys in the lanes (srt_attn_ix_score_fp4) against
+ * srt_attn_qk_fp4's rows scored by srt_attn_ix_score_bf16, bitwise: head dims 96/128/160, 16
+ * and 64 heads, 40 keys (two full batches of 16 and a short one), weights of both signs,
+ * zero and tiny ones, so heads with negative, zero and NaN-free positive terms all occur;
+ * the same keys done (ok) by both.
+ */
+START_TEST(ix_score_fp4_equals_qk_fp4_rows_scored_bitwise)
+{
+	static const size_t nhs[] = {16, 64}, ds[] = {128, 96, 160};
+	if (!srt_attn_qk_fp4_ready(16, 128)) {
+		fprintf(stderr, "ix_score_fp4: no AVX-512 VNNI here, the double loop runs instead\n");
+		return;
+	}
+	for (size_t di = 0; di < 3 * 2; di++) {
+		const size_t d = ds[di / 2], ke = d / 2 + d / 32;
+		const size_t nh = nhs[di % 2], ne = 40;
+		float *iq = malloc(sizeof(float) * nh * d), *w = malloc(sizeof(float) * nh);
+		double *y = malloc(sizeof(double) * ne * nh), want[40], got[40];
+		uint8_t *keys = malloc(ke * ne), ok[40], ok2[40];
+		const uint8_t *kp[40];
+		void *buf = malloc(srt_attn_ixq_bytes(nh, d));
+		ix_case(nh, d, ne, iq, keys, kp);
+		for (size_t h = 0; h < nh; h++)
+			w[h] = h % 7 == 0 ? 0.0f : h % 11 == 5 ? 0x1p-140f : unit();
+		struct srt_attn_ixq q;
+		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
+		const size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
+		for (size_t e = 0; e < ne; e++)
+			if (ok[e])
+				srt_attn_ix_score_bf16(y + e * nh, w, nh, 1, &want[e]);
+		memset(got, 0xFF, sizeof got);
+		ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), done);
+		for (size_t e = 0; e < ne; e++) {
+			ck_assert_int_eq(ok2[e], ok[e]);
+			if (ok[e])
+				ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0,
+					      "d %zu nh %zu key %zu: %a vs %a", d, nh, e, got[e], want[e]);
+		}
+		free(iq);
+		free(w);
+		free(y);
 		free(keys);
 		free(buf);
 	}
@@ -1128,6 +1187,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise);
 	tcase_add_test(tc, n_head_kernels_equal_one_head_calls_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
+	tcase_add_test(tc, ix_score_fp4_equals_qk_fp4_rows_scored_bitwise);
 	tcase_add_test(tc, dot_tiles_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, pv_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, tm_dot_equals_the_double_loop_bitwise_for_every_tile_format);

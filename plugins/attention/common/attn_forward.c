@@ -824,6 +824,7 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 		const struct srt_seq_view *s = &f->b->seqs[f->rseq[r]];
 		const float *iq = f->iq + r * (int64_t)(ih * idim), *iw = f->iw + r * (int64_t)ih;
 		const size_t nk = (size_t)(j1 - j0);
+		double *out = f->isc + ur * f->c4max;
 		size_t done = 0;
 		if (fast && prow != r) {
 			qfp4 = srt_attn_ixq_prepare(iq, ih, idim, ixqb, &ixq);
@@ -831,7 +832,9 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 		}
 		if (fast && qfp4) {
 			entry_run(a, s, a->pool_ix, f->slot, j0, (int64_t)nk, kp);
-			done = srt_attn_qk_fp4(&ixq, kp, nk, y, kok);
+			/* reference: the scores themselves, 16 keys in the lanes (no q·k rows) */
+			done = a->ref ? srt_attn_ix_score_fp4(&ixq, kp, nk, iw, out + j0, kok)
+				      : srt_attn_qk_fp4(&ixq, kp, nk, y, kok);
 		}
 		if (done < nk && qrow != r) { /* the row's query, transposed: [dim][head] */
 			for (size_t h = 0; h < ih; h++)
@@ -848,11 +851,13 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 				if (!kok[i]) {
 					ix_key(a, kp[i], keys);
 					srt_attn_qk_heads(qt, ih, keys, idim, 1, y + i * ih);
+					if (a->ref) /* its score (the others are in out already) */
+						srt_attn_ix_score_bf16(y + i * ih, iw, ih, 1, out + j0 + (int64_t)i);
 				}
 		}
-		double *out = f->isc + ur * f->c4max;
 		if (a->ref) { /* the per-head terms, summed in ascending heads, keys in lanes */
-			srt_attn_ix_score_bf16(y, iw, ih, nk, out + j0);
+			if (done == 0) /* else srt_attn_ix_score_fp4 and the loop above scored them */
+				srt_attn_ix_score_bf16(y, iw, ih, nk, out + j0);
 			continue;
 		}
 		for (int64_t j = j0; j < j1; j++) {

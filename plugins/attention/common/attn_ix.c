@@ -29,6 +29,18 @@
 #define IX_DMAX 512
 #define IX_SPAN 38 /* binades a (head, key) pair's block exponents may span */
 
+/* IX_SPAN, or less where SRT_IX_SPAN (0 .. IX_SPAN) asks: fewer keys take the exact path and
+ * more the caller's double loop, with the same results (tests of the callers' mixed case). */
+static int ix_span(void)
+{
+	const char *s = getenv("SRT_IX_SPAN");
+	if (!s || !*s)
+		return IX_SPAN;
+	char *end;
+	const long v = strtol(s, &end, 10);
+	return *end || v < 0 || v > IX_SPAN ? IX_SPAN : (int)v;
+}
+
 static int have_vnni(void)
 {
 #ifdef IX_X86
@@ -228,10 +240,18 @@ IX_KEYS_FN(qk_fp4_keys2, 2)
 
 #define IX_BATCH 16 /* keys whose bytes are prepared before their dot products */
 
+/* A batch of n prepared keys: their q·k rows (ix_run_batch) or their index scores
+ * (ix_score_batch); w: the heads' weights (scores only). */
+typedef void (*ix_batch_fn)(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
+			    double (*ku)[IX_DMAX / IX_BLOCK], const float *w, double *const *yk,
+			    size_t n);
+
 /* The n prepared keys of a batch, in pairs: each key's values depend on that key alone. */
-static void ix_run_batch(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
-			 const double (*ku)[IX_DMAX / IX_BLOCK], double *const *yk, size_t n)
+static void ix_run_batch(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
+			 double (*ku)[IX_DMAX / IX_BLOCK], const float *w, double *const *yk,
+			 size_t n)
 {
+	(void)w;
 	size_t i = 0;
 	for (; i + 2 <= n; i += 2)
 		qk_fp4_keys2(q, kb + i, ku + i, yk + i);
@@ -240,15 +260,151 @@ static void ix_run_batch(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DM
 }
 #endif
 
-size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
-		       double *y, uint8_t *ok)
+#ifdef IX_X86
+/* 16x16 dwords: r[i] lane j -> r[j] lane i. */
+__attribute__((target("avx512f"))) static inline void ix_transpose16(__m512i r[16])
+{
+	__m512i t[16], u[16];
+	for (int i = 0; i < 16; i += 2) {
+		t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+		t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+	}
+	/* u[4q + c], 128-bit lane L: rows 4q .. 4q + 3 of column 4L + c */
+	for (int i = 0; i < 16; i += 4) {
+		u[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+		u[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+		u[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+		u[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+	}
+	for (int c = 0; c < 4; c++) {
+		const __m512i a = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+		const __m512i b = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+		const __m512i e = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+		const __m512i f = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+		r[c] = _mm512_shuffle_i32x4(a, b, 0x88);
+		r[4 + c] = _mm512_shuffle_i32x4(a, b, 0xDD);
+		r[8 + c] = _mm512_shuffle_i32x4(e, f, 0x88);
+		r[12 + c] = _mm512_shuffle_i32x4(e, f, 0xDD);
+	}
+}
+
+/* [a | b] (AVX-512F only). */
+__attribute__((target("avx512f"))) static inline __m512 ix_join8(__m256 a, __m256 b)
+{
+	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)),
+						   _mm256_castps_pd(b), 1));
+}
+
+/* 16 floats rounded to bf16 (nearest even; NaN stays NaN), as round_bf16_scalar. */
+__attribute__((target("avx512f"))) static inline __m512 ix_bf16_16(__m512 x)
+{
+	__m512i u = _mm512_castps_si512(x);
+	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+	u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u));
+	return _mm512_mask_mov_ps(_mm512_castsi512_ps(u), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
+				  _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
+}
+
+/*
+ * The reference index scores of 16 keys (their bytes kb and units ku as srt_attn_qk_fp4
+ * prepares them; n <= 16 of them real, the rest padding) with the keys in the lanes: per head,
+ * each block's integer sum by 8 VPDPBUSD (the key bytes of the 16 keys transposed to one
+ * dword per lane, the query's 4 bytes broadcast), the blocks scaled and added in ascending
+ * order in double (qk_fp4_keys' operations), then the head's term bf16(ReLU(bf16(qk))·w) added
+ * to each key's double sum in ascending heads (srt_attn_ix_score_bf16's), without writing the
+ * q·k rows out.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+ix_score16(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
+	   const double (*ku)[IX_DMAX / IX_BLOCK], const float *w, size_t n, double *const *out)
+{
+	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);
+	const size_t nd = (nb * 4 + 15) / 16 * 16; /* dwords of a key's low (high) row, padded */
+	__m512i kt[2][IX_DMAX / 8];                /* [low/high][dword]: lane i = key i's */
+	for (int half = 0; half < 2; half++)
+		for (size_t j0 = 0; j0 < nd; j0 += 16) {
+			__m512i r[16];
+			for (size_t i = 0; i < 16; i++)
+				r[i] = _mm512_loadu_si512(kb[i] + half * (IX_DMAX / 2) + j0 * 4);
+			ix_transpose16(r);
+			for (size_t j = 0; j < 16; j++)
+				kt[half][j0 + j] = r[j];
+		}
+	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units per block */
+	for (size_t b = 0; b < nb; b++) {
+		double v[16];
+		for (size_t i = 0; i < 16; i++)
+			v[i] = ku[i][b];
+		ul[b] = _mm512_loadu_pd(v);
+		uh[b] = _mm512_loadu_pd(v + 8);
+	}
+	__m512d tot0 = _mm512_setzero_pd(), tot1 = tot0;
+	for (size_t h = 0; h < nh; h++) {
+		const int8_t *qh = q->q + (h / 16) * nb4 * 8 * 64 + (h % 16) * 4;
+		const int32_t *ch = q->corr + (h / 16) * nb4 * 16 + h % 16;
+		const double *sh = q->qs + (h / 16) * nb * 16 + h % 16;
+		__m512d t0 = _mm512_setzero_pd(), t1 = t0;
+		for (size_t b = 0; b < nb; b++) {
+			__m512i acc = _mm512_set1_epi32(ch[b * 16]);
+			for (size_t g = 0; g < 8; g++) {
+				int32_t qw;
+				memcpy(&qw, qh + (b * 8 + g) * 64, 4);
+				acc = _mm512_dpbusd_epi32(acc, kt[g / 4][4 * b + g % 4], _mm512_set1_epi32(qw));
+			}
+			const __m512d s = _mm512_set1_pd(sh[b * 16]);
+			const __m512d i0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc));
+			const __m512d i1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1));
+			const __m512d u0 = _mm512_mul_pd(s, ul[b]), u1 = _mm512_mul_pd(s, uh[b]);
+			t0 = b == 0 ? _mm512_mul_pd(i0, u0) : _mm512_fmadd_pd(i0, u0, t0);
+			t1 = b == 0 ? _mm512_mul_pd(i1, u1) : _mm512_fmadd_pd(i1, u1, t1);
+		}
+		const __m512 f = ix_join8(_mm512_cvtpd_ps(t0), _mm512_cvtpd_ps(t1));
+		const __m512 r = _mm512_max_ps(ix_bf16_16(f), _mm512_setzero_ps());
+		const __m512 term = ix_bf16_16(_mm512_mul_ps(r, _mm512_set1_ps(w[h])));
+		tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
+		tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
+						   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
+	}
+	const __m512 f = ix_join8(_mm512_cvtpd_ps(tot0), _mm512_cvtpd_ps(tot1));
+	float o[16];
+	_mm512_storeu_ps(o, ix_bf16_16(f));
+	for (size_t i = 0; i < n; i++)
+		*out[i] = (double)o[i];
+}
+
+/* ix_batch_fn of the index scores: a short batch is padded with copies of its first key (their
+ * lanes are computed and not stored). */
+static void ix_score_batch(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
+			   double (*ku)[IX_DMAX / IX_BLOCK], const float *w, double *const *out,
+			   size_t n)
+{
+	for (size_t i = n; i < IX_BATCH; i++) {
+		memcpy(kb[i], kb[0], IX_DMAX);
+		memcpy(ku[i], ku[0], sizeof ku[0]);
+	}
+	ix_score16(q, kb, ku, w, n, out);
+}
+#endif
+
+/* The keys of [0, ne) whose scales are in the exact range (ok[e]), prepared IX_BATCH at a time
+ * and handed to run with their outputs dst + e·stride; the others get ok[e] = 0. Returns
+ * the number done. */
+static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
+		      uint8_t *ok, double *dst, size_t stride, const float *w, ix_batch_fn run)
 {
 	size_t done = 0, nb = q->d / IX_BLOCK, nbytes = q->d / 2;
+	const int span = ix_span();
 #ifdef IX_X86
 	uint8_t kbuf[IX_BATCH][IX_DMAX] __attribute__((aligned(64)));
 	double ku[IX_BATCH][IX_DMAX / IX_BLOCK];
 	double *yk[IX_BATCH];
 	size_t nbat = 0;
+#else
+	(void)dst;
+	(void)stride;
+	(void)w;
+	(void)run;
 #endif
 	for (size_t e = 0; e < ne; e++) {
 		const uint8_t *ks = keys[e] + nbytes;
@@ -258,17 +414,17 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
 			hi = ks[b] > hi ? ks[b] : hi;
 		}
 		/* finite key floats (6·2^(e-127) < 2^128) and no rounding in the double loop */
-		ok[e] = hi <= 252 && (hi - lo) + q->spread <= IX_SPAN;
+		ok[e] = hi <= 252 && (hi - lo) + q->spread <= span;
 		if (!ok[e])
 			continue;
 #ifdef IX_X86
 		ix_key_bytes(keys[e], nbytes, kbuf[nbat], kbuf[nbat] + IX_DMAX / 2);
 		for (size_t b = 0; b < nb; b++)
 			ku[nbat][b] = ix_unit(ks[b]);
-		yk[nbat++] = y + e * q->nh;
+		yk[nbat++] = dst + e * stride;
 		done++;
 		if (nbat == IX_BATCH) {
-			ix_run_batch(q, kbuf, ku, yk, nbat);
+			run(q, kbuf, ku, w, yk, nbat);
 			nbat = 0;
 		}
 #else
@@ -276,7 +432,28 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
 #endif
 	}
 #ifdef IX_X86
-	ix_run_batch(q, kbuf, ku, yk, nbat);
+	if (nbat)
+		run(q, kbuf, ku, w, yk, nbat);
 #endif
 	return done;
+}
+
+size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
+		       double *y, uint8_t *ok)
+{
+#ifdef IX_X86
+	return ix_keys(q, keys, ne, ok, y, q->nh, NULL, ix_run_batch);
+#else
+	return ix_keys(q, keys, ne, ok, y, q->nh, NULL, NULL);
+#endif
+}
+
+size_t srt_attn_ix_score_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
+			     size_t ne, const float *w, double *out, uint8_t *ok)
+{
+#ifdef IX_X86
+	return ix_keys(q, keys, ne, ok, out, 1, w, ix_score_batch);
+#else
+	return ix_keys(q, keys, ne, ok, out, 1, w, NULL);
+#endif
 }

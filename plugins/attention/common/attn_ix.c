@@ -340,31 +340,48 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
 		uh[b] = _mm512_loadu_pd(v + 8);
 	}
 	__m512d tot0 = _mm512_setzero_pd(), tot1 = tot0;
-	for (size_t h = 0; h < nh; h++) {
-		const int8_t *qh = q->q + (h / 16) * nb4 * 8 * 64 + (h % 16) * 4;
-		const int32_t *ch = q->corr + (h / 16) * nb4 * 16 + h % 16;
-		const double *sh = q->qs + (h / 16) * nb * 16 + h % 16;
-		__m512d t0 = _mm512_setzero_pd(), t1 = t0;
-		for (size_t b = 0; b < nb; b++) {
-			__m512i acc = _mm512_set1_epi32(ch[b * 16]);
-			for (size_t g = 0; g < 8; g++) {
-				int32_t qw;
-				memcpy(&qw, qh + (b * 8 + g) * 64, 4);
-				acc = _mm512_dpbusd_epi32(acc, kt[g / 4][4 * b + g % 4], _mm512_set1_epi32(qw));
+	for (size_t h = 0; h < nh; h += 2) { /* two heads, four blocks: 8 independent chains */
+		__m512d t[2][2] = {{_mm512_setzero_pd(), _mm512_setzero_pd()}, {_mm512_setzero_pd(), _mm512_setzero_pd()}};
+		for (size_t b0 = 0; b0 < nb; b0 += 4) {
+			__m512i acc[2][4];
+			_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++)
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) /* past nb: zeros */
+					acc[hh][u] = _mm512_set1_epi32(
+						q->corr[((h + hh) / 16 * nb4 + b0 + u) * 16 + (h + hh) % 16]);
+			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++)
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
+					const __m512i k = kt[g / 4][4 * (b0 + u) + g % 4];
+					_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+						int32_t qw;
+						memcpy(&qw,
+						       q->q + (((h + hh) / 16 * nb4 + b0 + u) * 8 + g) * 64 +
+							       ((h + hh) % 16) * 4,
+						       4);
+						acc[hh][u] = _mm512_dpbusd_epi32(acc[hh][u], k, _mm512_set1_epi32(qw));
+					}
+				}
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
+				const size_t b = b0 + u;
+				if (b >= nb)
+					break;
+				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+					const __m512d s = _mm512_set1_pd(q->qs[((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16]);
+					const __m512d i0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc[hh][u]));
+					const __m512d i1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc[hh][u], 1));
+					const __m512d u0 = _mm512_mul_pd(s, ul[b]), u1 = _mm512_mul_pd(s, uh[b]);
+					t[hh][0] = b == 0 ? _mm512_mul_pd(i0, u0) : _mm512_fmadd_pd(i0, u0, t[hh][0]);
+					t[hh][1] = b == 0 ? _mm512_mul_pd(i1, u1) : _mm512_fmadd_pd(i1, u1, t[hh][1]);
+				}
 			}
-			const __m512d s = _mm512_set1_pd(sh[b * 16]);
-			const __m512d i0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc));
-			const __m512d i1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc, 1));
-			const __m512d u0 = _mm512_mul_pd(s, ul[b]), u1 = _mm512_mul_pd(s, uh[b]);
-			t0 = b == 0 ? _mm512_mul_pd(i0, u0) : _mm512_fmadd_pd(i0, u0, t0);
-			t1 = b == 0 ? _mm512_mul_pd(i1, u1) : _mm512_fmadd_pd(i1, u1, t1);
 		}
-		const __m512 f = ix_join8(_mm512_cvtpd_ps(t0), _mm512_cvtpd_ps(t1));
-		const __m512 r = _mm512_max_ps(ix_bf16_16(f), _mm512_setzero_ps());
-		const __m512 term = ix_bf16_16(_mm512_mul_ps(r, _mm512_set1_ps(w[h])));
-		tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
-		tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
-						   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
+		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) { /* the heads' terms, ascending */
+			const __m512 f = ix_join8(_mm512_cvtpd_ps(t[hh][0]), _mm512_cvtpd_ps(t[hh][1]));
+			const __m512 r = _mm512_max_ps(ix_bf16_16(f), _mm512_setzero_ps());
+			const __m512 term = ix_bf16_16(_mm512_mul_ps(r, _mm512_set1_ps(w[h + hh])));
+			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
+			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
+							   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
+		}
 	}
 	const __m512 f = ix_join8(_mm512_cvtpd_ps(tot0), _mm512_cvtpd_ps(tot1));
 	float o[16];

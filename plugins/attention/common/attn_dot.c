@@ -27,6 +27,7 @@
 #include <immintrin.h>
 
 #include "ops/gemm_isa.h" /* srt_gemm_bf16dp_usable */
+#include "attn_term.h"
 #define ATTN_X86 1
 #endif
 
@@ -708,26 +709,6 @@ static float round_bf16_scalar(float x)
 }
 
 #ifdef ATTN_X86
-/* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
-__attribute__((target("avx2"))) static inline __m256 round_bf16_v8(__m256 x)
-{
-	__m256i u = _mm256_castps_si256(x);
-	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-	u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-	u = _mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u));
-	const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-	return _mm256_blendv_ps(_mm256_castsi256_ps(u), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
-				nan);
-}
-
-/* The weighting of 8 scores already narrowed to float: bf16(ReLU(bf16(f)) · w), the floats of
- * the scalar expression; max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f). */
-__attribute__((target("avx2"))) static inline __m256 ix_term8(__m256 f, __m256 w)
-{
-	const __m256 r = _mm256_max_ps(round_bf16_v8(f), _mm256_setzero_ps());
-	return round_bf16_v8(_mm256_mul_ps(r, w));
-}
-
 __attribute__((target("avx512f,avx2"))) static void ix_weigh_avx512(const double *qk,
 								    const float *w, size_t nh,
 								    float *t)

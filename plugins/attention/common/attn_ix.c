@@ -22,6 +22,8 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "attn_term.h"
 #define IX_X86 1
 #endif
 
@@ -258,9 +260,7 @@ static void ix_run_batch(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
 	if (i < n)
 		qk_fp4_keys1(q, kb + i, ku + i, yk + i);
 }
-#endif
 
-#ifdef IX_X86
 /* 16x16 dwords: r[i] lane j -> r[j] lane i. */
 __attribute__((target("avx512f"))) static inline void ix_transpose16(__m512i r[16])
 {
@@ -288,24 +288,6 @@ __attribute__((target("avx512f"))) static inline void ix_transpose16(__m512i r[1
 	}
 }
 
-/* [a | b] (AVX-512F only). */
-__attribute__((target("avx512f"))) static inline __m512 ix_join8(__m256 a, __m256 b)
-{
-	return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(_mm256_castps_pd(a)),
-						   _mm256_castps_pd(b), 1));
-}
-
-/* 16 floats rounded to bf16 (nearest even; NaN stays NaN), as round_bf16_scalar. */
-__attribute__((target("avx512f"))) static inline __m512 ix_bf16_16(__m512 x)
-{
-	__m512i u = _mm512_castps_si512(x);
-	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-	u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-	u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u));
-	return _mm512_mask_mov_ps(_mm512_castsi512_ps(u), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
-				  _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-}
-
 /*
  * The reference index scores of 16 keys (their bytes kb and units ku as srt_attn_qk_fp4
  * prepares them; n <= 16 of them real, the rest padding) with the keys in the lanes: per head,
@@ -315,7 +297,7 @@ __attribute__((target("avx512f"))) static inline __m512 ix_bf16_16(__m512 x)
  * to each key's double sum in ascending heads (srt_attn_ix_score_bf16's), without writing the
  * q·k rows out.
  */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2"))) static void
 ix_score16(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
 	   const double (*ku)[IX_DMAX / IX_BLOCK], const float *w, size_t n, double *const *out)
 {
@@ -375,17 +357,14 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
 			}
 		}
 		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) { /* the heads' terms, ascending */
-			const __m512 f = ix_join8(_mm512_cvtpd_ps(t[hh][0]), _mm512_cvtpd_ps(t[hh][1]));
-			const __m512 r = _mm512_max_ps(ix_bf16_16(f), _mm512_setzero_ps());
-			const __m512 term = ix_bf16_16(_mm512_mul_ps(r, _mm512_set1_ps(w[h + hh])));
-			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
-			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
-							   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
+			const __m256 wv = _mm256_set1_ps(w[h + hh]);
+			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(ix_term8(_mm512_cvtpd_ps(t[hh][0]), wv)));
+			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(ix_term8(_mm512_cvtpd_ps(t[hh][1]), wv)));
 		}
 	}
-	const __m512 f = ix_join8(_mm512_cvtpd_ps(tot0), _mm512_cvtpd_ps(tot1));
 	float o[16];
-	_mm512_storeu_ps(o, ix_bf16_16(f));
+	_mm256_storeu_ps(o, round_bf16_v8(_mm512_cvtpd_ps(tot0)));
+	_mm256_storeu_ps(o + 8, round_bf16_v8(_mm512_cvtpd_ps(tot1)));
 	for (size_t i = 0; i < n; i++)
 		*out[i] = (double)o[i];
 }

@@ -73,8 +73,8 @@ struct ck_file {
 	char *path;
 	const uint8_t *map;
 	size_t size;
-	size_t map_len;  /* bytes mapped at map when it is a huge-page copy (huge) */
-	int huge;        /* map is srt_ck_to_hugepages's anonymous copy */
+	size_t huge_len; /* map is srt_ck_to_hugepages's anonymous copy of this many bytes; 0:
+			  * map is the file's mapping (or borrowed) */
 	size_t data_off; /* 8 + header length */
 	int borrowed;    /* map is the caller's memory (srt_ck_check_image), not a mapping */
 	char **meta;	 /* key, value, key, value, ... (owned) */
@@ -222,7 +222,7 @@ void srt_ck_close(struct srt_ckpt *ck)
 	for (size_t i = 0; i < ck->n_files; i++) {
 		struct ck_file *f = &ck->files[i];
 		if (f->map && !f->borrowed)
-			munmap((void *)f->map, f->huge ? f->map_len : f->size);
+			munmap((void *)f->map, f->huge_len ? f->huge_len : f->size);
 		for (size_t k = 0; k < 2 * f->n_meta; k++)
 			free(f->meta[k]);
 		free(f->meta);
@@ -965,8 +965,7 @@ static int file_to_huge(struct srt_ckpt *ck, uint32_t fi)
 	}
 	munmap((void *)f->map, f->size);
 	f->map = a;
-	f->map_len = len;
-	f->huge = 1;
+	f->huge_len = len;
 	return 0;
 }
 
@@ -975,7 +974,7 @@ int srt_ck_to_hugepages(struct srt_ckpt *ck, char *note, size_t note_len)
 	uint64_t total = 0, avail = mem_available();
 	size_t moved = 0;
 	for (size_t i = 0; i < ck->n_files; i++)
-		if (!ck->files[i].borrowed && !ck->files[i].huge)
+		if (!ck->files[i].borrowed && !ck->files[i].huge_len)
 			total += ck->files[i].size;
 	if (!thp_usable()) {
 		snprintf(note, note_len, "weights stay mapped from their files: transparent huge "
@@ -991,7 +990,7 @@ int srt_ck_to_hugepages(struct srt_ckpt *ck, char *note, size_t note_len)
 	}
 	for (size_t i = 0; i < ck->n_files; i++) {
 		struct ck_file *f = &ck->files[i];
-		if (f->borrowed || !f->map || f->huge)
+		if (f->borrowed || !f->map || f->huge_len)
 			continue;
 		if (file_to_huge(ck, (uint32_t)i)) {
 			snprintf(note, note_len, "%zu of %zu weight files on huge pages; the rest stay "

@@ -94,6 +94,12 @@ static inline float bf16_round(float v)
 	return v;
 }
 
+/* The fixed tree that combines dot()'s 8 partial sums. */
+static inline float tree8(const float s[8])
+{
+	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+}
+
 /* fp32 dot product in one fixed order (8 interleaved partial sums, fixed tree). */
 static inline float dot(const float *a, const float *b, int64_t n)
 {
@@ -104,7 +110,7 @@ static inline float dot(const float *a, const float *b, int64_t n)
 			s[j] += a[i + j] * b[i + j];
 	for (; i < n; i++)
 		s[i & 7] += a[i] * b[i];
-	return ((s[0] + s[4]) + (s[1] + s[5])) + ((s[2] + s[6]) + (s[3] + s[7]));
+	return tree8(s);
 }
 
 /* Eight floats in a GCC vector: the lanes are dot()'s eight partial sums. */
@@ -130,7 +136,7 @@ static inline void dot4(const float *const a[4], const float *b, int64_t n, floa
 		memcpy(t, &s[q], sizeof t);
 		for (int64_t k = i; k < n; k++)
 			t[k & 7] += a[q][k] * b[k];
-		y[q] = ((t[0] + t[4]) + (t[1] + t[5])) + ((t[2] + t[6]) + (t[3] + t[7]));
+		y[q] = tree8(t);
 	}
 }
 

@@ -13,8 +13,11 @@
  *
  * The read bandwidth is the best of 5 passes of each thread count over a 512 MiB buffer,
  * measured before and after the rounds (best of both). Bytes per decode step = the weights a
- * decode step streams (srt_engine_decode_weight_bytes) + the KV pages the sequence holds (an
- * upper bound of what attention reads).
+ * decode step streams (srt_engine_decode_weight_bytes) + the KV entries attention reads at
+ * that depth (kv_read_bytes: per pool and layer, the window's rows, every entry of a
+ * compressed pool, but only index_topk entries of a c4_kv pool, whose entries the lightning
+ * indexer picks). The KV the sequence holds is printed too; it grows with the
+ * depth, while most of it is not read by a decode step.
  *
  * --profile reads the per-phase wall-clock counters of the attention, MoE and mHC plugins
  * (core/ops/prof.h, found in the loaded plugin modules with dlsym) over --steps decode steps
@@ -299,6 +302,38 @@ static uint64_t kv_bytes(struct srt_engine *e)
 	return b;
 }
 
+/* The KV bytes one decode step at `depth` tokens reads, from the pools' declarations and the
+ * in-tree attention's read pattern: a pool that keeps everything, its depth / ratio entries
+ * (a CSA "c4_kv" pool only the index_topk of them the indexer selects); a tail pool, the
+ * entries of its last min(depth, w) tokens (a state pool: its one entry); a "window" pool,
+ * min(depth, w) rows (it is declared at ratio P / w only to size its pages' rings, and
+ * attention reads every row of the window). Every layer of a pool reads its own. */
+static uint64_t kv_read_bytes(struct srt_engine *e, uint64_t depth)
+{
+	struct srt_rdx_cache *c = srt_engine_cache(e);
+	const uint64_t topk = (uint64_t)srt_engine_model(e)->index_topk;
+	uint64_t b = 0;
+	for (uint32_t p = 0; p < srt_rdx_pool_count(c); p++) {
+		struct srt_rdx_pool_stats st;
+		srt_rdx_pool_stats(c, p, &st);
+		const uint64_t r = st.ratio ? st.ratio : 1;
+		uint64_t n;
+		if (st.retention == SRT_RETAIN_TAIL) {
+			const uint64_t w = depth < st.tail_tokens ? depth : st.tail_tokens;
+			n = (w + r - 1) / r;
+		} else {
+			n = depth / r;
+		}
+		const size_t len = strlen(st.name);
+		if (len >= 6 && !strcmp(st.name + len - 6, ".c4_kv") && n > topk)
+			n = topk;
+		if (len >= 7 && !strcmp(st.name + len - 7, ".window") && st.retention == SRT_RETAIN_TAIL)
+			n = depth < st.tail_tokens ? depth : st.tail_tokens;
+		b += n * st.entry_bytes * st.n_layers;
+	}
+	return b;
+}
+
 /* A sequence that stays open: its tokens, how many were fed, its KV bytes. */
 struct live {
 	struct srt_seq *s;
@@ -444,7 +479,8 @@ struct tstate {
 	struct live deep[MAXD];
 	double deep_pf[MAXD];
 	double pf[MAXR], dc[MAXD + 1][MAXR], ratio[MAXD + 1][MAXR];
-	uint64_t kv_short;
+	uint64_t kv_short;              /* KV held by the short sequences */
+	uint64_t kvr_short, kvr[MAXD];  /* KV read per decode step (kv_read_bytes) */
 };
 
 static int run(const struct opts *o, const char *model)
@@ -527,9 +563,10 @@ static int run(const struct opts *o, const char *model)
 			if (bad)
 				goto out;
 			s->kv_short = kv;
+			s->kvr_short = (uint64_t)o->batch * kv_read_bytes(s->e, (uint64_t)o->prompt);
 			s->dc[0][r] = rate;
 			/* a batched step reads the weights once and every sequence's KV */
-			s->ratio[0][r] = rate / o->batch * (double)(s->wb + kv) / s->bw;
+			s->ratio[0][r] = rate / o->batch * (double)(s->wb + s->kvr_short) / s->bw;
 			printf("round %d threads %d: prefill %d tokens %.1f tokens/s; decode depth %d "
 			       "(batch %d) %.2f tokens/s", r + 1, o->threads[t], o->prompt, s->pf[r],
 			       o->prompt, o->batch, rate);
@@ -537,7 +574,8 @@ static int run(const struct opts *o, const char *model)
 				if (decode_steps(s->e, &s->deep[d], 1, o->steps, lg, &rate))
 					goto out;
 				s->dc[d + 1][r] = rate;
-				s->ratio[d + 1][r] = rate * (double)(s->wb + s->deep[d].kv) / s->bw;
+				s->kvr[d] = kv_read_bytes(s->e, (uint64_t)o->depths[d]);
+				s->ratio[d + 1][r] = rate * (double)(s->wb + s->kvr[d]) / s->bw;
 				printf("; depth %d %.2f tokens/s", o->depths[d], rate);
 			}
 			printf("\n");
@@ -564,11 +602,12 @@ static int run(const struct opts *o, const char *model)
 		for (int d = 0; d <= o->ndepths; d++) {
 			int depth = d ? o->depths[d - 1] : o->prompt;
 			uint64_t kv = d ? s->deep[d - 1].kv : s->kv_short;
+			uint64_t kvr = d ? s->kvr[d - 1] : s->kvr_short;
 			double md = median(s->dc[d], o->runs), m0 = median(s->dc[0], o->runs);
 			printf("  decode depth %6d%s: %.2f / %.2f tokens/s, %.1f MiB weights + %.2f MiB "
-			       "KV per step = %.1f%% / %.1f%% of the read bandwidth", depth,
-			       d ? "" : " (short)", best(s->dc[d], o->runs), md,
-			       (double)s->wb / 1048576.0, (double)kv / 1048576.0,
+			       "KV read per step (of %.2f MiB held) = %.1f%% / %.1f%% of the read bandwidth",
+			       depth, d ? "" : " (short)", best(s->dc[d], o->runs), md,
+			       (double)s->wb / 1048576.0, (double)kvr / 1048576.0, (double)kv / 1048576.0,
 			       100.0 * best(s->ratio[d], o->runs), 100.0 * median(s->ratio[d], o->runs));
 			if (d)
 				printf("; median %.1f%% of the short-depth rate", 100.0 * md / m0);

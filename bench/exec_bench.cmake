@@ -14,3 +14,17 @@ if(TARGET exec_bench)
   add_test(NAME exec_bench_bad_option COMMAND exec_bench --depths 10 --prompt 256)
   set_tests_properties(exec_bench_bad_option PROPERTIES LABELS unit WILL_FAIL TRUE)
 endif()
+# The KV a decode step reads, on the tiny preset (6 layers: 3 CSA, 2 HCA, 1 window-only;
+# head_dim 128 with 64 rope dims: an FP8 KV entry is 64 + 2·64 + 1 scale byte, padded to 200
+# bytes; an FP4 index entry 64 + 4 = 68; a CSA state 32768 bytes, an HCA state 1536). At depth
+# 64: window 64 rows x 200 x 6 + c4_kv 16 x 200 x 3 + c4_index 16 x 68 x 3 + states
+# 32768 x 3 + 1536 x 2 = 191040 bytes = 0.18 MiB. At depth 1024: window 128 rows x 200 x 6 +
+# c4_kv top-k 64 x 200 x 3 + c4_index 256 x 68 x 3 + c128_kv 8 x 200 x 2 + the states =
+# 348800 bytes = 0.33 MiB (the sequence holds 1.17 MiB).
+if(TARGET exec_bench)
+  add_test(NAME exec_bench_kv_read
+    COMMAND exec_bench --model ${CMAKE_BINARY_DIR}/models/tiny --prompt 64 --depths 1024
+            --runs 1 --steps 2 --warmup 0 --threads 1)
+  set_tests_properties(exec_bench_kv_read PROPERTIES FIXTURES_REQUIRED tiny_model LABELS unit
+    PASS_REGULAR_EXPRESSION "depth +64 \\(short\\): [^\n]* 0\\.18 MiB KV read per step [^\n]*\n[^\n]*depth +1024: [^\n]* 0\\.33 MiB KV read per step \\(of 1\\.17 MiB held\\)")
+endif()

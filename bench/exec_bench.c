@@ -26,6 +26,7 @@
  * shared experts as two parallel steps so they can be told apart.
  */
 #include <dlfcn.h>
+#include <jansson.h>
 #include <link.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -48,6 +49,9 @@
  * time (all threads: with 1 thread, a rate that other processes on the cores barely move;
  * with more, tokens per CPU-second). The bandwidth passes always use wall time. */
 static clockid_t bench_clock = CLOCK_MONOTONIC;
+
+/* The text report: stdout, or stderr with --json (stdout then carries the JSON object). */
+static FILE *tout;
 
 static double now_s(void)
 {
@@ -143,11 +147,21 @@ static double best(const double *v, int n)
 	return b;
 }
 
+/* {"best", "median", "rounds": [...]} of n round figures, each times `scale`. */
+static json_t *stats_json(const double *v, int n, double scale)
+{
+	json_t *r = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(r, json_real(v[i] * scale));
+	return json_pack("{s:f, s:f, s:o}", "best", best(v, n) * scale, "median",
+			 median(v, n) * scale, "rounds", r);
+}
+
 /* --- options --------------------------------------------------------------------------- */
 
 struct opts {
 	const char *model;
-	int prompt, steps, runs, warmup, batch, profile;
+	int prompt, steps, runs, warmup, batch, profile, json;
 	int threads[MAXT], nthreads;
 	int depths[MAXD], ndepths;
 };
@@ -178,6 +192,8 @@ static void usage(FILE *f)
 		"                      threads it gives tokens per CPU-second)\n"
 		"  --profile           per-phase profile of a decode step at each depth and thread\n"
 		"                      count (plugin counters, core/ops/prof.h)\n"
+		"  --json              one JSON object on stdout with every figure (rounds, best,\n"
+		"                      median, bytes, ratios, profiles); the text goes to stderr\n"
 		"  --help              this text\n");
 }
 
@@ -211,6 +227,9 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			return 1;
 		} else if (!strcmp(a, "--profile")) {
 			o->profile = 1;
+			takes = 0;
+		} else if (!strcmp(a, "--json")) {
+			o->json = 1;
 			takes = 0;
 		} else if (!v || strncmp(a, "--", 2)) {
 			fprintf(stderr, "exec_bench: %s: %s (see --help)\n", a,
@@ -442,7 +461,8 @@ static void prof_reset(int on)
 }
 
 /* Phase profile of `steps` decode steps of l (which must have that many tokens left). */
-static int profile(struct srt_engine *e, struct live *l, int depth, int steps, float *lg)
+static int profile(struct srt_engine *e, struct live *l, int depth, int steps, float *lg,
+		   json_t *jout)
 {
 	double rate;
 	prof_reset(1);
@@ -455,18 +475,28 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 		for (int p = 0; p < SRT_PROF_COUNT; p++)
 			ns[p] += profs[i]->ns[p];
 	prof_reset(0);
-	printf("  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step):\n",
+	fprintf(tout, "  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step):\n",
 	       srt_engine_threads(e), depth, steps, step * 1e3);
 	double sum = 0;
+	json_t *ph = jout ? json_object() : NULL;
 	for (int p = 0; p < SRT_PROF_COUNT; p++) {
 		double ms = (double)ns[p] * 1e-6 / steps;
 		sum += ms;
-		printf("    %-26s %8.3f ms  %5.1f %%\n", srt_prof_name(p), ms, 100.0 * ms / (step * 1e3));
+		fprintf(tout, "    %-26s %8.3f ms  %5.1f %%\n", srt_prof_name(p), ms, 100.0 * ms / (step * 1e3));
+		if (ph)
+			json_object_set_new(ph, srt_prof_name(p), json_real(ms));
 	}
-	printf("    %-26s %8.3f ms  %5.1f %%\n", "engine rest (head, embed)", step * 1e3 - sum,
+	fprintf(tout, "    %-26s %8.3f ms  %5.1f %%\n", "engine rest (head, embed)", step * 1e3 - sum,
 	       100.0 * (step * 1e3 - sum) / (step * 1e3));
+	if (jout) {
+		json_object_set_new(ph, "engine rest (head, embed)", json_real(step * 1e3 - sum));
+		json_t *pr = json_pack("{s:i, s:i, s:i, s:f, s:o}", "threads", srt_engine_threads(e),
+				       "depth", depth, "steps", steps, "step_ms", step * 1e3,
+				       "phases_ms", ph);
+		json_array_append_new(jout, pr);
+	}
 	if (!nprofs)
-		printf("    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
+		fprintf(tout, "    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
 	return 0;
 }
 
@@ -488,6 +518,7 @@ static int run(const struct opts *o, const char *model)
 	char err[2048];
 	struct tstate *ts = calloc((size_t)o->nthreads, sizeof(*ts));
 	float *lg = NULL;
+	json_t *jth = NULL, *jprof = NULL; /* --json: the threads' figures, the profiles */
 	int rc = 1;
 	if (!ts)
 		return 1;
@@ -502,7 +533,7 @@ static int run(const struct opts *o, const char *model)
 	size_t V = (size_t)srt_engine_model(ts[0].e)->vocab_size;
 	if (!(lg = malloc(sizeof(float) * V * 16)))
 		goto out;
-	printf("model %s, %s profile, prefill chunk %d; decode weights %.1f MiB per step; %s "
+	fprintf(tout, "model %s, %s profile, prefill chunk %d; decode weights %.1f MiB per step; %s "
 	       "clock\n", model, srt_profile_name(srt_engine_profile(ts[0].e)),
 	       srt_engine_chunk(ts[0].e), (double)ts[0].wb / 1048576.0,
 	       bench_clock == CLOCK_MONOTONIC ? "wall" : "process CPU-time");
@@ -518,7 +549,7 @@ static int run(const struct opts *o, const char *model)
 			if (live_open(ts[t].e, &ts[t].deep[d], o->depths[d], more, 1000 + d,
 				      &ts[t].deep_pf[d], lg))
 				goto out;
-			printf("threads %d: prefill of the depth-%d sequence %.1f tokens/s, KV %.2f MiB\n",
+			fprintf(tout, "threads %d: prefill of the depth-%d sequence %.1f tokens/s, KV %.2f MiB\n",
 			       o->threads[t], o->depths[d], ts[t].deep_pf[d],
 			       (double)ts[t].deep[d].kv / 1048576.0);
 		}
@@ -567,7 +598,7 @@ static int run(const struct opts *o, const char *model)
 			s->dc[0][r] = rate;
 			/* a batched step reads the weights once and every sequence's KV */
 			s->ratio[0][r] = rate / o->batch * (double)(s->wb + s->kvr_short) / s->bw;
-			printf("round %d threads %d: prefill %d tokens %.1f tokens/s; decode depth %d "
+			fprintf(tout, "round %d threads %d: prefill %d tokens %.1f tokens/s; decode depth %d "
 			       "(batch %d) %.2f tokens/s", r + 1, o->threads[t], o->prompt, s->pf[r],
 			       o->prompt, o->batch, rate);
 			for (int d = 0; d < o->ndepths; d++) {
@@ -576,10 +607,10 @@ static int run(const struct opts *o, const char *model)
 				s->dc[d + 1][r] = rate;
 				s->kvr[d] = kv_read_bytes(s->e, (uint64_t)o->depths[d]);
 				s->ratio[d + 1][r] = rate * (double)(s->wb + s->kvr[d]) / s->bw;
-				printf("; depth %d %.2f tokens/s", o->depths[d], rate);
+				fprintf(tout, "; depth %d %.2f tokens/s", o->depths[d], rate);
 			}
-			printf("\n");
-			fflush(stdout);
+			fprintf(tout, "\n");
+			fflush(tout);
 		}
 	}
 	for (int t = 0; t < o->nthreads; t++) {
@@ -592,54 +623,98 @@ static int run(const struct opts *o, const char *model)
 		}
 	}
 
-	printf("\nsummary, best / median of %d interleaved rounds:\n", o->runs);
+	jth = json_array();
+	fprintf(tout, "\nsummary, best / median of %d interleaved rounds:\n", o->runs);
 	for (int t = 0; t < o->nthreads; t++) {
 		struct tstate *s = &ts[t];
-		printf("threads %d (read bandwidth %.2f GB/s, best of 5 passes before and after):\n",
+		json_t *jdec = json_array(), *jdeep = json_array();
+		for (int d = 0; d < o->ndepths; d++)
+			json_array_append_new(jdeep, json_pack("{s:i, s:f, s:I}", "depth", o->depths[d],
+							       "tokens_per_s", ts[t].deep_pf[d],
+							       "kv_held_bytes", (json_int_t)ts[t].deep[d].kv));
+		json_t *jt = json_pack("{s:i, s:f, s:{s:i, s:o}, s:o, s:o}", "threads", o->threads[t],
+				       "read_bandwidth_bytes_per_s", s->bw, "prefill", "tokens",
+				       o->prompt, "tokens_per_s", stats_json(s->pf, o->runs, 1.0),
+				       "deep_prefill", jdeep, "decode", jdec);
+		json_array_append_new(jth, jt);
+		fprintf(tout, "threads %d (read bandwidth %.2f GB/s, best of 5 passes before and after):\n",
 		       o->threads[t], s->bw / 1e9);
-		printf("  prefill %d tokens: %.1f / %.1f tokens/s\n", o->prompt, best(s->pf, o->runs),
+		fprintf(tout, "  prefill %d tokens: %.1f / %.1f tokens/s\n", o->prompt, best(s->pf, o->runs),
 		       median(s->pf, o->runs));
 		for (int d = 0; d <= o->ndepths; d++) {
 			int depth = d ? o->depths[d - 1] : o->prompt;
 			uint64_t kv = d ? s->deep[d - 1].kv : s->kv_short;
 			uint64_t kvr = d ? s->kvr[d - 1] : s->kvr_short;
 			double md = median(s->dc[d], o->runs), m0 = median(s->dc[0], o->runs);
-			printf("  decode depth %6d%s: %.2f / %.2f tokens/s, %.1f MiB weights + %.2f MiB "
+			fprintf(tout, "  decode depth %6d%s: %.2f / %.2f tokens/s, %.1f MiB weights + %.2f MiB "
 			       "KV read per step (of %.2f MiB held) = %.1f%% / %.1f%% of the read bandwidth",
 			       depth, d ? "" : " (short)", best(s->dc[d], o->runs), md,
 			       (double)s->wb / 1048576.0, (double)kvr / 1048576.0, (double)kv / 1048576.0,
 			       100.0 * best(s->ratio[d], o->runs), 100.0 * median(s->ratio[d], o->runs));
 			if (d)
-				printf("; median %.1f%% of the short-depth rate", 100.0 * md / m0);
-			printf("\n");
+				fprintf(tout, "; median %.1f%% of the short-depth rate", 100.0 * md / m0);
+			fprintf(tout, "\n");
+			json_t *jd = json_pack("{s:i, s:b, s:o, s:I, s:I, s:o}", "depth", depth,
+					       "short", d == 0, "tokens_per_s",
+					       stats_json(s->dc[d], o->runs, 1.0), "kv_read_bytes_per_step",
+					       (json_int_t)kvr, "kv_held_bytes", (json_int_t)kv,
+					       "bandwidth_share", stats_json(s->ratio[d], o->runs, 1.0));
+			if (d)
+				json_object_set_new(jd, "of_short_median", json_real(md / m0));
+			json_array_append_new(jdec, jd);
 		}
 		if (t > 0)
-			printf("  threads %d / threads %d (medians): prefill %.2fx, short decode %.2fx\n",
+			json_object_set_new(jt, "vs_first_medians",
+					    json_pack("{s:i, s:f, s:f}", "threads", o->threads[0], "prefill",
+						      median(s->pf, o->runs) / median(ts[0].pf, o->runs),
+						      "short_decode",
+						      median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs)));
+		if (t > 0)
+			fprintf(tout, "  threads %d / threads %d (medians): prefill %.2fx, short decode %.2fx\n",
 			       o->threads[t], o->threads[0],
 			       median(s->pf, o->runs) / median(ts[0].pf, o->runs),
 			       median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs));
 	}
+	jprof = json_array();
 	if (o->profile) {
 		nprofs = 0;
 		dl_iterate_phdr(find_prof, NULL);
-		printf("\n");
+		fprintf(tout, "\n");
 		for (int t = 0; t < o->nthreads; t++) {
 			struct live l;
 			double pf, r;
 			if (live_open(ts[t].e, &l, o->prompt, o->steps + 1, 2000 + t, &pf, lg) ||
 			    decode_steps(ts[t].e, &l, 1, 1, lg, &r) ||
-			    profile(ts[t].e, &l, o->prompt, o->steps, lg)) {
+			    profile(ts[t].e, &l, o->prompt, o->steps, lg, jprof)) {
 				live_close(&l);
 				goto out;
 			}
 			live_close(&l);
 			for (int d = 0; d < o->ndepths; d++)
-				if (profile(ts[t].e, &ts[t].deep[d], o->depths[d], o->steps, lg))
+				if (profile(ts[t].e, &ts[t].deep[d], o->depths[d], o->steps, lg, jprof))
 					goto out;
 		}
 	}
+	if (o->json) {
+		json_t *root = json_pack(
+			"{s:s, s:s, s:i, s:s, s:I, s:i, s:i, s:i, s:i, s:o, s:o}", "model", model,
+			"numerics", srt_profile_name(srt_engine_profile(ts[0].e)), "prefill_chunk",
+			srt_engine_chunk(ts[0].e), "clock",
+			bench_clock == CLOCK_MONOTONIC ? "wall" : "cpu", "weights_bytes_per_step",
+			(json_int_t)ts[0].wb, "prompt", o->prompt, "steps", o->steps, "runs", o->runs,
+			"batch", o->batch, "threads", jth, "profiles", jprof);
+		jth = jprof = NULL;
+		if (!root || json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF) {
+			fprintf(stderr, "exec_bench: could not write the JSON report\n");
+			json_decref(root);
+			goto out;
+		}
+		json_decref(root);
+	}
 	rc = 0;
 out:
+	json_decref(jth);
+	json_decref(jprof);
 	for (int t = 0; t < o->nthreads; t++) {
 		for (int d = 0; d < o->ndepths; d++)
 			if (ts[t].deep[d].s || ts[t].deep[d].tok)
@@ -655,9 +730,12 @@ out:
 int main(int argc, char **argv)
 {
 	struct opts o;
+	tout = stdout;
 	int prc = parse_args(argc, argv, &o);
 	if (prc)
 		return prc > 0 ? 0 : 2;
+	if (o.json)
+		tout = stderr;
 	const char *model = o.model;
 	char dir[4096], exe[4096], err[2048];
 	if (!model) {

@@ -2,7 +2,7 @@
 # decode step and the ratio to the measured memory bandwidth. Included from bench/CMakeLists.txt.
 if(TARGET srt_exec)
   add_executable(exec_bench ${CMAKE_CURRENT_LIST_DIR}/exec_bench.c)
-  target_link_libraries(exec_bench PRIVATE srt_exec Threads::Threads)
+  target_link_libraries(exec_bench PRIVATE srt_exec Threads::Threads PkgConfig::JANSSON)
   add_dependencies(exec_bench srt_attn_swa srt_attn_csa srt_attn_hca srt_moe_fp4
     srt_residual_mhc)
 endif()
@@ -27,4 +27,12 @@ if(TARGET exec_bench)
             --runs 1 --steps 2 --warmup 0 --threads 1)
   set_tests_properties(exec_bench_kv_read PROPERTIES FIXTURES_REQUIRED tiny_model LABELS unit
     PASS_REGULAR_EXPRESSION "depth +64 \\(short\\): [^\n]* 0\\.18 MiB KV read per step [^\n]*\n[^\n]*depth +1024: [^\n]* 0\\.33 MiB KV read per step \\(of 1\\.17 MiB held\\)")
+endif()
+# --json: the same figures as one JSON object on stdout (the text on stderr), checked by a
+# script against the hand count above and against each other.
+if(TARGET exec_bench)
+  add_test(NAME exec_bench_json
+    COMMAND python3 ${PROJECT_SOURCE_DIR}/tests/bench/test_exec_bench_json.py
+            $<TARGET_FILE:exec_bench> ${CMAKE_BINARY_DIR}/models/tiny)
+  set_tests_properties(exec_bench_json PROPERTIES FIXTURES_REQUIRED tiny_model LABELS unit)
 endif()

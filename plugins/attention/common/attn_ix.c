@@ -147,14 +147,20 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 }
 
 #ifdef IX_X86
+/* VPSHUFB table of each E2M1 nibble's unsigned key byte 12 + 2·E2M1, in every 128-bit lane. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i ix_lut(void)
+{
+	return _mm512_broadcast_i32x4(
+		_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+}
+
 /* The key's bytes as unsigned 12 + 2·E2M1 values: the low nibbles to lo[0 .. d/2), the high
  * nibbles to hi[0 .. d/2), then zeros up to a multiple of 64 bytes. */
 __attribute__((target("avx512f,avx512bw"))) static void ix_key_bytes(const uint8_t *key,
 								    size_t nbytes, uint8_t *lo,
 								    uint8_t *hi)
 {
-	const __m512i lut = _mm512_broadcast_i32x4(
-		_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+	const __m512i lut = ix_lut();
 	const __m512i m0f = _mm512_set1_epi8(0x0F);
 	for (size_t p = 0; p < nbytes; p += 64) {
 		const __mmask64 mk = nbytes - p >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (nbytes - p)) - 1;
@@ -240,20 +246,28 @@ IX_KEYS_FN(qk_fp4_keys1, 1)
 IX_KEYS_FN(qk_fp4_keys2, 2)
 #undef IX_KEYS_FN
 
-#define IX_BATCH 16 /* keys whose bytes are prepared before their dot products */
+#define IX_BATCH 16 /* keys handed to a batch function at a time */
 
-/* A batch of n prepared keys: their q·k rows (ix_run_batch) or their index scores
- * (ix_score_batch); w: the heads' weights (scores only). */
-typedef void (*ix_batch_fn)(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
-			    double (*ku)[IX_DMAX / IX_BLOCK], const float *w, double *const *yk,
-			    size_t n);
+/* A batch of n keys (pointers to their packed bytes, then their d/32 scale codes, all in the
+ * exact range): their q·k rows (ix_run_batch) or their index scores (ix_score_batch); w: the
+ * heads' weights (scores only). */
+typedef void (*ix_batch_fn)(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+			    const float *w, double *const *yk, size_t n);
 
-/* The n prepared keys of a batch, in pairs: each key's values depend on that key alone. */
-static void ix_run_batch(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
-			 double (*ku)[IX_DMAX / IX_BLOCK], const float *w, double *const *yk,
-			 size_t n)
+/* The n keys' q·k rows, in pairs (each key's values depend on that key alone), from their
+ * bytes split by ix_key_bytes and their blocks' units. */
+static void ix_run_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w,
+			 double *const *yk, size_t n)
 {
 	(void)w;
+	const size_t nb = q->d / IX_BLOCK, nbytes = q->d / 2;
+	uint8_t kb[IX_BATCH][IX_DMAX] __attribute__((aligned(64)));
+	double ku[IX_BATCH][IX_DMAX / IX_BLOCK];
+	for (size_t i = 0; i < n; i++) {
+		ix_key_bytes(kp[i], nbytes, kb[i], kb[i] + IX_DMAX / 2);
+		for (size_t b = 0; b < nb; b++)
+			ku[i][b] = ix_unit(kp[i][nbytes + b]);
+	}
 	size_t i = 0;
 	for (; i + 2 <= n; i += 2)
 		qk_fp4_keys2(q, kb + i, ku + i, yk + i);
@@ -289,37 +303,47 @@ __attribute__((target("avx512f"))) static inline void ix_transpose16(__m512i r[1
 }
 
 /*
- * The reference index scores of 16 keys (their bytes kb and units ku as srt_attn_qk_fp4
- * prepares them; n <= 16 of them real, the rest padding) with the keys in the lanes: per head,
- * each block's integer sum by 8 VPDPBUSD (the key bytes of the 16 keys transposed to one
- * dword per lane, the query's 4 bytes broadcast), the blocks scaled and added in ascending
- * order in double (qk_fp4_keys' operations), then the head's term bf16(ReLU(bf16(qk))·w) added
- * to each key's double sum in ascending heads (srt_attn_ix_score_bf16's), without writing the
- * q·k rows out.
+ * The reference index scores of 16 keys (kp: their packed bytes and scale codes; n <= 16 of
+ * them real, the rest padding) with the keys in the lanes: per head, each block's integer
+ * sum by 8 VPDPBUSD (the 16 keys' packed dwords transposed to one key per lane, then split
+ * into their low- and high-nibble key bytes; the query's 4 bytes broadcast), the blocks
+ * scaled and added in ascending order in double (qk_fp4_keys' operations), then the head's
+ * term bf16(ReLU(bf16(qk))·w) added to each key's double sum in ascending heads
+ * (srt_attn_ix_score_bf16's), without writing the q·k rows out.
  */
 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2"))) static void
-ix_score16(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
-	   const double (*ku)[IX_DMAX / IX_BLOCK], const float *w, size_t n, double *const *out)
+ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w, size_t n,
+	   double *const *out)
 {
-	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);
-	const size_t nd = (nb * 4 + 15) / 16 * 16; /* dwords of a key's low (high) row, padded */
-	__m512i kt[2][IX_DMAX / 8];                /* [low/high][dword]: lane i = key i's */
-	for (int half = 0; half < 2; half++)
-		for (size_t j0 = 0; j0 < nd; j0 += 16) {
-			__m512i r[16];
-			for (size_t i = 0; i < 16; i++)
-				r[i] = _mm512_loadu_si512(kb[i] + half * (IX_DMAX / 2) + j0 * 4);
-			ix_transpose16(r);
-			for (size_t j = 0; j < 16; j++)
-				kt[half][j0 + j] = r[j];
-		}
-	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units per block */
-	for (size_t b = 0; b < nb; b++) {
-		double v[16];
+	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d), nbytes = q->d / 2;
+	const size_t nd = nbytes / 4;              /* packed dwords of a key */
+	const __m512i lut = ix_lut(), m0f = _mm512_set1_epi8(0x0F);
+	__m512i kt[2][IX_DMAX / 8];                /* [low/high nibbles][dword]: lane i = key i's */
+	for (size_t j0 = 0; j0 < nd; j0 += 16) {
+		/* past the key's bytes (its last 16 dwords short): zeros, in padding blocks only,
+		 * whose query bytes are zero and whose sums are never added */
+		const __mmask16 m = nd - j0 >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (nd - j0)) - 1);
+		__m512i r[16];
 		for (size_t i = 0; i < 16; i++)
-			v[i] = ku[i][b];
-		ul[b] = _mm512_loadu_pd(v);
-		uh[b] = _mm512_loadu_pd(v + 8);
+			r[i] = _mm512_maskz_loadu_epi32(m, kp[i] + 4 * j0);
+		ix_transpose16(r);
+		for (size_t j = 0; j < 16; j++) {
+			kt[0][j0 + j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(r[j], m0f));
+			kt[1][j0 + j] = _mm512_shuffle_epi8(
+				lut, _mm512_and_si512(_mm512_srli_epi16(r[j], 4), m0f));
+		}
+	}
+	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units 2^(e-128) per block */
+	for (size_t b = 0; b < nb; b++) {
+		uint8_t e[16];
+		for (size_t i = 0; i < 16; i++)
+			e[i] = kp[i][nbytes + b];
+		const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)e));
+		const __m512i bias = _mm512_set1_epi64(1023 - 128);
+		ul[b] = _mm512_castsi512_pd(_mm512_slli_epi64(
+			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(c)), bias), 52));
+		uh[b] = _mm512_castsi512_pd(_mm512_slli_epi64(
+			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(c, 1)), bias), 52));
 	}
 	__m512d tot0 = _mm512_setzero_pd(), tot1 = tot0;
 	for (size_t h = 0; h < nh; h += 2) { /* two heads, four blocks: 8 independent chains */
@@ -369,31 +393,28 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t (*kb)[IX_DMAX],
 		*out[i] = (double)o[i];
 }
 
-/* ix_batch_fn of the index scores: a short batch is padded with copies of its first key (their
- * lanes are computed and not stored). */
-static void ix_score_batch(const struct srt_attn_ixq *q, uint8_t (*kb)[IX_DMAX],
-			   double (*ku)[IX_DMAX / IX_BLOCK], const float *w, double *const *out,
-			   size_t n)
+/* ix_batch_fn of the index scores: a short batch is padded with its first key (those lanes
+ * are computed and not stored). */
+static void ix_score_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+			   const float *w, double *const *out, size_t n)
 {
-	for (size_t i = n; i < IX_BATCH; i++) {
-		memcpy(kb[i], kb[0], IX_DMAX);
-		memcpy(ku[i], ku[0], sizeof ku[0]);
-	}
-	ix_score16(q, kb, ku, w, n, out);
+	const uint8_t *k16[IX_BATCH];
+	for (size_t i = 0; i < IX_BATCH; i++)
+		k16[i] = kp[i < n ? i : 0];
+	ix_score16(q, k16, w, n, out);
 }
 #endif
 
-/* The keys of [0, ne) whose scales are in the exact range (ok[e]), prepared IX_BATCH at a time
- * and handed to run with their outputs dst + e·stride; the others get ok[e] = 0. Returns
- * the number done. */
+/* The keys of [0, ne) whose scales are in the exact range (ok[e]), handed IX_BATCH at a time
+ * to run with their outputs dst + e·stride; the others get ok[e] = 0. Returns the number
+ * done. */
 static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
 		      uint8_t *ok, double *dst, size_t stride, const float *w, ix_batch_fn run)
 {
 	size_t done = 0, nb = q->d / IX_BLOCK, nbytes = q->d / 2;
 	const int span = ix_span();
 #ifdef IX_X86
-	uint8_t kbuf[IX_BATCH][IX_DMAX] __attribute__((aligned(64)));
-	double ku[IX_BATCH][IX_DMAX / IX_BLOCK];
+	const uint8_t *kp[IX_BATCH];
 	double *yk[IX_BATCH];
 	size_t nbat = 0;
 #else
@@ -414,13 +435,11 @@ static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, 
 		if (!ok[e])
 			continue;
 #ifdef IX_X86
-		ix_key_bytes(keys[e], nbytes, kbuf[nbat], kbuf[nbat] + IX_DMAX / 2);
-		for (size_t b = 0; b < nb; b++)
-			ku[nbat][b] = ix_unit(ks[b]);
+		kp[nbat] = keys[e];
 		yk[nbat++] = dst + e * stride;
 		done++;
 		if (nbat == IX_BATCH) {
-			run(q, kbuf, ku, w, yk, nbat);
+			run(q, kp, w, yk, nbat);
 			nbat = 0;
 		}
 #else
@@ -429,7 +448,7 @@ static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, 
 	}
 #ifdef IX_X86
 	if (nbat)
-		run(q, kbuf, ku, w, yk, nbat);
+		run(q, kp, w, yk, nbat);
 #endif
 	return done;
 }

@@ -1106,6 +1106,62 @@ START_TEST(ix_score_fp4_equals_qk_fp4_rows_scored_bitwise)
 }
 END_TEST
 
+/*
+ * The keys-in-lanes scores where their integer block sums meet their bounds (attn_ix.c,
+ * ix_score16), against srt_attn_qk_fp4's rows scored by srt_attn_ix_score_bf16, bitwise.
+ * 16 heads x 128 dims, one batch of 16 keys, block k of a head (key) at 2^(base + spread·
+ * (k > 0)):
+ *  - scale 2^E of the sums at E = -126 (the least the integers take: their float results are
+ *    normal) and -127 (left to the doubles: an integer path there would give 0);
+ *  - every value 6·scale (each block sum the largest, 4608) with block shifts of 16 (taken:
+ *    the sums fit in int32) and 18 (left to the doubles: 3 blocks << 18 overflow int32).
+ */
+START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
+{
+	static const struct {
+		int qbase, kbase, spread, full; /* E = qbase + kbase - 2; shifts 2·spread */
+	} cs[] = {{-62, -62, 0, 0}, {-62, -63, 0, 0}, {0, 0, 8, 1}, {0, 0, 9, 1}, {-20, 30, 8, 1}};
+	if (!srt_attn_qk_fp4_ready(16, 128))
+		return;
+	const size_t nh = 16, d = 128, ne = 16, ke = d / 2 + d / 32;
+	for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
+		float iq[16 * 128], w[16], x[128];
+		uint8_t keys[16 * (128 / 2 + 128 / 32)], ok[16], ok2[16];
+		const uint8_t *kp[16];
+		double y[16 * 16], want[16], got[16];
+		for (size_t h = 0; h < nh; h++) {
+			for (size_t c = 0; c < d; c++) {
+				const float mag = ldexpf(1.0f, cs[ci].qbase + (c >= 32 ? cs[ci].spread : 0));
+				iq[h * d + c] = (cs[ci].full || c % 32 == 0 ? 6.0f : 6.0f * unit()) * mag;
+			}
+			srt_quant_fp4_fake(iq + h * d, iq + h * d, d);
+			w[h] = h % 2 ? 1.0f : 0.75f;
+		}
+		for (size_t e = 0; e < ne; e++) {
+			for (size_t c = 0; c < d; c++) {
+				const float mag = ldexpf(1.0f, cs[ci].kbase + (c >= 32 ? cs[ci].spread : 0));
+				x[c] = (cs[ci].full || c % 32 == 0 ? 6.0f : 6.0f * unit()) * mag;
+			}
+			fp4_key(x, d, keys + e * ke);
+			kp[e] = keys + e * ke;
+		}
+		void *buf = malloc(srt_attn_ixq_bytes(nh, d));
+		struct srt_attn_ixq q;
+		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
+		ck_assert_uint_eq(srt_attn_qk_fp4(&q, kp, ne, y, ok), ne);
+		for (size_t e = 0; e < ne; e++)
+			srt_attn_ix_score_bf16(y + e * nh, w, nh, 1, &want[e]);
+		ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), ne);
+		for (size_t e = 0; e < ne; e++) {
+			ck_assert(want[e] > 0);
+			ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0,
+				      "case %zu key %zu: %a vs %a", ci, e, got[e], want[e]);
+		}
+		free(buf);
+	}
+}
+END_TEST
+
 struct tk_pair {
 	double s;
 	int32_t j;
@@ -1188,6 +1244,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, n_head_kernels_equal_one_head_calls_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
 	tcase_add_test(tc, ix_score_fp4_equals_qk_fp4_rows_scored_bitwise);
+	tcase_add_test(tc, ix_score_fp4_integer_sums_at_their_bounds);
 	tcase_add_test(tc, dot_tiles_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, pv_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, tm_dot_equals_the_double_loop_bitwise_for_every_tile_format);

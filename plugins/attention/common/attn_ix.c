@@ -76,8 +76,10 @@ static size_t ix_nb4(size_t d)
 size_t srt_attn_ixq_bytes(size_t nh, size_t d)
 {
 	size_t nb = d / IX_BLOCK, nb4 = ix_nb4(d);
-	/* doubles first (alignment), then the int32 corrections, then the bytes */
-	return nb * nh * sizeof(double) + nb4 * nh * (sizeof(int32_t) + IX_BLOCK);
+	/* doubles first (alignment), then the int32 corrections, block shifts and head codes,
+	 * then the bytes */
+	return nb * nh * sizeof(double) + nb4 * nh * (sizeof(int32_t) + IX_BLOCK) +
+	       (nb + 1) * nh * sizeof(int32_t);
 }
 
 /* The byte position (in the [group][4] order of one block) of dim i of the block. */
@@ -104,8 +106,12 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 	q->d = d;
 	q->qs = (double *)buf;
 	q->corr = (int32_t *)(q->qs + nb * nh);
-	q->q = (int8_t *)(q->corr + nb4 * nh);
+	q->qsh = q->corr + nb4 * nh;
+	q->qe0 = q->qsh + nb * nh;
+	q->q = (int8_t *)(q->qe0 + nh);
 	q->spread = 0;
+	q->qe_lo = 255;
+	q->qe_hi = -1;
 	if (nh % 16 != 0 || d % IX_BLOCK != 0 || d > IX_DMAX)
 		return 0;
 	/* the padding blocks (up to nb4) of each 16 heads: zero bytes, zero corrections */
@@ -113,6 +119,7 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 	memset(q->q, 0, nb4 * nh * IX_BLOCK);
 	for (size_t h = 0; h < nh; h++) {
 		int lo = 255, hi = -1;
+		int code[IX_DMAX / IX_BLOCK]; /* the nonzero blocks' codes, -1 for a zero block */
 		for (size_t b = 0; b < nb; b++) {
 			const float *x = iq + h * d + b * IX_BLOCK;
 			uint8_t pk[IX_BLOCK / 2], sc;
@@ -135,6 +142,7 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 			}
 			q->corr[((h / 16) * nb4 + b) * 16 + h % 16] = -12 * sum;
 			q->qs[((h / 16) * nb + b) * 16 + h % 16] = nz ? ix_unit(sc) : 0.0;
+			code[b] = nz ? sc : -1;
 			if (nz) {
 				lo = sc < lo ? sc : lo;
 				hi = sc > hi ? sc : hi;
@@ -142,7 +150,19 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 		}
 		if (hi >= 0 && hi - lo > q->spread)
 			q->spread = hi - lo;
+		q->qe0[h] = hi >= 0 ? lo : -1;
+		for (size_t b = 0; b < nb; b++)
+			q->qsh[((h / 16) * nb + b) * 16 + h % 16] = code[b] >= 0 ? code[b] - lo : 0;
+		if (hi >= 0) {
+			q->qe_lo = lo < q->qe_lo ? lo : q->qe_lo;
+			q->qe_hi = lo > q->qe_hi ? lo : q->qe_hi;
+		}
 	}
+	if (q->qe_hi < 0) /* every block zero: every q·k is 0 */
+		q->qe_lo = q->qe_hi = 128;
+	for (size_t h = 0; h < nh; h++) /* an all-zero head's sums are 0: any code in range */
+		if (q->qe0[h] < 0)
+			q->qe0[h] = q->qe_lo;
 	return 1;
 }
 
@@ -333,21 +353,47 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 				lut, _mm512_and_si512(_mm512_srli_epi16(r[j], 4), m0f));
 		}
 	}
-	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units 2^(e-128) per block */
+	/* the keys' scale codes per block (lane i: key i's), their least code per key, and each
+	 * block's code above it */
+	__m512i kc[IX_DMAX / IX_BLOCK], kmin = _mm512_set1_epi32(255), kmax = _mm512_setzero_si512();
 	for (size_t b = 0; b < nb; b++) {
 		uint8_t e[16];
 		for (size_t i = 0; i < 16; i++)
 			e[i] = kp[i][nbytes + b];
-		const __m512i c = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)e));
+		kc[b] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)e));
+		kmin = _mm512_min_epi32(kmin, kc[b]);
+		kmax = _mm512_max_epi32(kmax, kc[b]);
+	}
+	/*
+	 * Integer block sums. The double sum t = Σ_b I_b·2^(qe_b - 128)·2^(ke_b - 128) is exact
+	 * (the span check of ix_keys), so it equals S·2^E with S = Σ_b I_b << (qe_b - qe0 + ke_b -
+	 * kmin) and E = qe0 + kmin - 256, and (float)t, what the heads' terms take, is
+	 * (float)S·2^E whenever that is a normal float: both are the one rounding of the same
+	 * number. Taken when S cannot overflow int32 (|I_b| <= 4608, shifts <= q->spread + the
+	 * keys' spread) and every nonzero |S|·2^E lies in [2^-126, 2^127]; otherwise the doubles.
+	 */
+	const int kspread = _mm512_reduce_max_epi32(_mm512_sub_epi32(kmax, kmin));
+	const int klo = _mm512_reduce_min_epi32(kmin), khi = _mm512_reduce_max_epi32(kmin);
+	const int shmax = q->spread + kspread;
+	const int ints = shmax <= 20 && ((uint64_t)nb * 4608u << shmax) < ((uint64_t)1 << 31) &&
+			 q->qe_lo + klo - 256 >= -126 && q->qe_hi + khi - 256 <= 127 - 31;
+	__m512i ksh[IX_DMAX / IX_BLOCK];
+	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units 2^(e-128) per block */
+	for (size_t b = 0; b < nb; b++) {
+		if (ints) {
+			ksh[b] = _mm512_sub_epi32(kc[b], kmin);
+			continue;
+		}
 		const __m512i bias = _mm512_set1_epi64(1023 - 128);
 		ul[b] = _mm512_castsi512_pd(_mm512_slli_epi64(
-			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(c)), bias), 52));
+			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_castsi512_si256(kc[b])), bias), 52));
 		uh[b] = _mm512_castsi512_pd(_mm512_slli_epi64(
-			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(c, 1)), bias), 52));
+			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(kc[b], 1)), bias), 52));
 	}
 	__m512d tot0 = _mm512_setzero_pd(), tot1 = tot0;
 	for (size_t h = 0; h < nh; h += 2) { /* two heads, four blocks: 8 independent chains */
 		__m512d t[2][2] = {{_mm512_setzero_pd(), _mm512_setzero_pd()}, {_mm512_setzero_pd(), _mm512_setzero_pd()}};
+		__m512i si[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 		for (size_t b0 = 0; b0 < nb; b0 += 4) {
 			__m512i acc[2][4];
 			_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++)
@@ -366,7 +412,17 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 						acc[hh][u] = _mm512_dpbusd_epi32(acc[hh][u], k, _mm512_set1_epi32(qw));
 					}
 				}
-			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4 && ints; u++) {
+				const size_t b = b0 + u;
+				if (b >= nb)
+					break;
+				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+					const __m512i sh = _mm512_add_epi32(
+						ksh[b], _mm512_set1_epi32(q->qsh[((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16]));
+					si[hh] = _mm512_add_epi32(si[hh], _mm512_sllv_epi32(acc[hh][u], sh));
+				}
+			}
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4 && !ints; u++) {
 				const size_t b = b0 + u;
 				if (b >= nb)
 					break;
@@ -382,8 +438,19 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 		}
 		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) { /* the heads' terms, ascending */
 			const __m256 wv = _mm256_set1_ps(w[h + hh]);
-			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(ix_term8(_mm512_cvtpd_ps(t[hh][0]), wv)));
-			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(ix_term8(_mm512_cvtpd_ps(t[hh][1]), wv)));
+			__m256 f0, f1; /* the 16 keys' (float) q·k */
+			if (ints) {
+				const __m512i e = _mm512_add_epi32(kmin, _mm512_set1_epi32(q->qe0[h + hh] - 256 + 127));
+				const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(si[hh]),
+							       _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
+				f0 = _mm512_castps512_ps256(f);
+				f1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1));
+			} else {
+				f0 = _mm512_cvtpd_ps(t[hh][0]);
+				f1 = _mm512_cvtpd_ps(t[hh][1]);
+			}
+			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(ix_term8(f0, wv)));
+			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(ix_term8(f1, wv)));
 		}
 	}
 	float o[16];

@@ -31,6 +31,9 @@ struct srt_attn_ixq {
 	int8_t *q;     /* [nh/16][nb4][8][16][4] 2·E2M1 values, dims in the key bytes' order */
 	int32_t *corr; /* [nh/16][nb4][16] -12·Σ q over the block (the key bytes carry +12) */
 	double *qs;    /* [nh/16][d/32][16] the unit 2^(e-128) of the block, 0 if all zero */
+	int32_t *qsh;  /* [nh/16][d/32][16] e - qe0 of the head, 0 if the block is all zero */
+	int32_t *qe0;  /* [nh] the least code e of the head's nonzero blocks (qe_lo if none) */
+	int qe_lo, qe_hi; /* the least and greatest qe0 of the heads with a nonzero block */
 	int spread;    /* max over heads of the span of its nonzero blocks' exponent codes */
 };
 

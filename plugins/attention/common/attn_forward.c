@@ -94,6 +94,7 @@ struct fwd {
 	float *xa, *qr, *q, *kv, *o, *og;
 	float *cp, *ip; /* compressor projections [N][2 cw] (kv, score), indexer [N][2 icw] */
 	float *iq, *iw; /* indexer query [N][IH idim], head weights [N][IH] */
+	float *rcs;     /* RoPE at each row's position: [N][rd] (rd/2 cosines, then rd/2 sines) */
 	/* REFERENCE: quantized xa and q latent, [N][d] + [N][d/128], [N][ql] + [N][ql/128] */
 	float *xaq, *xas, *qrq, *qrs;
 	/* per-thread scratch */
@@ -591,7 +592,10 @@ static void phase_a3(void *ctx, int64_t b, int64_t e, int tid)
 			srt_gemm_quant_row(qr, ql, f->qrq + r * ql, f->qrs + r * (ql / 128));
 		if (pos < 0)
 			continue;
-		rope(a, kv + nope, pos, 0);
+		/* the row's cosines and sines, once for its key, queries and outputs */
+		float *rc = f->rcs + r * rd, *rs = rc + rd / 2;
+		rope_cs(a, pos, rc, rs);
+		rope_by(a, kv + nope, rc, rs, 0);
 		if (a->ref)
 			srt_quant_fp8_fake(kv, kv, nope, SRT_QUANT_KV_BLOCK, true);
 	}
@@ -618,12 +622,12 @@ static void phase_a5(void *ctx, int64_t b, int64_t e, int tid)
 			if (a->ref)
 				srt_round_bf16_n(q, hd);
 			head_norm(q, hd, m->rms_norm_eps, a->ref);
-			rope(a, q + nope, pos, 0);
+			rope_by(a, q + nope, f->rcs + r * rd, f->rcs + r * rd + rd / 2, 0);
 		} else {
 			float *iq = f->iq + (size_t)r * ih * idim + (h - H) * idim;
 			if (a->ref)
 				srt_round_bf16_n(iq, idim);
-			rope(a, iq + idim - rd, pos, 0);
+			rope_by(a, iq + idim - rd, f->rcs + r * rd, f->rcs + r * rd + rd / 2, 0);
 			hadamard(iq, idim, a->ref);
 			if (a->ref)
 				srt_quant_fp4_fake(iq, iq, idim);
@@ -1175,8 +1179,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				denf[i] = ref_softmax(scf[i], nk, scale_f, lw->sink[h + i]);
 			srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd, (size_t)nk,
 					  pvf, kx);
-			float rc[128], rs[128];
-			rope_cs(a, t, rc, rs);
+			const float *rc = f->rcs + r * rd, *rs = rc + rd / 2; /* phase_a3's */
 			for (size_t i = 0; i < nh; i++)
 				ref_out(a, f->o + r * H * hd + (h + i) * hd, pvf[i], denf[i], rc, rs);
 		} else {
@@ -1196,7 +1199,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
 			for (size_t i = 0; i < hd; i++)
 				oh[i] = (float)(pv[i] / den);
-			rope(a, oh + nope, t, 1);
+			rope_by(a, oh + nope, f->rcs + r * rd, f->rcs + r * rd + rd / 2, 1);
 		}
 	}
 }
@@ -1294,8 +1297,8 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 					 (size_t)(nk + 1) / 2, ydp);
 		if (nf)
 			srt_attn_pv_f32_n(nf, pf, keys, hd, hd, (size_t)nk, yf, kx);
-		float rc[128], rs[128];
-		rope_cs(a, t, rc, rs);
+		const size_t rd = (size_t)m->qk_rope_head_dim;
+		const float *rc = f->rcs + r * rd, *rs = rc + rd / 2; /* phase_a3's */
 		for (size_t i = 0; i < nh; i++)
 			ref_out(a, f->o + r * H * hd + (h0 + i) * hd, pvf[i], denf[i], rc, rs);
 	}
@@ -1679,7 +1682,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	if (a->ratio == 4 && srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4 > ring)
 		ring = (size_t)(srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4);
 	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih +
-			  d + d / 128 + ql + ql / 128);
+			  d + d / 128 + ql + ql / 128 + (size_t)m->qk_rope_head_dim);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
 	size_t hg = (H + 15) / 16;
@@ -1743,6 +1746,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.xas = f.xaq + B * d;
 	f.qrq = f.xas + B * (d / 128);
 	f.qrs = f.qrq + B * ql;
+	f.rcs = f.qrs + B * (ql / 128);
 
 	/* the block's window rows (entry(), run_block) */
 	if (B * (size_t)a->kv_bytes > a->wscr_bytes) {

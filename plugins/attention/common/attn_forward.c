@@ -234,6 +234,19 @@ static void rope(const struct srt_attn *a, float *x, int64_t pos, int inverse)
 	rope_by(a, x, c, s, inverse);
 }
 
+/* The cosines, then the sines, of block row r's position (phase_a3 computes them once). */
+static const float *row_cs(const struct fwd *f, int64_t r)
+{
+	return f->rcs + (size_t)r * (size_t)f->a->m->qk_rope_head_dim;
+}
+
+/* RoPE (or its inverse) of the rd dims at x for block row r, by row_cs's values. */
+static void rope_row(const struct fwd *f, int64_t r, float *x, int inverse)
+{
+	const float *c = row_cs(f, r);
+	rope_by(f->a, x, c, c + f->a->m->qk_rope_head_dim / 2, inverse);
+}
+
 /* Normalized Walsh-Hadamard transform, exact in double then scaled (n <= 1024). */
 static void hadamard(float *x, size_t n, int ref)
 {
@@ -622,12 +635,12 @@ static void phase_a5(void *ctx, int64_t b, int64_t e, int tid)
 			if (a->ref)
 				srt_round_bf16_n(q, hd);
 			head_norm(q, hd, m->rms_norm_eps, a->ref);
-			rope_by(a, q + nope, f->rcs + r * rd, f->rcs + r * rd + rd / 2, 0);
+			rope_row(f, r, q + nope, 0);
 		} else {
 			float *iq = f->iq + (size_t)r * ih * idim + (h - H) * idim;
 			if (a->ref)
 				srt_round_bf16_n(iq, idim);
-			rope_by(a, iq + idim - rd, f->rcs + r * rd, f->rcs + r * rd + rd / 2, 0);
+			rope_row(f, r, iq + idim - rd, 0);
 			hadamard(iq, idim, a->ref);
 			if (a->ref)
 				srt_quant_fp4_fake(iq, iq, idim);
@@ -1179,7 +1192,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				denf[i] = ref_softmax(scf[i], nk, scale_f, lw->sink[h + i]);
 			srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd, (size_t)nk,
 					  pvf, kx);
-			const float *rc = f->rcs + r * rd, *rs = rc + rd / 2; /* phase_a3's */
+			const float *rc = row_cs(f, r), *rs = rc + rd / 2;
 			for (size_t i = 0; i < nh; i++)
 				ref_out(a, f->o + r * H * hd + (h + i) * hd, pvf[i], denf[i], rc, rs);
 		} else {
@@ -1199,7 +1212,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			srt_attn_pv(sc, keys, hd, hd, (size_t)nk, pv);
 			for (size_t i = 0; i < hd; i++)
 				oh[i] = (float)(pv[i] / den);
-			rope_by(a, oh + nope, f->rcs + r * rd, f->rcs + r * rd + rd / 2, 1);
+			rope_row(f, r, oh + nope, 1);
 		}
 	}
 }
@@ -1297,8 +1310,7 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 					 (size_t)(nk + 1) / 2, ydp);
 		if (nf)
 			srt_attn_pv_f32_n(nf, pf, keys, hd, hd, (size_t)nk, yf, kx);
-		const size_t rd = (size_t)m->qk_rope_head_dim;
-		const float *rc = f->rcs + r * rd, *rs = rc + rd / 2; /* phase_a3's */
+		const float *rc = row_cs(f, r), *rs = rc + m->qk_rope_head_dim / 2;
 		for (size_t i = 0; i < nh; i++)
 			ref_out(a, f->o + r * H * hd + (h0 + i) * hd, pvf[i], denf[i], rc, rs);
 	}

@@ -412,22 +412,18 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 						acc[hh][u] = _mm512_dpbusd_epi32(acc[hh][u], k, _mm512_set1_epi32(qw));
 					}
 				}
-			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4 && ints; u++) {
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
 				const size_t b = b0 + u;
 				if (b >= nb)
 					break;
 				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
-					const __m512i sh = _mm512_add_epi32(
-						ksh[b], _mm512_set1_epi32(q->qsh[((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16]));
-					si[hh] = _mm512_add_epi32(si[hh], _mm512_sllv_epi32(acc[hh][u], sh));
-				}
-			}
-			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4 && !ints; u++) {
-				const size_t b = b0 + u;
-				if (b >= nb)
-					break;
-				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
-					const __m512d s = _mm512_set1_pd(q->qs[((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16]);
+					const size_t qi = ((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16;
+					if (ints) {
+						const __m512i sh = _mm512_add_epi32(ksh[b], _mm512_set1_epi32(q->qsh[qi]));
+						si[hh] = _mm512_add_epi32(si[hh], _mm512_sllv_epi32(acc[hh][u], sh));
+						continue;
+					}
+					const __m512d s = _mm512_set1_pd(q->qs[qi]);
 					const __m512d i0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc[hh][u]));
 					const __m512d i1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc[hh][u], 1));
 					const __m512d u0 = _mm512_mul_pd(s, ul[b]), u1 = _mm512_mul_pd(s, uh[b]);

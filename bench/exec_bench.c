@@ -147,14 +147,13 @@ static double best(const double *v, int n)
 	return b;
 }
 
-/* {"best", "median", "rounds": [...]} of n round figures, each times `scale`. */
-static json_t *stats_json(const double *v, int n, double scale)
+/* {"best", "median", "rounds": [...]} of n round figures. */
+static json_t *stats_json(const double *v, int n)
 {
 	json_t *r = json_array();
 	for (int i = 0; i < n; i++)
-		json_array_append_new(r, json_real(v[i] * scale));
-	return json_pack("{s:f, s:f, s:o}", "best", best(v, n) * scale, "median",
-			 median(v, n) * scale, "rounds", r);
+		json_array_append_new(r, json_real(v[i]));
+	return json_pack("{s:f, s:f, s:o}", "best", best(v, n), "median", median(v, n), "rounds", r);
 }
 
 /* --- options --------------------------------------------------------------------------- */
@@ -634,7 +633,7 @@ static int run(const struct opts *o, const char *model)
 							       "kv_held_bytes", (json_int_t)ts[t].deep[d].kv));
 		json_t *jt = json_pack("{s:i, s:f, s:{s:i, s:o}, s:o, s:o}", "threads", o->threads[t],
 				       "read_bandwidth_bytes_per_s", s->bw, "prefill", "tokens",
-				       o->prompt, "tokens_per_s", stats_json(s->pf, o->runs, 1.0),
+				       o->prompt, "tokens_per_s", stats_json(s->pf, o->runs),
 				       "deep_prefill", jdeep, "decode", jdec);
 		json_array_append_new(jth, jt);
 		fprintf(tout, "threads %d (read bandwidth %.2f GB/s, best of 5 passes before and after):\n",
@@ -656,9 +655,9 @@ static int run(const struct opts *o, const char *model)
 			fprintf(tout, "\n");
 			json_t *jd = json_pack("{s:i, s:b, s:o, s:I, s:I, s:o}", "depth", depth,
 					       "short", d == 0, "tokens_per_s",
-					       stats_json(s->dc[d], o->runs, 1.0), "kv_read_bytes_per_step",
+					       stats_json(s->dc[d], o->runs), "kv_read_bytes_per_step",
 					       (json_int_t)kvr, "kv_held_bytes", (json_int_t)kv,
-					       "bandwidth_share", stats_json(s->ratio[d], o->runs, 1.0));
+					       "bandwidth_share", stats_json(s->ratio[d], o->runs));
 			if (d)
 				json_object_set_new(jd, "of_short_median", json_real(md / m0));
 			json_array_append_new(jdec, jd);

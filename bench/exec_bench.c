@@ -320,6 +320,13 @@ static uint64_t kv_bytes(struct srt_engine *e)
 	return b;
 }
 
+/* True when s ends with suffix. */
+static int ends_with(const char *s, const char *suffix)
+{
+	const size_t n = strlen(s), k = strlen(suffix);
+	return n >= k && !strcmp(s + n - k, suffix);
+}
+
 /* The KV bytes one decode step at `depth` tokens reads, from the pools' declarations and the
  * in-tree attention's read pattern: a pool that keeps everything, its depth / ratio entries
  * (a CSA "c4_kv" pool only the index_topk of them the indexer selects); a tail pool, the
@@ -338,15 +345,12 @@ static uint64_t kv_read_bytes(struct srt_engine *e, uint64_t depth)
 		uint64_t n;
 		if (st.retention == SRT_RETAIN_TAIL) {
 			const uint64_t w = depth < st.tail_tokens ? depth : st.tail_tokens;
-			n = (w + r - 1) / r;
+			n = ends_with(st.name, ".window") ? w : (w + r - 1) / r;
 		} else {
 			n = depth / r;
+			if (ends_with(st.name, ".c4_kv") && n > topk)
+				n = topk;
 		}
-		const size_t len = strlen(st.name);
-		if (len >= 6 && !strcmp(st.name + len - 6, ".c4_kv") && n > topk)
-			n = topk;
-		if (len >= 7 && !strcmp(st.name + len - 7, ".window") && st.retention == SRT_RETAIN_TAIL)
-			n = depth < st.tail_tokens ? depth : st.tail_tokens;
 		b += n * st.entry_bytes * st.n_layers;
 	}
 	return b;
@@ -477,23 +481,19 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 	fprintf(tout, "  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step):\n",
 	       srt_engine_threads(e), depth, steps, step * 1e3);
 	double sum = 0;
-	json_t *ph = jout ? json_object() : NULL;
+	json_t *ph = json_object();
 	for (int p = 0; p < SRT_PROF_COUNT; p++) {
 		double ms = (double)ns[p] * 1e-6 / steps;
 		sum += ms;
 		fprintf(tout, "    %-26s %8.3f ms  %5.1f %%\n", srt_prof_name(p), ms, 100.0 * ms / (step * 1e3));
-		if (ph)
-			json_object_set_new(ph, srt_prof_name(p), json_real(ms));
+		json_object_set_new(ph, srt_prof_name(p), json_real(ms));
 	}
 	fprintf(tout, "    %-26s %8.3f ms  %5.1f %%\n", "engine rest (head, embed)", step * 1e3 - sum,
 	       100.0 * (step * 1e3 - sum) / (step * 1e3));
-	if (jout) {
-		json_object_set_new(ph, "engine rest (head, embed)", json_real(step * 1e3 - sum));
-		json_t *pr = json_pack("{s:i, s:i, s:i, s:f, s:o}", "threads", srt_engine_threads(e),
-				       "depth", depth, "steps", steps, "step_ms", step * 1e3,
-				       "phases_ms", ph);
-		json_array_append_new(jout, pr);
-	}
+	json_object_set_new(ph, "engine rest (head, embed)", json_real(step * 1e3 - sum));
+	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o}", "threads",
+					      srt_engine_threads(e), "depth", depth, "steps", steps,
+					      "step_ms", step * 1e3, "phases_ms", ph));
 	if (!nprofs)
 		fprintf(tout, "    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
 	return 0;
@@ -528,6 +528,9 @@ static int run(const struct opts *o, const char *model)
 			goto out;
 		}
 		ts[t].wb = srt_engine_decode_weight_bytes(ts[t].e);
+		ts[t].kvr_short = (uint64_t)o->batch * kv_read_bytes(ts[t].e, (uint64_t)o->prompt);
+		for (int d = 0; d < o->ndepths; d++)
+			ts[t].kvr[d] = kv_read_bytes(ts[t].e, (uint64_t)o->depths[d]);
 	}
 	size_t V = (size_t)srt_engine_model(ts[0].e)->vocab_size;
 	if (!(lg = malloc(sizeof(float) * V * 16)))
@@ -593,7 +596,6 @@ static int run(const struct opts *o, const char *model)
 			if (bad)
 				goto out;
 			s->kv_short = kv;
-			s->kvr_short = (uint64_t)o->batch * kv_read_bytes(s->e, (uint64_t)o->prompt);
 			s->dc[0][r] = rate;
 			/* a batched step reads the weights once and every sequence's KV */
 			s->ratio[0][r] = rate / o->batch * (double)(s->wb + s->kvr_short) / s->bw;
@@ -604,7 +606,6 @@ static int run(const struct opts *o, const char *model)
 				if (decode_steps(s->e, &s->deep[d], 1, o->steps, lg, &rate))
 					goto out;
 				s->dc[d + 1][r] = rate;
-				s->kvr[d] = kv_read_bytes(s->e, (uint64_t)o->depths[d]);
 				s->ratio[d + 1][r] = rate * (double)(s->wb + s->kvr[d]) / s->bw;
 				fprintf(tout, "; depth %d %.2f tokens/s", o->depths[d], rate);
 			}
@@ -662,17 +663,15 @@ static int run(const struct opts *o, const char *model)
 				json_object_set_new(jd, "of_short_median", json_real(md / m0));
 			json_array_append_new(jdec, jd);
 		}
-		if (t > 0)
-			json_object_set_new(jt, "vs_first_medians",
-					    json_pack("{s:i, s:f, s:f}", "threads", o->threads[0], "prefill",
-						      median(s->pf, o->runs) / median(ts[0].pf, o->runs),
-						      "short_decode",
-						      median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs)));
-		if (t > 0)
+		if (t > 0) {
+			const double xp = median(s->pf, o->runs) / median(ts[0].pf, o->runs);
+			const double xd = median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs);
 			fprintf(tout, "  threads %d / threads %d (medians): prefill %.2fx, short decode %.2fx\n",
-			       o->threads[t], o->threads[0],
-			       median(s->pf, o->runs) / median(ts[0].pf, o->runs),
-			       median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs));
+				o->threads[t], o->threads[0], xp, xd);
+			json_object_set_new(jt, "vs_first_medians",
+					    json_pack("{s:i, s:f, s:f}", "threads", o->threads[0],
+						      "prefill", xp, "short_decode", xd));
+		}
 	}
 	jprof = json_array();
 	if (o->profile) {

@@ -167,11 +167,15 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 }
 
 #ifdef IX_X86
-/* VPSHUFB table of each E2M1 nibble's unsigned key byte 12 + 2·E2M1, in every 128-bit lane. */
-__attribute__((target("avx512f,avx512bw"))) static inline __m512i ix_lut(void)
+/* The unsigned key bytes 12 + 2·E2M1 of the low (high = 0) or high (high = 1) nibbles of
+ * v's bytes: one VPSHUFB of a table repeated in every 128-bit lane. */
+__attribute__((target("avx512f,avx512bw"))) static inline __m512i ix_nibble_bytes(__m512i v,
+										   int high)
 {
-	return _mm512_broadcast_i32x4(
+	const __m512i lut = _mm512_broadcast_i32x4(
 		_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+	const __m512i x = high ? _mm512_srli_epi16(v, 4) : v;
+	return _mm512_shuffle_epi8(lut, _mm512_and_si512(x, _mm512_set1_epi8(0x0F)));
 }
 
 /* The key's bytes as unsigned 12 + 2·E2M1 values: the low nibbles to lo[0 .. d/2), the high
@@ -180,14 +184,11 @@ __attribute__((target("avx512f,avx512bw"))) static void ix_key_bytes(const uint8
 								    size_t nbytes, uint8_t *lo,
 								    uint8_t *hi)
 {
-	const __m512i lut = ix_lut();
-	const __m512i m0f = _mm512_set1_epi8(0x0F);
 	for (size_t p = 0; p < nbytes; p += 64) {
 		const __mmask64 mk = nbytes - p >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (nbytes - p)) - 1;
 		const __m512i v = _mm512_maskz_loadu_epi8(mk, key + p);
-		_mm512_store_si512(lo + p, _mm512_maskz_shuffle_epi8(mk, lut, _mm512_and_si512(v, m0f)));
-		_mm512_store_si512(hi + p, _mm512_maskz_shuffle_epi8(
-						   mk, lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m0f)));
+		_mm512_store_si512(lo + p, _mm512_maskz_mov_epi8(mk, ix_nibble_bytes(v, 0)));
+		_mm512_store_si512(hi + p, _mm512_maskz_mov_epi8(mk, ix_nibble_bytes(v, 1)));
 	}
 }
 
@@ -337,7 +338,6 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 {
 	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d), nbytes = q->d / 2;
 	const size_t nd = nbytes / 4;              /* packed dwords of a key */
-	const __m512i lut = ix_lut(), m0f = _mm512_set1_epi8(0x0F);
 	__m512i kt[2][IX_DMAX / 8];                /* [low/high nibbles][dword]: lane i = key i's */
 	for (size_t j0 = 0; j0 < nd; j0 += 16) {
 		/* past the key's bytes (its last 16 dwords short): zeros, in padding blocks only,
@@ -348,9 +348,8 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 			r[i] = _mm512_maskz_loadu_epi32(m, kp[i] + 4 * j0);
 		ix_transpose16(r);
 		for (size_t j = 0; j < 16; j++) {
-			kt[0][j0 + j] = _mm512_shuffle_epi8(lut, _mm512_and_si512(r[j], m0f));
-			kt[1][j0 + j] = _mm512_shuffle_epi8(
-				lut, _mm512_and_si512(_mm512_srli_epi16(r[j], 4), m0f));
+			kt[0][j0 + j] = ix_nibble_bytes(r[j], 0);
+			kt[1][j0 + j] = ix_nibble_bytes(r[j], 1);
 		}
 	}
 	/* the keys' scale codes per block (lane i: key i's), their least code per key, and each

@@ -1058,6 +1058,37 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 }
 END_TEST
 
+/* srt_attn_ix_score_fp4 of ne <= 64 keys against srt_attn_qk_fp4's rows scored by
+ * srt_attn_ix_score_bf16, bitwise, for the same keys done (ok); with `positive`, every score
+ * done > 0. Returns the number done. */
+static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
+			      const uint8_t *const *kp, const float *w, int positive, const char *what)
+{
+	double *y = malloc(sizeof(double) * ne * nh), want[64], got[64];
+	uint8_t ok[64], ok2[64];
+	void *buf = malloc(srt_attn_ixq_bytes(nh, d));
+	struct srt_attn_ixq q;
+	ck_assert_uint_le(ne, 64);
+	ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
+	const size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
+	for (size_t e = 0; e < ne; e++)
+		if (ok[e])
+			srt_attn_ix_score_bf16(y + e * nh, w, nh, 1, &want[e]);
+	memset(got, 0xFF, sizeof got);
+	ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), done);
+	for (size_t e = 0; e < ne; e++) {
+		ck_assert_int_eq(ok2[e], ok[e]);
+		if (!ok[e])
+			continue;
+		ck_assert_msg(!positive || want[e] > 0, "%s key %zu: score %a", what, e, want[e]);
+		ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0, "%s key %zu: %a vs %a",
+			      what, e, got[e], want[e]);
+	}
+	free(y);
+	free(buf);
+	return done;
+}
+
 /*
  * The indexer's reference scores with the keys in the lanes (srt_attn_ix_score_fp4) against
  * srt_attn_qk_fp4's rows scored by srt_attn_ix_score_bf16, bitwise: head dims 96/128/160, 16
@@ -1076,32 +1107,17 @@ START_TEST(ix_score_fp4_equals_qk_fp4_rows_scored_bitwise)
 		const size_t d = ds[di / 2], ke = d / 2 + d / 32;
 		const size_t nh = nhs[di % 2], ne = 40;
 		float *iq = malloc(sizeof(float) * nh * d), *w = malloc(sizeof(float) * nh);
-		double *y = malloc(sizeof(double) * ne * nh), want[40], got[40];
-		uint8_t *keys = malloc(ke * ne), ok[40], ok2[40];
+		uint8_t *keys = malloc(ke * ne);
 		const uint8_t *kp[40];
-		void *buf = malloc(srt_attn_ixq_bytes(nh, d));
+		char what[64];
 		ix_case(nh, d, ne, iq, keys, kp);
 		for (size_t h = 0; h < nh; h++)
 			w[h] = h % 7 == 0 ? 0.0f : h % 11 == 5 ? 0x1p-140f : unit();
-		struct srt_attn_ixq q;
-		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
-		const size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
-		for (size_t e = 0; e < ne; e++)
-			if (ok[e])
-				srt_attn_ix_score_bf16(y + e * nh, w, nh, 1, &want[e]);
-		memset(got, 0xFF, sizeof got);
-		ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), done);
-		for (size_t e = 0; e < ne; e++) {
-			ck_assert_int_eq(ok2[e], ok[e]);
-			if (ok[e])
-				ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0,
-					      "d %zu nh %zu key %zu: %a vs %a", d, nh, e, got[e], want[e]);
-		}
+		snprintf(what, sizeof what, "d %zu nh %zu", d, nh);
+		ix_scores_agree(nh, d, ne, iq, kp, w, 0, what);
 		free(iq);
 		free(w);
-		free(y);
 		free(keys);
-		free(buf);
 	}
 }
 END_TEST
@@ -1126,9 +1142,9 @@ START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
 	const size_t nh = 16, d = 128, ne = 16, ke = d / 2 + d / 32;
 	for (size_t ci = 0; ci < sizeof(cs) / sizeof(cs[0]); ci++) {
 		float iq[16 * 128], w[16], x[128];
-		uint8_t keys[16 * (128 / 2 + 128 / 32)], ok[16], ok2[16];
+		uint8_t keys[16 * (128 / 2 + 128 / 32)];
 		const uint8_t *kp[16];
-		double y[16 * 16], want[16], got[16];
+		char what[32];
 		for (size_t h = 0; h < nh; h++) {
 			for (size_t c = 0; c < d; c++) {
 				const float mag = ldexpf(1.0f, cs[ci].qbase + (c >= 32 ? cs[ci].spread : 0));
@@ -1145,19 +1161,8 @@ START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
 			fp4_key(x, d, keys + e * ke);
 			kp[e] = keys + e * ke;
 		}
-		void *buf = malloc(srt_attn_ixq_bytes(nh, d));
-		struct srt_attn_ixq q;
-		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
-		ck_assert_uint_eq(srt_attn_qk_fp4(&q, kp, ne, y, ok), ne);
-		for (size_t e = 0; e < ne; e++)
-			srt_attn_ix_score_bf16(y + e * nh, w, nh, 1, &want[e]);
-		ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), ne);
-		for (size_t e = 0; e < ne; e++) {
-			ck_assert(want[e] > 0);
-			ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0,
-				      "case %zu key %zu: %a vs %a", ci, e, got[e], want[e]);
-		}
-		free(buf);
+		snprintf(what, sizeof what, "case %zu", ci);
+		ck_assert_uint_eq(ix_scores_agree(nh, d, ne, iq, kp, w, 1, what), ne);
 	}
 }
 END_TEST

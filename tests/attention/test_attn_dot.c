@@ -891,6 +891,109 @@ START_TEST(bf16_keys_equals_the_separate_layouts_and_span)
 }
 END_TEST
 
+/*
+ * srt_attn_fp8_keys against its definition: each FP8 KV entry decoded to floats
+ * (srt_attn_fp8_row, srt_attn_bf16_row), then the pair layouts and the span of those floats.
+ * Entries mix every code (subnormal, zero and NaN ones included), scales around the bounds of
+ * the word kernel's exact range (9 / 10 and 246 / 247; 0, 1 and 254 underflow or overflow in
+ * places, 255 is NaN), odd key counts, all-zero keys, and rope words that are subnormal or
+ * infinite: the return value, the span and both layouts must be the definition's.
+ */
+static uint16_t hi_word(float x)
+{
+	uint32_t u;
+	memcpy(&u, &x, sizeof u);
+	return (uint16_t)(u >> 16);
+}
+
+START_TEST(fp8_keys_equals_the_decoded_keys_layouts_and_span)
+{
+	static const size_t shapes[][2] = {{448, 64}, {128, 64}, {64, 32}};
+	static const uint8_t sc[] = {0, 1, 9, 10, 11, 100, 127, 140, 200, 246, 247, 254, 255};
+	static const size_t nks[] = {1, 2, 3, 32, 33};
+	for (size_t si = 0; si < 3; si++)
+		for (size_t ni = 0; ni < 5; ni++)
+			for (int kind = 0; kind < 6; kind++) {
+				const size_t nope = shapes[si][0], rd = shapes[si][1], hd = nope + rd;
+				const size_t nk = nks[ni], np = (nk + 1) / 2;
+				const size_t eb = nope + 2 * rd + nope / 64;
+				uint8_t *ent = malloc(eb * nk);
+				const uint8_t **e = malloc(sizeof(*e) * nk);
+				float *f = malloc(sizeof(float) * nk * hd);
+				uint32_t *kp = malloc(sizeof(uint32_t) * nk * hd / 2 * 2);
+				uint32_t *vp = malloc(sizeof(uint32_t) * np * hd * 2);
+				int nan_scale = 0;
+				for (size_t k = 0; k < nk; k++) {
+					uint8_t *x = ent + k * eb;
+					e[k] = x;
+					for (size_t i = 0; i < nope; i++) {
+						rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+						x[i] = (uint8_t)(rng >> 24);
+						if (kind != 1 && (x[i] & 0x7F) == 0x7F) /* NaN codes: kind 1 only */
+							x[i] ^= 1;
+						if (kind == 2) /* zero keys: ±0 codes */
+							x[i] &= 0x80;
+					}
+					for (size_t b = 0; b < nope / 64; b++) {
+						rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+						/* kinds 0 and 2: scales inside [10, 246]; the others: the list */
+						uint8_t s8 = kind == 0 || kind == 2
+								     ? (uint8_t)(10 + (rng >> 20) % 237)
+								     : sc[(rng >> 20) % (sizeof(sc) / sizeof(sc[0]))];
+						x[nope + 2 * rd + b] = s8;
+						nan_scale |= s8 == 255;
+					}
+					for (size_t i = 0; i < rd; i++) {
+						rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+						uint16_t w = kind == 2 ? (uint16_t)(rng & 0x8000)
+								       : (uint16_t)(hi_word(bf16_in(100, 150)) ^ (rng & 0x8000));
+						if (kind == 4 && i == k % rd)
+							w = 0x0001; /* subnormal */
+						if (kind == 5 && i == k % rd)
+							w = 0x7F80; /* infinite */
+						x[nope + 2 * i] = (uint8_t)w;
+						x[nope + 2 * i + 1] = (uint8_t)(w >> 8);
+					}
+					srt_attn_fp8_row(x, x + nope + 2 * rd, nope, f + k * hd);
+					srt_attn_bf16_row(x + nope, rd, f + k * hd + nope);
+				}
+				uint8_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
+				const int r = srt_attn_fp8_keys(e, nk, nope, rd, f, kp, vp, &lo, &hi);
+				/* its room (f) may hold the same floats now or not: decoded again */
+				for (size_t k = 0; k < nk; k++) {
+					srt_attn_fp8_row(e[k], e[k] + nope + 2 * rd, nope, f + k * hd);
+					srt_attn_bf16_row(e[k] + nope, rd, f + k * hd + nope);
+				}
+				const int r2 = srt_attn_bf16_span(f, nk * hd, &lo2, &hi2);
+				ck_assert_msg(r == r2 && (!r || (lo == lo2 && hi == hi2)),
+					      "nope %zu nk %zu kind %d: %d %u %u vs %d %u %u", nope, nk, kind,
+					      r, lo, hi, r2, lo2, hi2);
+				if (kind == 0 || kind == 2)
+					ck_assert_msg(r, "nope %zu nk %zu kind %d: in-range keys rejected", nope,
+						      nk, kind);
+				/* a NaN scale's products carry a NaN whose sign is not defined (see
+				 * fp8_row_equals_the_scalar_decode_bitwise): layouts compared without */
+				if (!nan_scale) {
+					uint32_t *kp2 = kp + nk * hd / 2, *vp2 = vp + np * hd;
+					srt_attn_bf16_pairs(f, nk * hd, kp2, 1);
+					for (size_t j = 0; j < np; j++)
+						srt_attn_bf16_vpairs(f + 2 * j * hd,
+								     2 * j + 1 < nk ? f + (2 * j + 1) * hd : NULL,
+								     hd, vp2 + j * hd);
+					ck_assert_msg(!memcmp(kp, kp2, sizeof(uint32_t) * nk * hd / 2),
+						      "nope %zu nk %zu kind %d: key pairs differ", nope, nk, kind);
+					ck_assert_msg(!memcmp(vp, vp2, sizeof(uint32_t) * np * hd),
+						      "nope %zu nk %zu kind %d: value pairs differ", nope, nk, kind);
+				}
+				free(ent);
+				free(e);
+				free(f);
+				free(kp);
+				free(vp);
+			}
+}
+END_TEST
+
 /* srt_attn_bf16_row at every length up to 40 and odd byte offsets: the widened words. */
 START_TEST(bf16_row_equals_the_scalar_widening_bitwise)
 {
@@ -1258,6 +1361,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, qk16_bf16_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, pv_bf16_equals_the_ascending_float_loop_bitwise);
 	tcase_add_test(tc, bf16_keys_equals_the_separate_layouts_and_span);
+	tcase_add_test(tc, fp8_keys_equals_the_decoded_keys_layouts_and_span);
 	tcase_add_test(tc, bf16_row_equals_the_scalar_widening_bitwise);
 	tcase_add_test(tc, div_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, qpairs_equals_the_strided_pairs_of_each_head);

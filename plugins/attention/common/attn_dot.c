@@ -595,6 +595,15 @@ __attribute__((target("avx2"))) static void fp4_row_avx2(const uint8_t *codes,
 #endif
 
 #ifdef ATTN_X86
+/* One 64 block of E4M3 codes c times the scale of code sc by the scalar loop (the blocks the
+ * vector kernels decline). */
+static void fp8_block_scalar(const uint8_t *c, uint8_t sc, float *v)
+{
+	const float s = srt_e8m0_to_f32(sc);
+	for (size_t i = 0; i < 64; i++)
+		v[i] = srt_fp8_e4m3_to_f32(c[i]) * s;
+}
+
 /*
  * E4M3 codes of one 64 block times the block scale s = 2^(e-127): the code's bits placed as
  * an IEEE half (sign on bit 15, bias 15 instead of 7) convert exactly to v·2^-8 (E4M3
@@ -614,9 +623,7 @@ __attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const ui
 		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
 				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
 		if (nan || scales[b] > 246) {
-			const float s = srt_e8m0_to_f32(scales[b]);
-			for (size_t i = 0; i < 64; i++)
-				v[b * 64 + i] = srt_fp8_e4m3_to_f32(c[i]) * s;
+			fp8_block_scalar(c, scales[b], v + b * 64);
 			continue;
 		}
 		const __m512 f = _mm512_set1_ps(256.0f * srt_e8m0_to_f32(scales[b]));
@@ -642,9 +649,7 @@ __attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *cod
 		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
 				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
 		if (nan || scales[b] > 246) {
-			const float s = srt_e8m0_to_f32(scales[b]);
-			for (size_t i = 0; i < 64; i++)
-				v[b * 64 + i] = srt_fp8_e4m3_to_f32(c[i]) * s;
+			fp8_block_scalar(c, scales[b], v + b * 64);
 			continue;
 		}
 		const __m256 f = _mm256_set1_ps(256.0f * srt_e8m0_to_f32(scales[b]));
@@ -1987,6 +1992,140 @@ __attribute__((target("avx512f"))) static int keys_avx512(const float *keys, siz
 	}
 	return span_end(&s, lo, hi);
 }
+
+/*
+ * srt_attn_fp8_keys on bf16 words, never floats (AVX512BW + VBMI: only where
+ * srt_attn_dp_usable, which needs them). An E4M3 magnitude m is exactly the bf16 value of
+ * word e4m3_bf16(m) (subnormal codes included), and times a UE8M0 scale 2^(sc - 127) it is
+ * the same word plus (sc - 127) << 7 in the exponent field, provided that field stays in
+ * [1, 254]: it spans [118, 135] at sc = 127, so any sc in [10, 246] keeps every nonzero
+ * product a normal float, which srt_attn_fp8_row's float is (its low 16 bits zero); zero
+ * codes stay ±0. A block with a NaN code or another scale is decoded by the scalar loop and
+ * its floats' high words taken, a set low bit remembered (srt_attn_bf16_span rejects it).
+ * The span is kept on the words' magnitudes: the largest, and the smallest nonzero.
+ */
+#define E4M3_BF16(m)                                                                        \
+	((m) >> 3 ? ((((m) >> 3) + 120) << 7 | ((m) & 7) << 4)                               \
+	 : (m) == 0 ? 0 : (m) == 1 ? 118 << 7 : (m) < 4 ? (119 << 7 | ((m) - 2) << 6)           \
+	 : (120 << 7 | ((m) - 4) << 5))
+#define E4M3_LO(m) (uint8_t)(E4M3_BF16(m) & 0xFF)
+#define E4M3_HI(m) (uint8_t)(E4M3_BF16(m) >> 8)
+#define R4(f, m) f(m), f((m) + 1), f((m) + 2), f((m) + 3)
+#define R16(f, m) R4(f, m), R4(f, (m) + 4), R4(f, (m) + 8), R4(f, (m) + 12)
+#define R64(f, m) R16(f, m), R16(f, (m) + 16), R16(f, (m) + 32), R16(f, (m) + 48)
+static const uint8_t e4m3_lo[128] __attribute__((aligned(64))) = {R64(E4M3_LO, 0), R64(E4M3_LO, 64)};
+static const uint8_t e4m3_hi[128] __attribute__((aligned(64))) = {R64(E4M3_HI, 0), R64(E4M3_HI, 64)};
+#undef R64
+#undef R16
+#undef R4
+
+struct wspan {
+	__m512i mx, mn; /* per word lane: largest magnitude, smallest nonzero one (0xFFFF: none) */
+	uint32_t low;   /* low 16 bits seen set in a scalar-decoded float */
+};
+
+__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void
+wspan32(struct wspan *s, __m512i w)
+{
+	const __m512i m = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+	s->mx = _mm512_max_epu16(s->mx, m);
+	s->mn = _mm512_mask_min_epu16(s->mn, _mm512_test_epi16_mask(m, m), s->mn, m);
+}
+
+/* 64 dims of key entry e from dim c as bf16 words, w[0] dims c .. c + 31, w[1] the next 32. */
+__attribute__((target("avx512f,avx512bw,avx512vbmi"), always_inline)) static inline void
+key_words64(const uint8_t *e, size_t c, size_t nope, size_t rd, struct wspan *s, __m512i w[2])
+{
+	if (c >= nope) { /* rope dims: bf16 words as stored */
+		w[0] = _mm512_loadu_si512((const void *)(e + nope + 2 * (c - nope)));
+		w[1] = _mm512_loadu_si512((const void *)(e + nope + 2 * (c - nope) + 64));
+	} else {
+		const uint8_t sc = e[nope + 2 * rd + c / 64];
+		const __m512i x = _mm512_loadu_si512((const void *)(e + c));
+		const __m512i m7f = _mm512_set1_epi8(0x7F);
+		if (sc >= 10 && sc <= 246 &&
+		    !_mm512_cmpeq_epi8_mask(_mm512_and_si512(x, m7f), m7f)) {
+			const __m512i lo = _mm512_permutex2var_epi8(
+				_mm512_load_si512((const void *)e4m3_lo), x,
+				_mm512_load_si512((const void *)(e4m3_lo + 64)));
+			const __m512i hi = _mm512_ternarylogic_epi32(
+				_mm512_permutex2var_epi8(_mm512_load_si512((const void *)e4m3_hi), x,
+							 _mm512_load_si512((const void *)(e4m3_hi + 64))),
+				x, _mm512_set1_epi8((char)0x80), 0xF8); /* a | (b & c): the sign */
+			/* word i: byte i of lo, then byte i of hi */
+			const __m512i i0 = _mm512_set_epi8(
+				95, 31, 94, 30, 93, 29, 92, 28, 91, 27, 90, 26, 89, 25, 88, 24, 87, 23, 86, 22,
+				85, 21, 84, 20, 83, 19, 82, 18, 81, 17, 80, 16, 79, 15, 78, 14, 77, 13, 76, 12,
+				75, 11, 74, 10, 73, 9, 72, 8, 71, 7, 70, 6, 69, 5, 68, 4, 67, 3, 66, 2, 65, 1,
+				64, 0);
+			const __m512i i1 = _mm512_add_epi8(i0, _mm512_set1_epi8(32));
+			const __m512i d = _mm512_set1_epi16((short)((sc - 127) << 7));
+			for (int h = 0; h < 2; h++) {
+				const __m512i v = _mm512_permutex2var_epi8(lo, h ? i1 : i0, hi);
+				const __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF));
+				w[h] = _mm512_mask_add_epi16(v, nz, v, d);
+			}
+		} else {
+			float t[64];
+			uint16_t u16[64];
+			fp8_block_scalar(e + c, sc, t);
+			for (size_t i = 0; i < 64; i++) {
+				uint32_t u;
+				memcpy(&u, &t[i], sizeof u);
+				s->low |= u & 0xFFFFu;
+				u16[i] = (uint16_t)(u >> 16);
+			}
+			w[0] = _mm512_loadu_si512((const void *)u16);
+			w[1] = _mm512_loadu_si512((const void *)(u16 + 32));
+		}
+	}
+	wspan32(s, w[0]);
+	wspan32(s, w[1]);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) static int fp8_keys_vbmi(
+	const uint8_t *const *e, size_t nk, size_t nope, size_t rd, uint32_t *kp, uint32_t *vp,
+	uint8_t *lo, uint8_t *hi)
+{
+	const size_t hd = nope + rd;
+	/* value pairs of dims j (j < 16) and 16 + j: the words of key b (low), then key a */
+	const __m512i v0 = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
+					    40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
+					    1, 32, 0);
+	const __m512i v1 = _mm512_add_epi16(v0, _mm512_set1_epi16(16));
+	struct wspan s = {_mm512_setzero_si512(), _mm512_set1_epi32(-1), 0};
+	for (size_t k = 0; k < nk; k += 2) {
+		const int two = k + 1 < nk;
+		uint32_t *p0 = kp + k * (hd / 2), *p1 = p0 + hd / 2, *v = vp + k / 2 * hd;
+		for (size_t c = 0; c < hd; c += 64) {
+			__m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+			key_words64(e[k], c, nope, rd, &s, a);
+			if (two)
+				key_words64(e[k + 1], c, nope, rd, &s, b);
+			for (int h = 0; h < 2; h++) {
+				/* a key's pairs: the even dim's word high, the odd one's low */
+				_mm512_storeu_si512((void *)(p0 + c / 2 + 16 * h), _mm512_rol_epi32(a[h], 16));
+				if (two)
+					_mm512_storeu_si512((void *)(p1 + c / 2 + 16 * h),
+							    _mm512_rol_epi32(b[h], 16));
+				_mm512_storeu_si512((void *)(v + c + 32 * h),
+						    _mm512_permutex2var_epi16(b[h], v0, a[h]));
+				_mm512_storeu_si512((void *)(v + c + 32 * h + 16),
+						    _mm512_permutex2var_epi16(b[h], v1, a[h]));
+			}
+		}
+	}
+	/* the largest magnitude and the smallest nonzero one, over both halves of the dwords */
+	const uint32_t mx = (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(
+		_mm512_and_si512(s.mx, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(s.mx, 16)));
+	const uint32_t mn = (uint32_t)_mm512_reduce_min_epu32(_mm512_min_epu32(
+		_mm512_and_si512(s.mn, _mm512_set1_epi32(0xFFFF)), _mm512_srli_epi32(s.mn, 16)));
+	if (s.low || mx >= 0x7F80u || (mn != 0xFFFFu && mn < 0x0080u))
+		return 0;
+	*lo = mn != 0xFFFFu ? (uint8_t)(mn >> 7) : 255;
+	*hi = mn != 0xFFFFu ? (uint8_t)(mx >> 7) : 0;
+	return 1;
+}
 #else
 int srt_attn_dp_usable(void)
 {
@@ -2089,6 +2228,21 @@ int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, ui
 		srt_attn_bf16_vpairs(keys + k * hd, k + 1 < nk ? keys + (k + 1) * hd : NULL, hd,
 				     vp + k / 2 * hd);
 	return srt_attn_bf16_span(keys, nk * hd, lo, hi);
+}
+
+int srt_attn_fp8_keys(const uint8_t *const *e, size_t nk, size_t nope, size_t rd, float *tmp,
+		      uint32_t *kp, uint32_t *vp, uint8_t *lo, uint8_t *hi)
+{
+	const size_t hd = nope + rd;
+#ifdef ATTN_X86
+	if (nope % 64 == 0 && rd % 64 == 0 && srt_attn_dp_usable())
+		return fp8_keys_vbmi(e, nk, nope, rd, kp, vp, lo, hi);
+#endif
+	for (size_t k = 0; k < nk; k++) {
+		srt_attn_fp8_row(e[k], e[k] + nope + 2 * rd, nope, tmp + k * hd);
+		srt_attn_bf16_row(e[k] + nope, rd, tmp + k * hd + nope);
+	}
+	return srt_attn_bf16_keys(tmp, nk, hd, kp, vp, lo, hi);
 }
 
 void srt_attn_qk16_bf16(const uint32_t *qp, const uint32_t *keys, size_t hd, size_t nk,

@@ -155,6 +155,16 @@ int srt_attn_bf16_keys(const float *keys, size_t nk, size_t hd, uint32_t *kp, ui
 		       uint8_t *lo, uint8_t *hi);
 
 /*
+ * srt_attn_bf16_keys of nk FP8 KV entries e[k] (nope E4M3 codes, rd bf16 rope words, nope/64
+ * UE8M0 scales: srt_attn_kv_decode's layout) without storing their floats: the same kp, vp,
+ * span and return value as decoding each entry (srt_attn_fp8_row, srt_attn_bf16_row) and
+ * calling srt_attn_bf16_keys on the nk · (nope + rd) floats. tmp: room for those floats
+ * (used only where no vector kernel applies).
+ */
+int srt_attn_fp8_keys(const uint8_t *const *e, size_t nk, size_t nope, size_t rd, float *tmp,
+		      uint32_t *kp, uint32_t *vp, uint8_t *lo, uint8_t *hi);
+
+/*
  * y[k·16 + l] = Σ_c q_l[c] · key_k[c], c in [0, hd) ascending, for keys k in [0, nk) and 16
  * query lanes l (heads): the bits of srt_attn_dot_tiles_f32 for each (lane, key). qp:
  * [hd/2][16] dwords, qp[j·16 + l] the pair (q_l[2j], q_l[2j + 1]) (srt_attn_bf16_pairs(q_l,

@@ -101,9 +101,10 @@ struct fwd {
 	size_t tfloats;
 	float *tbuf;
 	int64_t kmax, kmax8, c4max;
-	/* phase C group: rows [cg0, cg0 + n), keys row-major [n][kmax][hd] and tiled
-	 * [n][kmax8][hd], key counts [n] */
-	int64_t cg0;
+	/* phase C group: rows [cg0, cg0 + n), keys row-major [n][kmax][hd] (with dp: per thread,
+	 * [nthreads][kthr][hd], decoded only for the float kernels) and tiled [n][kmax8][hd], key
+	 * counts [n] */
+	int64_t cg0, kthr;
 	float *ck, *ckt;
 	const uint8_t **csrc; /* the cache entries of each row's keys, [n][kmax] */
 	float *dbuf; /* per thread: 4 decoded wo_a tiles, [nthreads][32 * gk] */
@@ -1053,10 +1054,13 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 
 /* Phase c1k, per (row of the group, block of ATTN_KGB keys): the keys c1 listed, decoded
  * row-major and tiled (a block starts on a tile boundary, so the tiles are those of one
- * srt_attn_tile call over all the row's keys). With f->dp, a block whose keys and the row's
- * queries fit the AVX512_BF16 kernels (srt_attn_dp_fits) gets its scores for every head here
- * (the keys' pairs still in cache) instead of tiles, and the values of every block of normal
- * bf16 keys are stored as pairs of keys (a block starts on an even key). */
+ * srt_attn_tile call over all the row's keys). With f->dp, the block's keys go from their
+ * cache entries straight into both pair layouts (srt_attn_kv_keys; FP8 entries never become
+ * floats); a block whose keys and the row's queries fit the AVX512_BF16 kernels
+ * (srt_attn_dp_fits) gets its scores for every head here (the keys' pairs still in cache),
+ * any other block is decoded into the thread's floats and tiled, and the values of every
+ * block of normal bf16 keys are stored as pairs of keys (a block starts on an even key).
+ * phase_c2_dp decodes a row's keys again only for a head whose p·v takes the float kernels. */
 static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -1071,20 +1075,17 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		int64_t k1 = k0 + ATTN_KGB < nk ? k0 + ATTN_KGB : nk;
 		const uint8_t *const *src = f->csrc + (size_t)gr * (size_t)f->kmax;
-		float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
 		float *kt = f->ckt + (size_t)gr * (size_t)f->kmax8 * hd;
-		const float *kf = keys + (size_t)k0 * hd;
-		const size_t nv = (size_t)(k1 - k0) * hd;
 		struct kblk *kb = &f->ckx[u];
-		for (int64_t k = k0; k < k1; k++)
-			srt_attn_kv_decode(a, src[k], keys + (size_t)k * hd);
 		if (f->dp) {
 			const struct kblk *cq = &f->cq[gr];
 			uint32_t *vp = f->cvp + ((size_t)gr * (size_t)((f->kmax + 1) / 2) +
 						 (size_t)k0 / 2) * hd;
-			/* both pair layouts, used only when the span allows */
-			kb->span = (uint8_t)srt_attn_bf16_keys(kf, (size_t)(k1 - k0), hd, kp, vp,
-							       &kb->lo, &kb->hi);
+			float *kf = f->ck + (size_t)tid * (size_t)f->kthr * hd;
+			/* both pair layouts straight from the entries, used only when the span
+			 * allows */
+			kb->span = (uint8_t)srt_attn_kv_keys(a, src + k0, (size_t)(k1 - k0), kf, kp, vp,
+							     &kb->lo, &kb->hi);
 			/* srt_attn_bf16_exact from the span: bf16 values and the nonzero ones'
 			 * exponents in [67, 187] (a failed span has a low bit set, or a nonzero
 			 * exponent 0 or 255: not exact either) */
@@ -1098,9 +1099,18 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 							     (size_t)k0) * 16);
 			if (kb->dp)
 				continue;
-		} else if (a->ref) {
-			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, nv);
+			/* the float tiles of a block outside the dot products' range */
+			for (int64_t k = k0; k < k1; k++)
+				srt_attn_kv_decode(a, src[k], kf + (size_t)(k - k0) * hd);
+			srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
+			continue;
 		}
+		float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
+		const float *kf = keys + (size_t)k0 * hd;
+		for (int64_t k = k0; k < k1; k++)
+			srt_attn_kv_decode(a, src[k], keys + (size_t)k * hd);
+		if (a->ref)
+			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, (size_t)(k1 - k0) * hd);
 		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 	}
 }
@@ -1251,7 +1261,6 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		const float *q = f->q + r * H * hd + h0 * hd;
-		const float *keys = f->ck + (size_t)gr * kmax * hd;
 		const float *kt = f->ckt + (size_t)gr * kmax8 * hd;
 		const struct kblk *kbs = f->ckx + gr * nkb;
 		float *sf[8], *pvf[8], denf[8];
@@ -1308,8 +1317,13 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 		if (ndp)
 			srt_attn_pv_bf16(ndp, pp, f->cvp + (size_t)gr * ((kmax + 1) / 2) * hd, hd,
 					 (size_t)(nk + 1) / 2, ydp);
-		if (nf)
-			srt_attn_pv_f32_n(nf, pf, keys, hd, hd, (size_t)nk, yf, kx);
+		if (nf) { /* the float kernels: the row's keys decoded into the thread's buffer */
+			float *kf = f->ck + (size_t)tid * (size_t)f->kthr * hd;
+			const uint8_t *const *src = f->csrc + (size_t)gr * kmax;
+			for (int64_t k = 0; k < nk; k++)
+				srt_attn_kv_decode(a, src[k], kf + (size_t)k * hd);
+			srt_attn_pv_f32_n(nf, pf, kf, hd, hd, (size_t)nk, yf, kx);
+		}
 		const float *rc = row_cs(f, r), *rs = rc + m->qk_rope_head_dim / 2;
 		for (size_t i = 0; i < nh; i++)
 			ref_out(a, f->o + r * H * hd + (h0 + i) * hd, pvf[i], denf[i], rc, rs);
@@ -1676,6 +1690,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.kmax = m->sliding_window + (a->ratio == 128 ? maxend / 128 + 1
 				      : a->ratio == 4 ? m->index_topk : 0);
 	f.kmax8 = (f.kmax + 7) / 8 * 8;
+	f.kthr = f.kmax > ATTN_KGB ? f.kmax : ATTN_KGB;
 	/* phase_c2: kmax8 + hd doubles, or the floats of ATTN_RH heads */
 	f.tfloats = (ATTN_RH > 2 ? ATTN_RH : 2) * ((size_t)f.kmax8 + hd) +
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
@@ -1700,7 +1715,9 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	size_t hg = (H + 15) / 16;
 	size_t sz[17] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
-			N * sizeof(int32_t), ATTN_CROWS * (size_t)f.kmax * hd * sizeof(float),
+			N * sizeof(int32_t),
+			(f.dp ? (size_t)h->nthreads * (size_t)f.kthr : ATTN_CROWS * (size_t)f.kmax) * hd *
+				sizeof(float),
 			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),

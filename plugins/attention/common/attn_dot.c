@@ -1996,7 +1996,7 @@ __attribute__((target("avx512f"))) static int keys_avx512(const float *keys, siz
 /*
  * srt_attn_fp8_keys on bf16 words, never floats (AVX512BW + VBMI: only where
  * srt_attn_dp_usable, which needs them). An E4M3 magnitude m is exactly the bf16 value of
- * word e4m3_bf16(m) (subnormal codes included), and times a UE8M0 scale 2^(sc - 127) it is
+ * word E4M3_BF16(m) (subnormal codes included; the tables hold its two bytes), and times a UE8M0 scale 2^(sc - 127) it is
  * the same word plus (sc - 127) << 7 in the exponent field, provided that field stays in
  * [1, 254]: it spans [118, 135] at sc = 127, so any sc in [10, 246] keeps every nonzero
  * product a normal float, which srt_attn_fp8_row's float is (its low 16 bits zero); zero
@@ -2088,7 +2088,8 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static int fp8_keys_vbmi(
 	uint8_t *lo, uint8_t *hi)
 {
 	const size_t hd = nope + rd;
-	/* value pairs of dims j (j < 16) and 16 + j: the words of key b (low), then key a */
+	/* a value pair per dim: key b's word low, key a's high; v0 for the first 16 dims of a
+	 * vector of 32, v1 for the other 16 */
 	const __m512i v0 = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9,
 					    40, 8, 39, 7, 38, 6, 37, 5, 36, 4, 35, 3, 34, 2, 33,
 					    1, 32, 0);

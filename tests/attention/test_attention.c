@@ -13,7 +13,9 @@
  *    1-thread host gives the 2-thread host's bits;
  *  - resuming from a prefix's pages copied into fresh pages (only what the pools' retention
  *    keeps) continues bit for bit like the original;
- *  - kv_dtype fp8 / index_dtype fp4 (the reference profile's auto) and bf16 are lossless there;
+ *  - kv_dtype fp8 / index_dtype fp4 (the reference profile's auto) and bf16 are lossless there,
+ *    also with the core's dot products declining every other key block and head
+ *    (SRT_ATTN_DP_MIX=1: the float kernels' fallbacks beside the straight-from-entry keys);
  *    at DeepSeek-V4-Flash shapes the entries are 584 B (fp8 KV) and 68 B (fp4 indexer keys);
  *  - errors name the missing page, the wrong layer, the missing weights.
  *
@@ -565,6 +567,19 @@ START_TEST(test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile)
 	ck_assert_msg(!memcmp(y, y0, T * d * 4),
 		      "%s: fp8/fp4 storage, exact indexer keys mixed with others, changed the outputs",
 		      plugin_of(layer));
+	seq_free(&sa);
+	srt_instance_destroy(a);
+	/* and with the core's dot-product kernels (AVX512_BF16 CPUs) declining every other key
+	 * block and head (attn_forward.c): those decode their FP8 keys to floats, the others
+	 * take them straight from the entries */
+	setenv("SRT_ATTN_DP_MIX", "1", 1);
+	a = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL);
+	seq_init(&sa, a, 3);
+	run_chunks(a, layer, &sa, 0, T, 77, x, y);
+	unsetenv("SRT_ATTN_DP_MIX");
+	ck_assert_msg(!memcmp(y, y0, T * d * 4),
+		      "%s: fp8/fp4 storage, float kernels mixed with the dot products, changed the "
+		      "outputs", plugin_of(layer));
 	seq_free(&sa);
 	srt_instance_destroy(a);
 	a = inst(layer, SRT_PROFILE_REFERENCE, "bf16", "bf16");

@@ -116,6 +116,8 @@ struct fwd {
 	 * 16); c1), the scores of the blocks c1k computed [n][hg][kmax][16], the values as pairs
 	 * of keys [n][(kmax + 1)/2][hd] (p·v), the span of each row's queries (c1) */
 	int dp;
+	int dpmix; /* SRT_ATTN_DP_MIX=1 (a test knob): odd key blocks and odd heads take the
+		    * float kernels, which give the same bits */
 	uint32_t *cqp, *cvp;
 	float *csc;
 	struct kblk cq[ATTN_CROWS];
@@ -1090,7 +1092,7 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			 * exponents in [67, 187] (a failed span has a low bit set, or a nonzero
 			 * exponent 0 or 255: not exact either) */
 			kb->exact = kb->span && (kb->lo > kb->hi || (kb->lo >= 67 && kb->hi <= 187));
-			kb->dp = kb->span && cq->span &&
+			kb->dp = kb->span && cq->span && !(f->dpmix && k0 / ATTN_KGB % 2) &&
 				 srt_attn_dp_fits(cq->lo, cq->hi, kb->lo, kb->hi, hd);
 			for (size_t g = 0; kb->dp && g < hg; g++)
 				srt_attn_qk16_bf16(f->cqp + ((size_t)gr * hg + g) * 8 * hd, kp, hd,
@@ -1303,7 +1305,8 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 		size_t ndp = 0, nf = 0;
 		for (size_t i = 0; i < nh; i++) {
 			uint8_t lo, hi;
-			if (vok && srt_attn_bf16_span(sf[i], (size_t)nk, &lo, &hi) &&
+			if (!(f->dpmix && (h0 + i) % 2) && vok &&
+			    srt_attn_bf16_span(sf[i], (size_t)nk, &lo, &hi) &&
 			    srt_attn_dp_fits(lo, hi, klo, khi, (size_t)nk)) {
 				uint32_t *w = ppb + i * (kmax8 / 2);
 				srt_attn_bf16_pairs(sf[i], (size_t)nk, w, 1);
@@ -1673,6 +1676,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.lw = &a->lw[slot];
 	f.slot = slot;
 	f.dp = a->ref && m->head_dim % 64 == 0 && srt_attn_dp_usable();
+	f.dpmix = f.dp && getenv("SRT_ATTN_DP_MIX") && !strcmp(getenv("SRT_ATTN_DP_MIX"), "1");
 
 	size_t N = (size_t)batch->n_rows, B = N < ATTN_ROWS ? N : ATTN_ROWS;
 	size_t d = (size_t)m->hidden_size, H = (size_t)m->num_attention_heads;

@@ -533,6 +533,20 @@ END_TEST
  * with most indexer keys left to the double loop (SRT_IX_SPAN=1); so is bf16 storage (the
  * fake-quantized values are E4M3 x 2^k / E2M1 x 2^k, the rope dims bf16).
  */
+/* The reference profile's outputs y of the 600 positions of layer from inputs x with the
+ * environment knob `var` set to 1 for the instance's life (default storage, chunks of 77). */
+static void run_with_knob(int layer, const char *var, const float *x, float *y)
+{
+	struct seq sa;
+	setenv(var, "1", 1);
+	struct srt_instance *a = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL);
+	seq_init(&sa, a, 3);
+	run_chunks(a, layer, &sa, 0, T, 77, x, y);
+	unsetenv(var);
+	seq_free(&sa);
+	srt_instance_destroy(a);
+}
+
 START_TEST(test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile)
 {
 	int layer = 1 + _i;
@@ -559,29 +573,17 @@ START_TEST(test_fp8_fp4_and_bf16_storage_lossless_in_reference_profile)
 	srt_instance_destroy(a);
 	/* the same with the indexer's exact path narrowed to 1 binade (attn_ix.c): most key
 	 * blocks then mix exact keys and keys left to the double loop */
-	setenv("SRT_IX_SPAN", "1", 1);
-	a = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL);
-	seq_init(&sa, a, 3);
-	run_chunks(a, layer, &sa, 0, T, 77, x, y);
-	unsetenv("SRT_IX_SPAN");
+	run_with_knob(layer, "SRT_IX_SPAN", x, y);
 	ck_assert_msg(!memcmp(y, y0, T * d * 4),
 		      "%s: fp8/fp4 storage, exact indexer keys mixed with others, changed the outputs",
 		      plugin_of(layer));
-	seq_free(&sa);
-	srt_instance_destroy(a);
 	/* and with the core's dot-product kernels (AVX512_BF16 CPUs) declining every other key
 	 * block and head (attn_forward.c): those decode their FP8 keys to floats, the others
 	 * take them straight from the entries */
-	setenv("SRT_ATTN_DP_MIX", "1", 1);
-	a = inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL);
-	seq_init(&sa, a, 3);
-	run_chunks(a, layer, &sa, 0, T, 77, x, y);
-	unsetenv("SRT_ATTN_DP_MIX");
+	run_with_knob(layer, "SRT_ATTN_DP_MIX", x, y);
 	ck_assert_msg(!memcmp(y, y0, T * d * 4),
 		      "%s: fp8/fp4 storage, float kernels mixed with the dot products, changed the "
 		      "outputs", plugin_of(layer));
-	seq_free(&sa);
-	srt_instance_destroy(a);
 	a = inst(layer, SRT_PROFILE_REFERENCE, "bf16", "bf16");
 	seq_init(&sa, a, 3);
 	run_chunks(a, layer, &sa, 0, T, 77, x, y);

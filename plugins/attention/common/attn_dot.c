@@ -2059,7 +2059,7 @@ key_words64(const uint8_t *e, size_t c, size_t nope, size_t rd, struct wspan *s,
 				75, 11, 74, 10, 73, 9, 72, 8, 71, 7, 70, 6, 69, 5, 68, 4, 67, 3, 66, 2, 65, 1,
 				64, 0);
 			const __m512i i1 = _mm512_add_epi8(i0, _mm512_set1_epi8(32));
-			const __m512i d = _mm512_set1_epi16((short)((sc - 127) << 7));
+			const __m512i d = _mm512_set1_epi16((short)((sc - 127) * 128)); /* the field's step */
 			for (int h = 0; h < 2; h++) {
 				const __m512i v = _mm512_permutex2var_epi8(lo, h ? i1 : i0, hi);
 				const __mmask32 nz = _mm512_test_epi16_mask(v, _mm512_set1_epi16(0x7FFF));

@@ -855,6 +855,17 @@ START_TEST(pv_bf16_equals_the_ascending_float_loop_bitwise)
 END_TEST
 
 /* srt_attn_bf16_keys (one pass) gives what the separate layout and span functions give. */
+/* The definition of srt_attn_bf16_keys's layouts for nk keys of hd floats: kp each key's
+ * pairs (srt_attn_bf16_pairs), vp the pair-interleaved rows of keys 2j and 2j + 1
+ * (srt_attn_bf16_vpairs, NULL for a last odd key). */
+static void pair_layouts(const float *k, size_t nk, size_t hd, uint32_t *kp, uint32_t *vp)
+{
+	srt_attn_bf16_pairs(k, nk * hd, kp, 1);
+	for (size_t j = 0; j < (nk + 1) / 2; j++)
+		srt_attn_bf16_vpairs(k + 2 * j * hd, 2 * j + 1 < nk ? k + (2 * j + 1) * hd : NULL, hd,
+				     vp + j * hd);
+}
+
 START_TEST(bf16_keys_equals_the_separate_layouts_and_span)
 {
 	static const size_t hds[] = {512, 64, 10};
@@ -876,11 +887,7 @@ START_TEST(bf16_keys_equals_the_separate_layouts_and_span)
 					      "hd %zu nk %zu bad %d: %d %u %u vs %d %u %u", hd, nk, bad, r,
 					      lo, hi1, r2, lo2, hi2);
 				uint32_t *kp2 = kp + nk * hd / 2, *vp2 = vp + np * hd;
-				srt_attn_bf16_pairs(k, nk * hd, kp2, 1);
-				for (size_t j = 0; j < np; j++)
-					srt_attn_bf16_vpairs(k + 2 * j * hd,
-							     2 * j + 1 < nk ? k + (2 * j + 1) * hd : NULL, hd,
-							     vp2 + j * hd);
+				pair_layouts(k, nk, hd, kp2, vp2);
 				ck_assert(!memcmp(kp, kp2, sizeof(uint32_t) * nk * hd / 2));
 				ck_assert(!memcmp(vp, vp2, sizeof(uint32_t) * np * hd));
 			}
@@ -975,11 +982,7 @@ START_TEST(fp8_keys_equals_the_decoded_keys_layouts_and_span)
 				 * fp8_row_equals_the_scalar_decode_bitwise): layouts compared without */
 				if (!nan_scale) {
 					uint32_t *kp2 = kp + nk * hd / 2, *vp2 = vp + np * hd;
-					srt_attn_bf16_pairs(f, nk * hd, kp2, 1);
-					for (size_t j = 0; j < np; j++)
-						srt_attn_bf16_vpairs(f + 2 * j * hd,
-								     2 * j + 1 < nk ? f + (2 * j + 1) * hd : NULL,
-								     hd, vp2 + j * hd);
+					pair_layouts(f, nk, hd, kp2, vp2);
 					ck_assert_msg(!memcmp(kp, kp2, sizeof(uint32_t) * nk * hd / 2),
 						      "nope %zu nk %zu kind %d: key pairs differ", nope, nk, kind);
 					ck_assert_msg(!memcmp(vp, vp2, sizeof(uint32_t) * np * hd),

@@ -586,14 +586,20 @@ void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 	}
 }
 
+void srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *v)
+{
+	const size_t w = (size_t)a->m->head_dim;
+	for (size_t k = 0; k < n; k++)
+		srt_attn_kv_decode(a, e[k], v + k * w);
+}
+
 int srt_attn_kv_keys(const struct srt_attn *a, const uint8_t *const *e, size_t nk, float *tmp,
 		     uint32_t *kp, uint32_t *vp, uint8_t *lo, uint8_t *hi)
 {
 	size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim;
 	if (a->kv_store == SRT_ATTN_ST_FP8)
 		return srt_attn_fp8_keys(e, nk, w - rd, rd, tmp, kp, vp, lo, hi);
-	for (size_t k = 0; k < nk; k++)
-		srt_attn_kv_decode(a, e[k], tmp + k * w);
+	srt_attn_kv_decode_n(a, e, nk, tmp);
 	return srt_attn_bf16_keys(tmp, nk, w, kp, vp, lo, hi);
 }
 

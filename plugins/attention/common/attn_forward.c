@@ -1102,15 +1102,12 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			if (kb->dp)
 				continue;
 			/* the float tiles of a block outside the dot products' range */
-			for (int64_t k = k0; k < k1; k++)
-				srt_attn_kv_decode(a, src[k], kf + (size_t)(k - k0) * hd);
+			srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf);
 			srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 			continue;
 		}
-		float *keys = f->ck + (size_t)gr * (size_t)f->kmax * hd;
-		const float *kf = keys + (size_t)k0 * hd;
-		for (int64_t k = k0; k < k1; k++)
-			srt_attn_kv_decode(a, src[k], keys + (size_t)k * hd);
+		float *kf = f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
+		srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf);
 		if (a->ref)
 			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, (size_t)(k1 - k0) * hd);
 		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
@@ -1323,8 +1320,7 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 		if (nf) { /* the float kernels: the row's keys decoded into the thread's buffer */
 			float *kf = f->ck + (size_t)tid * (size_t)f->kthr * hd;
 			const uint8_t *const *src = f->csrc + (size_t)gr * kmax;
-			for (int64_t k = 0; k < nk; k++)
-				srt_attn_kv_decode(a, src[k], kf + (size_t)k * hd);
+			srt_attn_kv_decode_n(a, src, (size_t)nk, kf);
 			srt_attn_pv_f32_n(nf, pf, kf, hd, hd, (size_t)nk, yf, kx);
 		}
 		const float *rc = row_cs(f, r), *rs = rc + m->qk_rope_head_dim / 2;
@@ -1676,7 +1672,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.lw = &a->lw[slot];
 	f.slot = slot;
 	f.dp = a->ref && m->head_dim % 64 == 0 && srt_attn_dp_usable();
-	f.dpmix = f.dp && getenv("SRT_ATTN_DP_MIX") && !strcmp(getenv("SRT_ATTN_DP_MIX"), "1");
+	const char *mix = getenv("SRT_ATTN_DP_MIX");
+	f.dpmix = f.dp && mix && !strcmp(mix, "1");
 
 	size_t N = (size_t)batch->n_rows, B = N < ATTN_ROWS ? N : ATTN_ROWS;
 	size_t d = (size_t)m->hidden_size, H = (size_t)m->num_attention_heads;

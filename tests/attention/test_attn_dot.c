@@ -1116,7 +1116,7 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 {
 	static const size_t nhs[] = {16, 64}, ds[] = {128, 96, 160};
 	if (!srt_attn_qk_fp4_ready(16, 128)) {
-		fprintf(stderr, "qk_fp4: no AVX-512 VNNI here, the double loop runs instead\n");
+		fprintf(stderr, "qk_fp4: no AVX-512 VNNI or AVX2 here, the double loop runs instead\n");
 		return;
 	}
 	for (size_t di = 0; di < 3 * 2; di++) {
@@ -1164,22 +1164,34 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 }
 END_TEST
 
-/* srt_attn_ix_score_fp4 of ne <= 64 keys against srt_attn_qk_fp4's rows scored by
- * srt_attn_ix_score_bf16, bitwise, for the same keys done (ok); with `positive`, every score
- * done > 0. Returns the number done. */
+/* srt_attn_ix_score_fp4 of ne <= 64 keys against the definition, bitwise: the decoded keys'
+ * q·k rows by the double loop (srt_attn_qk_heads), scored by srt_attn_ix_score_bf16, for the
+ * keys done (ok); srt_attn_qk_fp4 must do the same keys and give the same rows. With
+ * `positive`, every score done > 0. Returns the number done. */
 static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 			      const uint8_t *const *kp, const float *w, int positive, const char *what)
 {
-	double *y = malloc(sizeof(double) * ne * nh), want[64], got[64];
+	double *y = malloc(sizeof(double) * ne * nh), *yr = malloc(sizeof(double) * ne * nh);
+	double *qt = malloc(sizeof(double) * d * nh), want[64], got[64];
+	float *kf = malloc(sizeof(float) * ne * d);
 	uint8_t ok[64], ok2[64];
 	void *buf = malloc(srt_attn_ixq_bytes(nh, d));
 	struct srt_attn_ixq q;
 	ck_assert_uint_le(ne, 64);
 	ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 1);
+	for (size_t e = 0; e < ne; e++)
+		srt_attn_fp4_row(kp[e], kp[e] + d / 2, d, kf + e * d);
+	for (size_t h = 0; h < nh; h++)
+		for (size_t c = 0; c < d; c++)
+			qt[c * nh + h] = (double)iq[h * d + c];
+	srt_attn_qk_heads(qt, nh, kf, d, ne, yr);
 	const size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
 	for (size_t e = 0; e < ne; e++)
-		if (ok[e])
-			srt_attn_ix_score_bf16(y + e * nh, w, nh, 1, &want[e]);
+		if (ok[e]) {
+			ck_assert_msg(memcmp(y + e * nh, yr + e * nh, sizeof(double) * nh) == 0,
+				      "%s key %zu: q·k rows differ from the double loop", what, e);
+			srt_attn_ix_score_bf16(yr + e * nh, w, nh, 1, &want[e]);
+		}
 	memset(got, 0xFF, sizeof got);
 	ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), done);
 	for (size_t e = 0; e < ne; e++) {
@@ -1191,22 +1203,25 @@ static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 			      what, e, got[e], want[e]);
 	}
 	free(y);
+	free(yr);
+	free(qt);
+	free(kf);
 	free(buf);
 	return done;
 }
 
 /*
  * The indexer's reference scores with the keys in the lanes (srt_attn_ix_score_fp4) against
- * srt_attn_qk_fp4's rows scored by srt_attn_ix_score_bf16, bitwise: head dims 96/128/160, 16
+ * the double loop's rows scored by srt_attn_ix_score_bf16, bitwise (ix_scores_agree): head dims 96/128/160, 16
  * and 64 heads, 40 keys (two full batches of 16 and a short one), weights of both signs,
  * zero and tiny ones, so heads with negative, zero and NaN-free positive terms all occur;
  * the same keys done (ok) by both.
  */
-START_TEST(ix_score_fp4_equals_qk_fp4_rows_scored_bitwise)
+START_TEST(ix_score_fp4_equals_the_double_loop_rows_scored_bitwise)
 {
 	static const size_t nhs[] = {16, 64}, ds[] = {128, 96, 160};
 	if (!srt_attn_qk_fp4_ready(16, 128)) {
-		fprintf(stderr, "ix_score_fp4: no AVX-512 VNNI here, the double loop runs instead\n");
+		fprintf(stderr, "ix_score_fp4: no AVX-512 VNNI or AVX2 here, the double loop runs instead\n");
 		return;
 	}
 	for (size_t di = 0; di < 3 * 2; di++) {
@@ -1230,7 +1245,8 @@ END_TEST
 
 /*
  * The keys-in-lanes scores where their integer block sums meet their bounds (attn_ix.c,
- * ix_score16), against srt_attn_qk_fp4's rows scored by srt_attn_ix_score_bf16, bitwise.
+ * ix_score16 and its AVX2 form), against the double loop's rows scored by
+ * srt_attn_ix_score_bf16, bitwise (ix_scores_agree).
  * 16 heads x 128 dims, one batch of 16 keys, block k of a head (key) at 2^(base + spread·
  * (k > 0)):
  *  - scale 2^E of the sums at E = -126 (the least the integers take: their float results are
@@ -1354,7 +1370,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise);
 	tcase_add_test(tc, n_head_kernels_equal_one_head_calls_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
-	tcase_add_test(tc, ix_score_fp4_equals_qk_fp4_rows_scored_bitwise);
+	tcase_add_test(tc, ix_score_fp4_equals_the_double_loop_rows_scored_bitwise);
 	tcase_add_test(tc, ix_score_fp4_integer_sums_at_their_bounds);
 	tcase_add_test(tc, dot_tiles_equals_the_ascending_double_loop_bitwise);
 	tcase_add_test(tc, pv_equals_the_ascending_double_loop_bitwise);

@@ -43,7 +43,11 @@ static int ix_span(void)
 	return *end || v < 0 || v > IX_SPAN ? IX_SPAN : (int)v;
 }
 
-static int have_vnni(void)
+/* The kernels this CPU and SRT_GEMM_ISA allow: IX_VNNI (AVX-512 VNNI), IX_AVX2 or IX_NONE. Unset
+ * or "avx512": the best this CPU has; "avx2": at most AVX2; anything else: none. */
+enum { IX_NONE = 0, IX_AVX2 = 1, IX_VNNI = 2 };
+
+static int ix_isa(void)
 {
 #ifdef IX_X86
 	static int v = -1;
@@ -51,19 +55,24 @@ static int have_vnni(void)
 	if (r < 0) {
 		const char *isa = getenv("SRT_GEMM_ISA");
 		__builtin_cpu_init();
-		r = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-		    __builtin_cpu_supports("avx512vnni") && (!isa || !strcmp(isa, "avx512")) ? 1 : 0;
+		const int vnni = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+				 __builtin_cpu_supports("avx512vnni");
+		const int avx2 = __builtin_cpu_supports("avx2");
+		if (!isa || !strcmp(isa, "avx512"))
+			r = vnni ? IX_VNNI : avx2 ? IX_AVX2 : IX_NONE;
+		else
+			r = !strcmp(isa, "avx2") && avx2 ? IX_AVX2 : IX_NONE;
 		__atomic_store_n(&v, r, __ATOMIC_RELAXED);
 	}
 	return r;
 #else
-	return 0;
+	return IX_NONE;
 #endif
 }
 
 int srt_attn_qk_fp4_ready(size_t nh, size_t d)
 {
-	return nh > 0 && nh % 16 == 0 && d > 0 && d % IX_BLOCK == 0 && d <= IX_DMAX && have_vnni();
+	return nh > 0 && nh % 16 == 0 && d > 0 && d % IX_BLOCK == 0 && d <= IX_DMAX && ix_isa() != IX_NONE;
 }
 
 /* Blocks of the prepared query's bytes and corrections: d / 32 rounded up to the kernel's 4
@@ -323,6 +332,17 @@ __attribute__((target("avx512f"))) static inline void ix_transpose16(__m512i r[1
 	}
 }
 
+/* Whether a batch's heads sum their blocks as integers (ix_score16's comment): S cannot
+ * overflow int32 (|I_b| <= 4608, shifts <= the query's spread + the keys' spread kspread) and
+ * every nonzero |S|·2^E is a normal float (klo, khi: the least and greatest of the keys' least
+ * codes). */
+static int ix_ints_fit(const struct srt_attn_ixq *q, size_t nb, int kspread, int klo, int khi)
+{
+	const int shmax = q->spread + kspread;
+	return shmax <= 20 && ((uint64_t)nb * 4608u << shmax) < ((uint64_t)1 << 31) &&
+	       q->qe_lo + klo - 256 >= -126 && q->qe_hi + khi - 256 <= 127 - 31;
+}
+
 /*
  * The reference index scores of 16 keys (kp: their packed bytes and scale codes; n <= 16 of
  * them real, the rest padding) with the keys in the lanes: per head, each block's integer
@@ -373,9 +393,7 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 	 */
 	const int kspread = _mm512_reduce_max_epi32(_mm512_sub_epi32(kmax, kmin));
 	const int klo = _mm512_reduce_min_epi32(kmin), khi = _mm512_reduce_max_epi32(kmin);
-	const int shmax = q->spread + kspread;
-	const int ints = shmax <= 20 && ((uint64_t)nb * 4608u << shmax) < ((uint64_t)1 << 31) &&
-			 q->qe_lo + klo - 256 >= -126 && q->qe_hi + khi - 256 <= 127 - 31;
+	const int ints = ix_ints_fit(q, nb, kspread, klo, khi);
 	__m512i ksh[IX_DMAX / IX_BLOCK];
 	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units 2^(e-128) per block */
 	for (size_t b = 0; b < nb; b++) {
@@ -465,6 +483,267 @@ static void ix_score_batch(const struct srt_attn_ixq *q, const uint8_t *const *k
 		k16[i] = kp[i < n ? i : 0];
 	ix_score16(q, k16, w, n, out);
 }
+
+/* ---- AVX2 (no VNNI): the same kernels with the keys in 8-lane halves ---------------------- */
+
+#define IX_AVX2_TARGET __attribute__((target("avx2")))
+
+/* 8x8 dwords: r[i] lane j -> r[j] lane i. */
+IX_AVX2_TARGET static inline void ix_transpose8(__m256i r[8])
+{
+	__m256i t[8], u[8];
+	for (int i = 0; i < 8; i += 2) {
+		t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
+		t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+	}
+	/* u[4h + c], 128-bit lane L: rows 4h .. 4h + 3 of column 4L + c */
+	for (int i = 0; i < 8; i += 4) {
+		u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
+		u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+		u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
+		u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+	}
+	for (int c = 0; c < 4; c++) {
+		r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
+		r[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
+	}
+}
+
+/* ix_nibble_bytes of 32 bytes. */
+IX_AVX2_TARGET static inline __m256i ix_nibble_bytes8(__m256i v, int high)
+{
+	const __m256i lut = _mm256_broadcastsi128_si256(
+		_mm_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0));
+	const __m256i x = high ? _mm256_srli_epi16(v, 4) : v;
+	return _mm256_shuffle_epi8(lut, _mm256_and_si256(x, _mm256_set1_epi8(0x0F)));
+}
+
+IX_AVX2_TARGET static inline int ix_hmin8(__m256i v)
+{
+	__m128i m = _mm_min_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	m = _mm_min_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+	return _mm_cvtsi128_si32(_mm_min_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
+IX_AVX2_TARGET static inline int ix_hmax8(__m256i v)
+{
+	__m128i m = _mm_max_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	m = _mm_max_epi32(m, _mm_shuffle_epi32(m, 0x4E));
+	return _mm_cvtsi128_si32(_mm_max_epi32(m, _mm_shuffle_epi32(m, 0xB1)));
+}
+
+/* 2^e for the 4 int32 lanes of e (a normal double for every e in [-1022, 1023]). */
+IX_AVX2_TARGET static inline __m256d ix_pow2_pd(__m128i e)
+{
+	return _mm256_castsi256_pd(_mm256_slli_epi64(
+		_mm256_add_epi64(_mm256_cvtepi32_epi64(e), _mm256_set1_epi64x(1023)), 52));
+}
+
+/*
+ * ix_score16 without VNNI: the 16 keys as two halves of 8 (lane i of half f: key 8f + i).
+ * VPDPBUSD's 4-product dword sums become VPMADDUBSW pair sums, added in 16 bits over the
+ * block's 8 groups (|each word| <= 8 · 2 · 24 · 12 = 4608), then one VPMADDWD by ones per
+ * block: the same integer block sums, so the same scaled doubles, integer head sums and terms
+ * as ix_score16 (two heads and two blocks a pass: 8 chains). With `rows`, out[i] is key i's
+ * q·k row and gets srt_attn_qk_fp4's values instead of the score: the double sum, or (double)
+ * S·2^E where the integer sums run (the same exact number).
+ */
+/* ix_kernel16_avx2's products and sums over the heads, for its prepared keys (kt, kmin, and
+ * ksh or ku); `ints` and `rows` constant in each inlined copy. */
+IX_AVX2_TARGET static inline __attribute__((always_inline)) void
+ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8], const __m256i *kmin,
+	      const __m256i (*ksh)[IX_DMAX / IX_BLOCK], const __m256d (*ku)[IX_DMAX / IX_BLOCK][2],
+	      const float *w, size_t n, double *const *out, const int ints, const int rows)
+{
+	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);
+	const __m256i ones = _mm256_set1_epi16(1);
+	__m256d tot[2][2] = {{_mm256_setzero_pd(), _mm256_setzero_pd()},
+			     {_mm256_setzero_pd(), _mm256_setzero_pd()}};
+	for (size_t h = 0; h < nh; h += 2) {
+		__m256d t[2][2][2];
+		__m256i si[2][2];
+		for (size_t hh = 0; hh < 2; hh++)
+			for (size_t hf = 0; hf < 2; hf++) {
+				t[hh][hf][0] = t[hh][hf][1] = _mm256_setzero_pd();
+				si[hh][hf] = _mm256_setzero_si256();
+			}
+		for (size_t b0 = 0; b0 < nb; b0 += 2) { /* b0 + 1 < nb4: a padding block at worst */
+			__m256i acc[2][2][2]; /* [head][block][half] 16-bit sums */
+			for (size_t hh = 0; hh < 2; hh++)
+				for (size_t u = 0; u < 2; u++)
+					acc[hh][u][0] = acc[hh][u][1] = _mm256_setzero_si256();
+			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++)
+			_Pragma("GCC unroll 2") for (size_t u = 0; u < 2; u++) {
+				const size_t j = 4 * (b0 + u) + g % 4;
+				const __m256i k0 = kt[0][g / 4][j], k1 = kt[1][g / 4][j];
+				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+					int32_t qw;
+					memcpy(&qw,
+					       q->q + (((h + hh) / 16 * nb4 + b0 + u) * 8 + g) * 64 + ((h + hh) % 16) * 4,
+					       4);
+					const __m256i qv = _mm256_set1_epi32(qw);
+					acc[hh][u][0] = _mm256_add_epi16(acc[hh][u][0], _mm256_maddubs_epi16(k0, qv));
+					acc[hh][u][1] = _mm256_add_epi16(acc[hh][u][1], _mm256_maddubs_epi16(k1, qv));
+				}
+			}
+			_Pragma("GCC unroll 2") for (size_t u = 0; u < 2; u++) {
+				const size_t b = b0 + u;
+				if (b >= nb)
+					break;
+				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+					const size_t qi = ((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16;
+					const __m256i corr =
+						_mm256_set1_epi32(q->corr[((h + hh) / 16 * nb4 + b) * 16 + (h + hh) % 16]);
+					_Pragma("GCC unroll 2") for (size_t hf = 0; hf < 2; hf++) {
+						const __m256i a = _mm256_add_epi32(_mm256_madd_epi16(acc[hh][u][hf], ones), corr);
+						if (ints) {
+							const __m256i sh = _mm256_add_epi32(ksh[hf][b], _mm256_set1_epi32(q->qsh[qi]));
+							si[hh][hf] = _mm256_add_epi32(si[hh][hf], _mm256_sllv_epi32(a, sh));
+							continue;
+						}
+						/* I·unit is exact: round(t + I·unit) is ix_score16's fused step */
+						const __m256d s = _mm256_set1_pd(q->qs[qi]);
+						for (int x = 0; x < 2; x++) {
+							const __m256d i = _mm256_cvtepi32_pd(
+								x ? _mm256_extracti128_si256(a, 1) : _mm256_castsi256_si128(a));
+							const __m256d p = _mm256_mul_pd(i, _mm256_mul_pd(s, ku[hf][b][x]));
+							t[hh][hf][x] = b == 0 ? p : _mm256_add_pd(t[hh][hf][x], p);
+						}
+					}
+				}
+			}
+		}
+		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++)
+		_Pragma("GCC unroll 2") for (size_t hf = 0; hf < 2; hf++) {
+				/* 2^E of the integer sums: E = qe0 + kmin - 256 */
+				const __m256i E = _mm256_add_epi32(kmin[hf], _mm256_set1_epi32(q->qe0[h + hh] - 256));
+				if (rows) {
+					_Alignas(32) double r[8];
+					for (int x = 0; x < 2; x++) {
+						const __m128i ex = x ? _mm256_extracti128_si256(E, 1) : _mm256_castsi256_si128(E);
+						const __m128i sx = x ? _mm256_extracti128_si256(si[hh][hf], 1)
+								     : _mm256_castsi256_si128(si[hh][hf]);
+						_mm256_store_pd(r + 4 * x, ints ? _mm256_mul_pd(_mm256_cvtepi32_pd(sx), ix_pow2_pd(ex))
+										: t[hh][hf][x]);
+					}
+					for (size_t i = 0; i < 8 && 8 * hf + i < n; i++)
+						out[8 * hf + i][h + hh] = r[i];
+					continue;
+				}
+				__m256 f; /* the 8 keys' (float) q·k */
+				if (ints)
+					f = _mm256_mul_ps(_mm256_cvtepi32_ps(si[hh][hf]),
+							  _mm256_castsi256_ps(_mm256_slli_epi32(
+								  _mm256_add_epi32(E, _mm256_set1_epi32(127)), 23)));
+				else
+					f = _mm256_set_m128(_mm256_cvtpd_ps(t[hh][hf][1]), _mm256_cvtpd_ps(t[hh][hf][0]));
+				const __m256 term = ix_term8(f, _mm256_set1_ps(w[h + hh]));
+				tot[hf][0] = _mm256_add_pd(tot[hf][0], _mm256_cvtps_pd(_mm256_castps256_ps128(term)));
+				tot[hf][1] = _mm256_add_pd(tot[hf][1], _mm256_cvtps_pd(_mm256_extractf128_ps(term, 1)));
+			}
+	}
+	if (rows)
+		return;
+	for (size_t hf = 0; hf < 2; hf++) {
+		float o[8];
+		_mm256_storeu_ps(o, round_bf16_v8(_mm256_set_m128(_mm256_cvtpd_ps(tot[hf][1]),
+								  _mm256_cvtpd_ps(tot[hf][0]))));
+		for (size_t i = 0; i < 8 && 8 * hf + i < n; i++)
+			*out[8 * hf + i] = (double)o[i];
+	}
+}
+
+IX_AVX2_TARGET static void ix_kernel16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+					    const float *w, size_t n, double *const *out, int rows)
+{
+	const size_t nb = q->d / IX_BLOCK, nbytes = q->d / 2;
+	const size_t nd = nbytes / 4; /* packed dwords of a key, a multiple of 4 */
+	__m256i kt[2][2][IX_DMAX / 8]; /* [half][low/high nibbles][dword] */
+	/* dwords past the key (the last 8 of an odd block count short by 4): zeros, read only by
+	 * the padding block, whose query bytes are zero and whose sums are never added */
+	for (size_t hf = 0; hf < 2; hf++)
+		for (size_t j0 = 0; j0 < nd; j0 += 8) {
+			__m256i r[8];
+			for (size_t i = 0; i < 8; i++) {
+				const void *p = kp[8 * hf + i] + 4 * j0;
+				r[i] = nd - j0 >= 8 ? _mm256_loadu_si256((const __m256i *)p)
+						    : _mm256_inserti128_si256(_mm256_setzero_si256(),
+									      _mm_loadu_si128((const __m128i *)p), 0);
+			}
+			ix_transpose8(r);
+			for (size_t j = 0; j < 8; j++) {
+				kt[hf][0][j0 + j] = ix_nibble_bytes8(r[j], 0);
+				kt[hf][1][j0 + j] = ix_nibble_bytes8(r[j], 1);
+			}
+		}
+	/* the keys' scale codes per block, their least per key, each block's code above it */
+	__m256i kc[2][IX_DMAX / IX_BLOCK], kmin[2], kmax[2];
+	for (size_t hf = 0; hf < 2; hf++) {
+		kmin[hf] = _mm256_set1_epi32(255);
+		kmax[hf] = _mm256_setzero_si256();
+	}
+	for (size_t b = 0; b < nb; b++) {
+		uint8_t e[16];
+		for (size_t i = 0; i < 16; i++)
+			e[i] = kp[i][nbytes + b];
+		const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)e);
+		kc[0][b] = _mm256_cvtepu8_epi32(v);
+		kc[1][b] = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+		for (size_t hf = 0; hf < 2; hf++) {
+			kmin[hf] = _mm256_min_epi32(kmin[hf], kc[hf][b]);
+			kmax[hf] = _mm256_max_epi32(kmax[hf], kc[hf][b]);
+		}
+	}
+	/* the integer head sums where they fit (ix_score16's conditions) */
+	const int kspread = ix_hmax8(_mm256_max_epi32(_mm256_sub_epi32(kmax[0], kmin[0]),
+						      _mm256_sub_epi32(kmax[1], kmin[1])));
+	const int klo = ix_hmin8(_mm256_min_epi32(kmin[0], kmin[1]));
+	const int khi = ix_hmax8(_mm256_max_epi32(kmin[0], kmin[1]));
+	const int ints = ix_ints_fit(q, nb, kspread, klo, khi);
+	__m256i ksh[2][IX_DMAX / IX_BLOCK];
+	__m256d ku[2][IX_DMAX / IX_BLOCK][2]; /* the keys' units 2^(e - 128), keys 0-3 and 4-7 */
+	for (size_t hf = 0; hf < 2; hf++)
+		for (size_t b = 0; b < nb; b++) {
+			if (ints) {
+				ksh[hf][b] = _mm256_sub_epi32(kc[hf][b], kmin[hf]);
+				continue;
+			}
+			const __m256i e = _mm256_sub_epi32(kc[hf][b], _mm256_set1_epi32(128));
+			ku[hf][b][0] = ix_pow2_pd(_mm256_castsi256_si128(e));
+			ku[hf][b][1] = ix_pow2_pd(_mm256_extracti128_si256(e, 1));
+		}
+	if (ints && rows)
+		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 1, 1);
+	else if (ints)
+		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 1, 0);
+	else if (rows)
+		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 0, 1);
+	else
+		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 0, 0);
+}
+
+/* ix_batch_fn of the AVX2 scores and q·k rows: a short batch padded with its first key. */
+static void ix_avx2_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w,
+			  double *const *out, size_t n, int rows)
+{
+	const uint8_t *k16[IX_BATCH];
+	for (size_t i = 0; i < IX_BATCH; i++)
+		k16[i] = kp[i < n ? i : 0];
+	ix_kernel16_avx2(q, k16, w, n, out, rows);
+}
+
+static void ix_score_batch_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+				const float *w, double *const *out, size_t n)
+{
+	ix_avx2_batch(q, kp, w, out, n, 0);
+}
+
+static void ix_run_batch_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+			      const float *w, double *const *yk, size_t n)
+{
+	(void)w;
+	ix_avx2_batch(q, kp, NULL, yk, n, 1);
+}
 #endif
 
 /* The keys of [0, ne) whose scales are in the exact range (ok[e]), handed IX_BATCH at a time
@@ -519,7 +798,8 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
 		       double *y, uint8_t *ok)
 {
 #ifdef IX_X86
-	return ix_keys(q, keys, ne, ok, y, q->nh, NULL, ix_run_batch);
+	return ix_keys(q, keys, ne, ok, y, q->nh, NULL,
+		       ix_isa() == IX_VNNI ? ix_run_batch : ix_run_batch_avx2);
 #else
 	return ix_keys(q, keys, ne, ok, y, q->nh, NULL, NULL);
 #endif
@@ -529,7 +809,8 @@ size_t srt_attn_ix_score_fp4(const struct srt_attn_ixq *q, const uint8_t *const 
 			     size_t ne, const float *w, double *out, uint8_t *ok)
 {
 #ifdef IX_X86
-	return ix_keys(q, keys, ne, ok, out, 1, w, ix_score_batch);
+	return ix_keys(q, keys, ne, ok, out, 1, w,
+		       ix_isa() == IX_VNNI ? ix_score_batch : ix_score_batch_avx2);
 #else
 	return ix_keys(q, keys, ne, ok, out, 1, w, NULL);
 #endif

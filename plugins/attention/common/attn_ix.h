@@ -13,9 +13,12 @@
  * smallest); srt_attn_qk_fp4 checks that per key and leaves the keys outside it to the
  * caller (the double loop), so its outputs are always that loop's bits.
  *
- * The block sums run as int8 dot products (AVX-512 VNNI: 64 products per instruction, 16
- * heads in the lanes); without VNNI srt_attn_qk_fp4_ready says no and callers keep the double
- * loop. SRT_GEMM_ISA=generic|avx2 turns it off too (tests of the portable paths).
+ * The block sums run as int8 dot products: AVX-512 VNNI (VPDPBUSD, 64 products per
+ * instruction) where the CPU has it, else AVX2 (VPMADDUBSW pair sums added in 16 bits, then
+ * VPMADDWD); both give the same integers, so the same bits. Without AVX2
+ * srt_attn_qk_fp4_ready says no and callers keep the double loop. SRT_GEMM_ISA=avx2 takes the
+ * AVX2 kernels on a VNNI CPU, SRT_GEMM_ISA=generic turns the path off (tests of the portable
+ * paths).
  */
 #ifndef SRT_ATTN_IX_H
 #define SRT_ATTN_IX_H
@@ -38,7 +41,8 @@ struct srt_attn_ixq {
 };
 
 /* True when this CPU and build run srt_attn_qk_fp4 for nh heads of d dims (nh a multiple
- * of 16, d a multiple of 32 up to 512, AVX-512 VNNI, not steered off by SRT_GEMM_ISA). */
+ * of 16, d a multiple of 32 up to 512, AVX-512 VNNI or AVX2, not steered off by
+ * SRT_GEMM_ISA). */
 int srt_attn_qk_fp4_ready(size_t nh, size_t d);
 
 /* Bytes of the buffer srt_attn_ixq_prepare lays the query out in. */

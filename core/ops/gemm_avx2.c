@@ -295,9 +295,13 @@ SRT_GEMM_DEFINE_RUN_BY_TYPE(run_by_type, run)
  * halves. Every decode step then stays inside 128-bit lanes: a [row a 16 bytes | row b 16
  * bytes] register is split into nibbles, looked up by vpshufb as the high and low bytes of the
  * bf16 value (E2M1 values are exact bf16), interleaved into bf16 words and unpacked against
- * zero into floats. Each lane still adds its products in k order.
+ * zero into floats. Each lane still adds its products in k order. REFERENCE FP4 blocks whose
+ * activations are small integers times a power of two sum exactly in integers instead
+ * (fp4_int_block, below).
  */
-#define GEMV_KMAX 8192 /* K of the on-stack activation vectors (64 KiB); larger K: tile() */
+/* K of the on-stack activation vectors (64 KiB, and 18 KiB of FP4 integer forms); larger K:
+ * tile() */
+#define GEMV_KMAX 8192
 
 static bool cpu_fma(void)
 {
@@ -419,6 +423,43 @@ fp8_blk(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc, boo
 		}
 }
 
+/*
+ * One FP8 block of a tile with the E4M3 codes turned into float bits by integer operations
+ * instead of F16C: the code's 7 exponent/mantissa bits at bit 20 and its sign at bit 31 are
+ * the float of the code value times 2^-120, subnormal codes included (an E4M3 subnormal
+ * m·2^-9 becomes the float subnormal m·2^-129, the same factor as for the normals), NaN
+ * codes ±480·2^-120 as fp8_blk's. The activations carry 2^118 (x_prep, exact when every
+ * |x| < 2^10), so each product is the reference's exact product times 2^-2: x has at most 8
+ * significant bits (x_exact_products) and the code 4, so the product is exact and at least
+ * 2^-111, and every partial sum is a multiple of 2^-118 — a normal float or zero. Scaling
+ * all the sums by 2^-2 then commutes with their roundings: the caller multiplies the lanes'
+ * combination by 4 and gets the reference's bits. A row's 16 bytes are broadcast to both
+ * 128-bit lanes, VPSHUFB moves bytes 0-3 | 4-7 (then 8-11 | 12-15) to the top of the dword
+ * lanes, an arithmetic shift by 4 and a mask leave the sign and the 7 bits in place.
+ */
+GEMV_TARGET static inline __attribute__((always_inline)) void
+fp8_blk_bits(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc, const char *pf)
+{
+	const __m256i lo = _mm256_setr_epi8(-1, -1, -1, 0, -1, -1, -1, 1, -1, -1, -1, 2, -1, -1, -1, 3,
+					    -1, -1, -1, 4, -1, -1, -1, 5, -1, -1, -1, 6, -1, -1, -1, 7);
+	const __m256i hi = _mm256_add_epi32(lo, _mm256_set1_epi32(0x08000000));
+	const __m256i keep = _mm256_set1_epi32((int32_t)0x87F00000u);
+	for (size_t v = 0; v < NV; v += 2)
+		for (int t = 0; t < 8; t++) {
+			if (pf && t % 4 == 0) /* 128 bytes a step: two lines */
+				_mm_prefetch(pf + b * (8 * KB) + (v / 2) * 128 + (size_t)(t / 4) * 64,
+					     _MM_HINT_T1);
+			const __m256i c = _mm256_broadcastsi128_si256(
+				_mm_loadu_si128((const __m128i *)(const void *)(rows[t] + b * KB + v * 8)));
+			const __m256 w0 = _mm256_castsi256_ps(
+				_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(c, lo), 4), keep));
+			const __m256 w1 = _mm256_castsi256_ps(
+				_mm256_and_si256(_mm256_srai_epi32(_mm256_shuffle_epi8(c, hi), 4), keep));
+			acc[t] = _mm256_fmadd_ps(xb[v], w0, acc[t]);
+			acc[t] = _mm256_fmadd_ps(xb[v + 1], w1, acc[t]);
+		}
+}
+
 /* The 4 pair vectors of 32 FP4 weights of rows a and b, as bf16 words: w[0] = k 0-7 of both
  * rows ([a | b]), w[1] = k 8-15, w[2] = 16-23, w[3] = 24-31. */
 GEMV_TARGET static inline __attribute__((always_inline)) void
@@ -450,6 +491,156 @@ fp4_words(const uint8_t *a, const uint8_t *b, __m256i *w)
 	w[3] = _mm256_unpackhi_epi8(l1, h1);
 }
 
+/*
+ * REFERENCE FP4 by integer dot products (gemm_avx512_bf16.c's VPDPBUSD path, here by
+ * vpmaddubsw + vpmaddwd). Where a sub-block's 32 activations are integers X times one power of
+ * two 2^e with |X| < 2^14, every product x·w is an integer multiple of 2^(e-1) (the E2M1 values
+ * are halves) and every partial sum of the sub-block is below 32·6·2^14·2^e < 2^24·2^(e-1):
+ * gemm.h's float32 sums are all exact, whatever their order, and equal the integer sum
+ * (Σ X·2w)·2^(e-1). e is the exponent of the largest |x| minus 13; a sub-block fits when
+ * (float)X·2^e gives every x back (so a tiny x that would round to X = 0 does not fit) and
+ * -100 <= e <= 90 (2^e, 2^-e and 2^(e-1) normal, every nonzero product and sum at least
+ * 2^-101, all below 2^112); all zeros (either sign) are X = 0 at e = 0. A zero sum is +0 both
+ * ways (gemm.h's lanes start at +0). A 128 block takes this path only when its 4 sub-blocks
+ * fit, decided per block once per call (fp4_int_block); other blocks keep the float code.
+ *
+ * In the pair layout of fp4_words ([row a 16 bytes | row b 16 bytes], byte β holds k = 2β
+ * in the low nibble, 2β + 1 in the high one) one vpshufb per nibble half gives the weights as
+ * unsigned bytes 2w + 12 (0..24); the activations are signed bytes Xh = X >> 7 (-128..127)
+ * and Xl = X & 127 (X = 128·Xh + Xl), of the even k and of the odd k, the same 16 bytes in
+ * both 128-bit lanes. vpmaddubsw sums two byte products into a word (|.| <= 2·24·128 =
+ * 6144), the even and odd ones are added (|.| <= 12288: no saturation anywhere), vpmaddwd by
+ * 128 (Xh) and by 1 (Xl) sums word pairs into dwords, so each 128-bit lane (one row) holds 4
+ * dwords that add up to Σ X·(2w + 12), |.| < 2^24; 12·ΣX, made once per call, comes off
+ * after the row sums. Converting to float and multiplying by 2^(e-1) is then exact, and the
+ * scales go on as in the float path (d·sa, then times sb, in gemm.h's order; no FMA).
+ */
+struct fp4_xi {
+	_Alignas(32) int8_t x[4][4][16]; /* sub-block s: Xh of even k, of odd k, Xl even, odd */
+	int32_t corr[4];                 /* 12·ΣX of sub-block s */
+	float f[4];                      /* 2^(e_s - 1) */
+};
+
+/* 2^e as a float, -126 <= e <= 127. */
+static inline float pow2f(int e)
+{
+	const uint32_t u = (uint32_t)(127 + e) << 23;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/* Block x (128 activations) as struct fp4_xi, or false where some sub-block does not fit.
+ * The bytes of 32 X, packed in k order (packssdw and packsswb interleave 4-k groups of the
+ * two 128-bit lanes: vpermd undoes that), are split into even and odd k by one vpshufb per
+ * lane and one vpermq. */
+GEMV_TARGET static bool fp4_int_block(const float *x, struct fp4_xi *o)
+{
+	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF);
+	const __m256i ord = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+	const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+					    0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+	const __m256i m127 = _mm256_set1_epi16(127);
+	for (int s = 0; s < 4; s++) {
+		__m256 v[4];
+		__m256i a = _mm256_setzero_si256();
+		for (int i = 0; i < 4; i++) {
+			v[i] = _mm256_loadu_ps(x + 32 * s + 8 * i);
+			a = _mm256_max_epi32(a, _mm256_and_si256(_mm256_castps_si256(v[i]), mag));
+		}
+		__m128i m = _mm_max_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+		m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+		m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+		/* the bits of the largest |x| (NaN and Inf above all finite values: e > 90) */
+		const uint32_t amax = (uint32_t)_mm_cvtsi128_si32(m);
+		const int e = amax ? (int)(amax >> 23) - 127 - 13 : 0;
+		if (e < -100 || e > 90)
+			return false;
+		const __m256 up = _mm256_set1_ps(pow2f(-e)), dn = _mm256_set1_ps(pow2f(e));
+		__m256i X[4], sum = _mm256_setzero_si256(), bad = _mm256_setzero_si256();
+		for (int i = 0; i < 4; i++) {
+			X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], up));
+			bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
+				_mm256_mul_ps(_mm256_cvtepi32_ps(X[i]), dn), v[i], _CMP_NEQ_UQ)));
+			sum = _mm256_add_epi32(sum, X[i]);
+		}
+		if (!_mm256_testz_si256(bad, bad))
+			return false;
+		/* |X| < 2^14: words without saturation, Xh and Xl bytes without saturation */
+		const __m256i p = _mm256_packs_epi32(X[0], X[1]), q = _mm256_packs_epi32(X[2], X[3]);
+		const __m256i hl[2] = {
+			_mm256_packs_epi16(_mm256_srai_epi16(p, 7), _mm256_srai_epi16(q, 7)),
+			_mm256_packs_epi16(_mm256_and_si256(p, m127), _mm256_and_si256(q, m127))};
+		for (int j = 0; j < 2; j++) { /* [even k | odd k] of Xh, Xl: x[s][2j] and x[s][2j + 1] */
+			const __m256i kb = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(hl[j], ord), eo);
+			_mm256_store_si256((__m256i *)(void *)o->x[s][2 * j],
+					   _mm256_permute4x64_epi64(kb, _MM_SHUFFLE(3, 1, 2, 0)));
+		}
+		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+		o->corr[s] = 12 * _mm_cvtsi128_si32(s4);
+		o->f[s] = pow2f(e - 1);
+	}
+	return true;
+}
+
+/* Sub-block s of K block b of a tile whose block is in integer form (xi): the 8 row sums in
+ * row order, the bits fp4_sub_float gives. */
+GEMV_TARGET static inline __attribute__((always_inline)) __m256
+fp4_sub_int(const uint8_t *const *rows, size_t b, int s, const struct fp4_xi *xi)
+{
+	/* 2·E2M1 + 12 of each nibble */
+	const __m256i tu = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+					    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+	const __m256i m4 = _mm256_set1_epi8(0x0F);
+	__m256i xv[4]; /* Xh even k, Xh odd, Xl even, Xl odd: the same 16 bytes in both lanes */
+	for (int j = 0; j < 4; j++)
+		xv[j] = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)xi->x[s][j]));
+	const size_t o = b * 64 + (size_t)s * 16;
+	__m256i acc[4];
+	for (int p = 0; p < 4; p++) {
+		const __m256i v = _mm256_inserti128_si256(
+			_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(rows[p] + o))),
+			_mm_loadu_si128((const __m128i *)(const void *)(rows[p + 4] + o)), 1);
+		const __m256i wa = _mm256_shuffle_epi8(tu, _mm256_and_si256(v, m4)); /* even k */
+		const __m256i wb = _mm256_shuffle_epi8(tu, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+		const __m256i h = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xv[0]), _mm256_maddubs_epi16(wb, xv[1]));
+		const __m256i l = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xv[2]), _mm256_maddubs_epi16(wb, xv[3]));
+		acc[p] = _mm256_add_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(128)),
+					  _mm256_madd_epi16(l, _mm256_set1_epi16(1)));
+	}
+	/* pairs p = 0-3 (rows p | p + 4) -> [rows 0-3 | rows 4-7], less 12·ΣX, times 2^(e-1) */
+	const __m256i sum = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]),
+					      _mm256_hadd_epi32(acc[2], acc[3]));
+	const __m256i d = _mm256_sub_epi32(sum, _mm256_set1_epi32(xi->corr[s]));
+	return _mm256_mul_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(xi->f[s]));
+}
+
+/* Sub-block s of K block b of a tile by floats (fp4_words; activation vectors xe, xo of the
+ * sub-block, x_eo_vecs): the 8 row sums by reduce_eo. fused: exact products. */
+GEMV_TARGET static inline __attribute__((always_inline)) __m256
+fp4_sub_float(const uint8_t *const *rows, size_t b, int s, const __m256 *xe, const __m256 *xo,
+	      bool fused)
+{
+	const __m256i himask = _mm256_set1_epi32((int32_t)0xFFFF0000u);
+	__m256 lo[4], hi[4];
+	for (int p = 0; p < 4; p++) {
+		__m256i wv[4];
+		fp4_words(rows[p] + b * 64 + s * 16, rows[p + 4] + b * 64 + s * 16, wv);
+		lo[p] = _mm256_setzero_ps();
+		hi[p] = _mm256_setzero_ps();
+		for (int q = 0; q < 4; q++) {
+			/* dword = [k even | k odd] bf16: even by a shift, odd by a mask */
+			const __m256 wl = _mm256_castsi256_ps(_mm256_slli_epi32(wv[q], 16));
+			const __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(wv[q], himask));
+			lo[p] = madd(lo[p], xe[q], wl, fused);
+			hi[p] = madd(hi[p], xo[q], wh, fused);
+		}
+	}
+	return reduce_eo(lo, hi);
+}
+
 /* Rows [n0, n0 + 8·ntiles) of y = W·x (REFERENCE, FP8 or FP4, one row of prepared
  * activations). */
 GEMV_TARGET static inline __attribute__((always_inline)) void
@@ -459,22 +650,28 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 	const size_t K = w->cols, nb = K / KB;
 	_Alignas(32) float xbuf[KB];
 	__m256 xa[GEMV_KMAX / 8], xh[GEMV_KMAX / 8];
-	bool x256[GEMV_KMAX / KB]; /* FP8: block b's activations carry the 2^8 */
-	bool xfma[GEMV_KMAX / KB]; /* block b's products are exact: fused multiply-adds */
+	struct fp4_xi xi[GEMV_KMAX / KB];
+	bool x256[GEMV_KMAX / KB];  /* FP8: block b's activations carry the 2^8 */
+	bool isint[GEMV_KMAX / KB]; /* FP4: block b by integer sums (xi[b]), else by floats */
+	bool xfma[GEMV_KMAX / KB];  /* float block b's products are exact: fused multiply-adds */
+	bool xbits[GEMV_KMAX / KB]; /* FP8: block b's activations carry 2^118 (fp8_blk_bits) */
 	for (size_t b = 0; b < nb; b++) {
+		x256[b] = isint[b] = xbits[b] = false;
 		if (type == SRT_WT_FP8) {
-			x256[b] = x_prep(xq + b * KB, NV, true, 256.0f, true, xbuf);
-			if (!x256[b])
+			xbits[b] = x_exact_products(xq + b * KB) &&
+				   x_prep(xq + b * KB, NV, true, 0x1p118f, true, xbuf);
+			x256[b] = !xbits[b] && x_prep(xq + b * KB, NV, true, 256.0f, true, xbuf);
+			if (!xbits[b] && !x256[b])
 				x_prep(xq + b * KB, NV, false, 1.0f, false, xbuf);
 			for (size_t v = 0; v < NV; v++)
 				xa[b * NV + v] = _mm256_load_ps(xbuf + v * 8);
 		} else {
-			x256[b] = false;
-			x_eo_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
+			isint[b] = fp4_int_block(xq + b * KB, &xi[b]);
+			if (!isint[b])
+				x_eo_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
 		}
-		xfma[b] = (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
+		xfma[b] = !isint[b] && (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
 	}
-	const __m256i himask = _mm256_set1_epi32((int32_t)0xFFFF0000u);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
@@ -492,13 +689,19 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				for (int t = 0; t < 8; t++)
 					acc[t] = _mm256_setzero_ps();
 				const __m256 *xb = xa + b * NV;
+				const __m256 f = fp8_tile_factors(w->scales, srow, b, xs[b]);
+				if (xbits[b]) {
+					fp8_blk_bits(rows, b, xb, acc, pf);
+					yacc = _mm256_add_ps(
+						yacc, _mm256_mul_ps(_mm256_mul_ps(reduce_rows(acc), _mm256_set1_ps(4.0f)), f));
+					continue;
+				}
 				if (xfma[b])
 					fp8_blk(rows, b, xb, acc, true, true, NULL, NULL, pf);
 				else if (x256[b])
 					fp8_blk(rows, b, xb, acc, true, false, NULL, NULL, pf);
 				else
 					fp8_blk(rows, b, xb, acc, false, false, NULL, NULL, pf);
-				const __m256 f = fp8_tile_factors(w->scales, srow, b, xs[b]);
 				yacc = _mm256_add_ps(yacc, _mm256_mul_ps(reduce_rows(acc), f));
 			}
 		} else {
@@ -511,30 +714,18 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				const bool plain = e8m0_codes_plain(e4);
 				for (int sub = 0; sub < 4; sub++) {
 					const size_t g0 = b * NV + (size_t)sub * 4;
-					__m256 lo[4], hi[4];
 					if (pf) /* 8 x 16 bytes a sub-block */
 						for (int l = 0; l < 2; l++)
 							_mm_prefetch(pf + b * (4 * KB) + (size_t)sub * 128 +
 									     (size_t)l * 64, _MM_HINT_T1);
-					for (int p = 0; p < 4; p++) {
-						__m256i wv[4];
-						fp4_words(rows[p] + b * 64 + sub * 16, rows[p + 4] + b * 64 + sub * 16, wv);
-						lo[p] = _mm256_setzero_ps();
-						hi[p] = _mm256_setzero_ps();
-						for (int q = 0; q < 4; q++) {
-							/* dword = [k even | k odd] bf16: even by a shift, odd by a mask */
-							const __m256 wl = _mm256_castsi256_ps(_mm256_slli_epi32(wv[q], 16));
-							const __m256 wh = _mm256_castsi256_ps(_mm256_and_si256(wv[q], himask));
-							if (xfma[b]) {
-								lo[p] = madd(lo[p], xa[g0 + q], wl, true);
-								hi[p] = madd(hi[p], xh[g0 + q], wh, true);
-							} else {
-								lo[p] = madd(lo[p], xa[g0 + q], wl, false);
-								hi[p] = madd(hi[p], xh[g0 + q], wh, false);
-							}
-						}
-					}
-					const __m256 da = _mm256_mul_ps(reduce_eo(lo, hi), sa);
+					__m256 d;
+					if (isint[b])
+						d = fp4_sub_int(rows, b, sub, &xi[b]);
+					else if (xfma[b])
+						d = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, true);
+					else
+						d = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, false);
+					const __m256 da = _mm256_mul_ps(d, sa);
 					const __m256 sb = fp4_sub_scales(e4, sub, plain);
 					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, sb));
 				}

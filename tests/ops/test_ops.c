@@ -900,6 +900,41 @@ START_TEST(gemv_reference_matches_generic_for_every_scale_code_on_quantized_acti
 }
 END_TEST
 
+/* REFERENCE FP8 GEMVs on activations that are not all E4M3 values (srt_gemm_ref takes any
+ * floats), one kind of block at a time between zero blocks (so no other block's sum hides
+ * its bits), scales 2^0: E4M3 values (the AVX2 kernel's integer-bits path, activations times
+ * 2^118), floats with 24 significant bits (products not exact: no fused multiply-adds), E4M3
+ * values with one of 2^10 or more (times 2^118 overflows), E4M3 values near 2^-100. Every
+ * kernel set gives the generic set's bits. */
+START_TEST(gemv_reference_fp8_matches_generic_on_unquantized_activations)
+{
+	enum { N = 40, K = 512 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	float x[K], xq[K], xs[K / 128];
+	struct wtest t;
+	make_raw_weight(&t, SRT_WT_FP8, N, K, false);
+	memset(t.scales, 127, srt_weight_scale_bytes(SRT_WT_FP8, N, K));
+	for (int kind = 0; kind < 4; kind++) {
+		for (size_t i = 0; i < K; i++)
+			x[i] = i / 128 == 1 ? frand() * ldexpf(1.0f, (int)(i % 17) - 8) : 0.0f;
+		srt_gemm_quant_row(x, K, xq, xs);
+		for (size_t i = 128; i < 256; i++) {
+			if (kind == 1) /* 24 significant bits */
+				xq[i] = x[i] * (1.0f + 0x1p-22f);
+			if (kind == 3)
+				xq[i] = ldexpf(xq[i], -95);
+		}
+		if (kind == 2) /* an exact value whose 2^118 multiple overflows */
+			xq[128 + 77] = -1536.0f;
+		char what[48];
+		snprintf(what, sizeof what, "fp8 on unquantized activations, kind %d", kind);
+		gemv_ref_every_isa_is_generic(&t.w, xq, xs, what);
+	}
+	free_weight(&t);
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+}
+END_TEST
+
 /* The M = 1 (decode) GEMVs keep the whole activation row on the stack up to K = 8192 and
  * hand larger K to the tile kernels: at K = 8192 and 8320, for every weight type and mode,
  * output ranges starting off the 8-row tile grid and ending in a partial tile, every kernel
@@ -953,45 +988,92 @@ static float sig4(unsigned r, int e)
 	return (r & 8u ? -1.0f : 1.0f) * ldexpf((float)(8u + (r & 7u)), e - 3);
 }
 
-/* REFERENCE FP4 GEMVs where the AVX-512 kernel sums sub-blocks of 32 as integers (when the
- * 32 activations are integers times 2^(emax - 13), the largest's exponent emax) and where it
- * cannot (one activation finer than that: the block goes to the bf16 dot products), mixed in
- * one call: at the boundary (X = ±15360 and X = 1 in one sub-block; one value at emax - 14),
- * all-zero sub-blocks with -0, single values, exponents near ±60. Every kernel set gives the
- * generic set's bits. */
+/* REFERENCE FP4 GEMVs where the AVX2 and AVX-512 kernels sum sub-blocks of 32 as integers
+ * (when the 32 activations are integers times 2^(emax - 13), the largest's exponent emax) and
+ * where they cannot (one activation finer than that: the block goes to the float or bf16
+ * kernels), mixed in one call and in one row: at the boundary (X = ±15360 and X = 1 in one
+ * sub-block; one value at emax - 14), all-zero sub-blocks with -0, single values, exponents
+ * near ±60. Scale codes of about 2^-emax keep every sub-block's term near 1, so no term hides
+ * a wrong one. Then one sub-block at a time (the rest of x zero): the largest at 2^103 and
+ * 2^-87 (e = 90 and -100, the integer sums' limits) and one binade beyond; and 2^-140 next to
+ * 2^40, where x·2^-e underflows to X = 0 (only X·2^e != x rejects it), the large one's weights
+ * zero and the tiny one's not. Every kernel set gives the generic set's bits. */
 START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 {
 	enum { N = 45, K = 1024, NB = K / 128 };
 	/* kinds of the 4 sub-blocks of block b % 4: 0 random span 11 binades, 1 boundary that
 	 * fits, 2 one value finer (does not fit), 3 zeros, 4 one value, 5 far exponents */
 	static const int kinds[4][4] = {{0, 1, 3, 4}, {0, 2, 0, 0}, {5, 5, 1, 0}, {4, 0, 3, 1}};
+	static const int elim[] = {103, 104, -87, -88};
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
 	float xq[K], xs[NB];
+	int emax[NB][4];
 	for (int round = 0; round < 4; round++) {
 		for (size_t b = 0; b < NB; b++) {
-			xs[b] = ldexpf(1.0f, (int)(b % 5) - 9);
+			xs[b] = ldexpf(1.0f, (int)(b % 5) - 2);
 			for (int s = 0; s < 4; s++) {
 				float *x = xq + b * 128 + s * 32;
 				const int kind = kinds[(b + (size_t)round) % 4][s];
-				const int emax = kind == 5 ? (s % 2 ? 60 : -60) + round : 8 - (int)(b % 3);
+				const int em = kind == 5 ? (s % 2 ? 60 : -60) + round : 8 - (int)(b % 3);
+				emax[b][s] = em;
 				for (int i = 0; i < 32; i++) {
 					const unsigned r = (unsigned)(frand() * 1e6f + 1e6f);
 					x[i] = kind == 3 ? (i % 3 ? 0.0f : -0.0f)
-					       : kind == 4 ? (i == 17 ? sig4(r, emax) : 0.0f)
-							   : sig4(r, emax - (int)(r >> 4) % 11);
+					       : kind == 4 ? (i == 17 ? sig4(r, em) : 0.0f)
+							   : sig4(r, em - (int)(r >> 4) % 11);
 				}
 				if (kind == 1 || kind == 2) {
-					x[3] = ldexpf(1.875f, emax);
-					x[9] = -ldexpf(1.875f, emax);
-					x[20] = ldexpf(kind == 1 ? 1.0f : 1.5f, emax - 13);
+					x[3] = ldexpf(1.875f, em);
+					x[9] = -ldexpf(1.875f, em);
+					x[20] = ldexpf(kind == 1 ? 1.0f : 1.5f, em - 13);
 					x[31] = -0.0f;
 				}
 			}
 		}
 		struct wtest t;
 		make_raw_weight(&t, SRT_WT_FP4, N, K, false);
+		for (size_t n = 0; n < N; n++)
+			for (size_t j = 0; j < K / 32; j++) /* sub-block j / 4, j % 4 of row n */
+				t.scales[n * (K / 32) + j] =
+					(uint8_t)(127 - emax[j / 4][j % 4] + (int)((n + j) % 5) - 2);
 		char what[16];
 		snprintf(what, sizeof what, "round %d", round);
+		gemv_ref_every_isa_is_generic(&t.w, xq, xs, what);
+		free_weight(&t);
+	}
+	for (size_t c = 0; c <= N_OF(elim); c++) {
+		const size_t b = c % NB, s = (c + 1) % 4, k0 = b * 128 + s * 32;
+		const int em = c < N_OF(elim) ? elim[c] : 40;
+		float *x = xq + k0;
+		memset(xq, 0, sizeof xq);
+		for (size_t i = 0; i < NB; i++)
+			xs[i] = 1.0f;
+		struct wtest t;
+		make_raw_weight(&t, SRT_WT_FP4, N, K, false);
+		/* scales 2^-em: terms near 1; 2^40 for the 2^-140 case: its term 2^-140·w·2^40 */
+		memset(t.scales, c < N_OF(elim) ? 127 - em : 127 + em,
+		       srt_weight_scale_bytes(SRT_WT_FP4, N, K));
+		if (c < N_OF(elim)) {
+			for (int i = 0; i < 32; i++) {
+				const unsigned r = (unsigned)(frand() * 1e6f + 1e6f);
+				x[i] = sig4(r, em - (int)(r >> 4) % 11);
+			}
+			x[5] = -ldexpf(1.875f, em);
+		} else {
+			/* k0 + 4: 2^40 times weight 0 in every row, k0 + 7: 2^-140 times a nonzero
+			 * weight (a subnormal product, exact) */
+			uint8_t *d = t.data;
+			x[4] = 0x1p40f;
+			x[7] = 0x1p-140f;
+			for (size_t n = 0; n < N; n++) {
+				uint8_t *p4 = d + (n * K + k0 + 4) / 2, *p7 = d + (n * K + k0 + 7) / 2;
+				const unsigned c7 = (unsigned)(1 + n % 7 + 8 * (n % 2)); /* not 0, 8 (±0) */
+				*p4 = (uint8_t)(*p4 & 0xF0);              /* even k: low nibble */
+				*p7 = (uint8_t)((*p7 & 0x0F) | c7 << 4);  /* odd k: high nibble */
+			}
+		}
+		char what[24];
+		snprintf(what, sizeof what, "one sub-block 2^%d", em);
 		gemv_ref_every_isa_is_generic(&t.w, xq, xs, what);
 		free_weight(&t);
 	}
@@ -1272,6 +1354,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
 	tcase_add_test(tc, gemv_fp4_integer_sums_match_generic_at_their_fit_boundary);
 	tcase_add_test(tc, gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations);
+	tcase_add_test(tc, gemv_reference_fp8_matches_generic_on_unquantized_activations);
 	tcase_add_test(tc, gemv_exact_fp8_matches_generic_for_overflowing_scale_factors);
 	tcase_add_test(tc, gemm_prefill_kernels_are_bitwise_identical_to_generic_for_row_blocks_and_tails);
 	tcase_add_test(tc, gemm_prefill_kernels_honour_row_strides_and_write_only_their_range);

@@ -403,8 +403,13 @@ static bool fp4_int_block(const float *x, struct fp4_xi *o)
 		const __m512 y0 = _mm512_mul_ps(v0, _mm512_set1_ps(up));
 		const __m512 y1 = _mm512_mul_ps(v1, _mm512_set1_ps(up));
 		const __m512i X0 = _mm512_cvtps_epi32(y0), X1 = _mm512_cvtps_epi32(y1);
-		if (_mm512_cmpneq_ps_mask(_mm512_cvtepi32_ps(X0), y0) |
-		    _mm512_cmpneq_ps_mask(_mm512_cvtepi32_ps(X1), y1))
+		/* X·2^e must give x back: x·2^-e may underflow (a tiny x next to a large one), and
+		 * then X = 0 would drop it */
+		bits = (uint32_t)(127 + e) << 23;
+		float dn;
+		memcpy(&dn, &bits, sizeof dn);
+		if (_mm512_cmpneq_ps_mask(_mm512_mul_ps(_mm512_cvtepi32_ps(X0), _mm512_set1_ps(dn)), v0) |
+		    _mm512_cmpneq_ps_mask(_mm512_mul_ps(_mm512_cvtepi32_ps(X1), _mm512_set1_ps(dn)), v1))
 			return false; /* not integers at that scale */
 		const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(X0, X1));
 		_mm_store_si128((__m128i *)(void *)(hi + 32 * s), _mm512_cvtepi32_epi8(_mm512_srai_epi32(X0, 7)));

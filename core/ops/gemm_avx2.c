@@ -389,6 +389,15 @@ GEMV_TARGET static void x_pair_vecs(const float *x, size_t nv, __m256 *xl, __m25
 	}
 }
 
+/* The FP8 blocks' share of the prefetch of the tile after next (pf, NULL for none): two
+ * lines per step of two vectors over the 8 rows, at rows 0 and 4. */
+static inline __attribute__((always_inline)) void fp8_prefetch(const char *pf, size_t b, size_t v,
+								 int t)
+{
+	if (pf && t % 4 == 0)
+		_mm_prefetch(pf + b * (8 * KB) + (v / 2) * 128 + (size_t)(t / 4) * 64, _MM_HINT_T1);
+}
+
 /* One FP8 block of a tile: acc[t] += x·w over the block's 16 vectors of row t, in order;
  * x256: the activations carry 2^8 (else the weights do: times wf[t], or 2^8 when wf is NULL,
  * then times wf2[t] when wf2 is not NULL); fused: exact products. */
@@ -400,9 +409,7 @@ fp8_blk(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc, boo
 	const __m256i hmask = _mm256_set1_epi16((short)0xBF80);
 	for (size_t v = 0; v < NV; v += 2)
 		for (int t = 0; t < 8; t++) {
-			if (pf && t % 4 == 0) /* 128 bytes a step: two lines */
-				_mm_prefetch(pf + b * (8 * KB) + (v / 2) * 128 + (size_t)(t / 4) * 64,
-					     _MM_HINT_T1);
+			fp8_prefetch(pf, b, v, t);
 			const __m256i h = _mm256_and_si256(
 				_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(
 							  (const __m128i *)(const void *)(rows[t] + b * KB + v * 8))),
@@ -446,9 +453,7 @@ fp8_blk_bits(const uint8_t *const *rows, size_t b, const __m256 *xb, __m256 *acc
 	const __m256i keep = _mm256_set1_epi32((int32_t)0x87F00000u);
 	for (size_t v = 0; v < NV; v += 2)
 		for (int t = 0; t < 8; t++) {
-			if (pf && t % 4 == 0) /* 128 bytes a step: two lines */
-				_mm_prefetch(pf + b * (8 * KB) + (v / 2) * 128 + (size_t)(t / 4) * 64,
-					     _MM_HINT_T1);
+			fp8_prefetch(pf, b, v, t);
 			const __m256i c = _mm256_broadcastsi128_si256(
 				_mm_loadu_si128((const __m128i *)(const void *)(rows[t] + b * KB + v * 8)));
 			const __m256 w0 = _mm256_castsi256_ps(

@@ -1017,7 +1017,7 @@ START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 				const int em = kind == 5 ? (s % 2 ? 60 : -60) + round : 8 - (int)(b % 3);
 				emax[b][s] = em;
 				for (int i = 0; i < 32; i++) {
-					const unsigned r = (unsigned)(frand() * 1e6f + 1e6f);
+					const unsigned r = (unsigned)(frand() * 1e6f + 4e6f); /* > 0 */
 					x[i] = kind == 3 ? (i % 3 ? 0.0f : -0.0f)
 					       : kind == 4 ? (i == 17 ? sig4(r, em) : 0.0f)
 							   : sig4(r, em - (int)(r >> 4) % 11);
@@ -1055,7 +1055,7 @@ START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 		       srt_weight_scale_bytes(SRT_WT_FP4, N, K));
 		if (c < N_OF(elim)) {
 			for (int i = 0; i < 32; i++) {
-				const unsigned r = (unsigned)(frand() * 1e6f + 1e6f);
+				const unsigned r = (unsigned)(frand() * 1e6f + 4e6f); /* > 0 */
 				x[i] = sig4(r, em - (int)(r >> 4) % 11);
 			}
 			x[5] = -ldexpf(1.875f, em);

@@ -9,7 +9,8 @@
  * group broadcast adds 4 products into each of 16 heads, and a pass's operands are at constant
  * offsets (few address registers: the kernels keep every accumulator in a register). The +12 of every key byte adds 12·Σ q,
  * which the accumulator starts without (corr). Integer sums are exact, so the dim order
- * inside a block does not matter.
+ * inside a block does not matter. CPUs with AVX2 and no VNNI get the same sums from
+ * vpmaddubsw and vpmaddwd (ix_kernel16_avx2).
  */
 #include "attn_ix.h"
 
@@ -539,15 +540,6 @@ IX_AVX2_TARGET static inline __m256d ix_pow2_pd(__m128i e)
 		_mm256_add_epi64(_mm256_cvtepi32_epi64(e), _mm256_set1_epi64x(1023)), 52));
 }
 
-/*
- * ix_score16 without VNNI: the 16 keys as two halves of 8 (lane i of half f: key 8f + i).
- * VPDPBUSD's 4-product dword sums become VPMADDUBSW pair sums, added in 16 bits over the
- * block's 8 groups (|each word| <= 8 · 2 · 24 · 12 = 4608), then one VPMADDWD by ones per
- * block: the same integer block sums, so the same scaled doubles, integer head sums and terms
- * as ix_score16 (two heads and two blocks a pass: 8 chains). With `rows`, out[i] is key i's
- * q·k row and gets srt_attn_qk_fp4's values instead of the score: the double sum, or (double)
- * S·2^E where the integer sums run (the same exact number).
- */
 /* ix_kernel16_avx2's products and sums over the heads, for its prepared keys (kt, kmin, and
  * ksh or ku); `ints` and `rows` constant in each inlined copy. */
 IX_AVX2_TARGET static inline __attribute__((always_inline)) void
@@ -653,6 +645,15 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 	}
 }
 
+/*
+ * ix_score16 without VNNI: the 16 keys as two halves of 8 (lane i of half f: key 8f + i).
+ * VPDPBUSD's 4-product dword sums become VPMADDUBSW pair sums, added in 16 bits over the
+ * block's 8 groups (|each word| <= 8 · 2 · 24 · 12 = 4608), then one VPMADDWD by ones per
+ * block: the same integer block sums, so the same scaled doubles, integer head sums and terms
+ * as ix_score16 (two heads and two blocks a pass: 8 chains). With `rows`, out[i] is key i's
+ * q·k row and gets srt_attn_qk_fp4's values instead of the score: the double sum, or (double)
+ * S·2^E where the integer sums run (the same exact number).
+ */
 IX_AVX2_TARGET static void ix_kernel16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
 					    const float *w, size_t n, double *const *out, int rows)
 {

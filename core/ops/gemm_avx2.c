@@ -663,19 +663,20 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 	for (size_t b = 0; b < nb; b++) {
 		x256[b] = isint[b] = xbits[b] = false;
 		if (type == SRT_WT_FP8) {
-			xbits[b] = x_exact_products(xq + b * KB) &&
-				   x_prep(xq + b * KB, NV, true, 0x1p118f, true, xbuf);
+			const bool exact = x_exact_products(xq + b * KB);
+			xbits[b] = exact && x_prep(xq + b * KB, NV, true, 0x1p118f, true, xbuf);
 			x256[b] = !xbits[b] && x_prep(xq + b * KB, NV, true, 256.0f, true, xbuf);
 			if (!xbits[b] && !x256[b])
 				x_prep(xq + b * KB, NV, false, 1.0f, false, xbuf);
 			for (size_t v = 0; v < NV; v++)
 				xa[b * NV + v] = _mm256_load_ps(xbuf + v * 8);
+			xfma[b] = x256[b] && exact;
 		} else {
 			isint[b] = fp4_int_block(xq + b * KB, &xi[b]);
 			if (!isint[b])
 				x_eo_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
+			xfma[b] = !isint[b] && x_exact_products(xq + b * KB);
 		}
-		xfma[b] = !isint[b] && (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
 	}
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;

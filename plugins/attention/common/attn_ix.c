@@ -474,14 +474,20 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 		*out[i] = (double)o[i];
 }
 
+/* k16[0 .. IX_BATCH) := the n keys of kp, then its first key again. */
+static void ix_pad_batch(const uint8_t *const *kp, size_t n, const uint8_t **k16)
+{
+	for (size_t i = 0; i < IX_BATCH; i++)
+		k16[i] = kp[i < n ? i : 0];
+}
+
 /* ix_batch_fn of the index scores: a short batch is padded with its first key (those lanes
  * are computed and not stored). */
 static void ix_score_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp,
 			   const float *w, double *const *out, size_t n)
 {
 	const uint8_t *k16[IX_BATCH];
-	for (size_t i = 0; i < IX_BATCH; i++)
-		k16[i] = kp[i < n ? i : 0];
+	ix_pad_batch(kp, n, k16);
 	ix_score16(q, k16, w, n, out);
 }
 
@@ -728,8 +734,7 @@ static void ix_avx2_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp
 			  double *const *out, size_t n, int rows)
 {
 	const uint8_t *k16[IX_BATCH];
-	for (size_t i = 0; i < IX_BATCH; i++)
-		k16[i] = kp[i < n ? i : 0];
+	ix_pad_batch(kp, n, k16);
 	ix_kernel16_avx2(q, k16, w, n, out, rows);
 }
 

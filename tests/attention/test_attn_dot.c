@@ -499,6 +499,60 @@ START_TEST(n_head_kernels_equal_one_head_calls_bitwise)
 }
 END_TEST
 
+/* p·v over value panels (srt_attn_v_panels, srt_attn_pv_f32_np) against the row-major
+ * one-head call: head counts 1 .. 9 (every remainder of 4 and of 2), key counts around the
+ * 32-key blocks the forward pass packs, a panel key stride above the key count, values written
+ * in two blocks (k0 > 0), operands wide (multiplication then addition) and bf16 (fused, with one
+ * head not bf16 in turn). A value in the wrong panel or key slot, a dropped or reordered key,
+ * or a fused product of inexact operands changes some output. */
+START_TEST(pv_on_value_panels_equals_the_row_major_kernel_bitwise)
+{
+	enum { NHMAX = 9 };
+	static const size_t ns[] = {512, 64, 16};
+	static const size_t Ks[] = {1, 31, 32, 33, 130};
+	for (int bf = 0; bf < 2; bf++)
+		for (size_t nh = 1; nh <= NHMAX; nh++)
+			for (size_t ni = 0; ni < 3; ni++)
+				for (size_t ki = 0; ki < 5; ki++) {
+					size_t n = ns[ni], K = Ks[ki], ldk = K + 3, kh = K / 2;
+					const float *ps[NHMAX];
+					float *ys[NHMAX];
+					float *p = malloc(sizeof(float) * nh * K);
+					float *v = malloc(sizeof(float) * K * n);
+					float *vp = malloc(sizeof(float) * ldk * n);
+					float *y = malloc(sizeof(float) * 2 * nh * n);
+					for (size_t i = 0; i < nh * K; i++)
+						p[i] = bf ? fabsf(bf16ish()) : wide();
+					for (size_t i = 0; i < K * n; i++)
+						v[i] = bf ? bf16ish() : wide();
+					if (bf && nh > 1 && ki % 2)
+						p[(ki % nh) * K + K / 2] = 0x1p-70f; /* not bf16 */
+					for (size_t i = 0; i < ldk * n; i++)
+						vp[i] = NAN; /* slots no key fills */
+					srt_attn_v_panels(v, kh, n, 0, ldk, vp);
+					srt_attn_v_panels(v + kh * n, K - kh, n, kh, ldk, vp);
+					for (size_t h = 0; h < nh; h++) {
+						ps[h] = p + (nh - 1 - h) * K;
+						ys[h] = y + h * n;
+					}
+					srt_attn_pv_f32_np(nh, ps, vp, ldk, n, K, ys,
+							   srt_attn_bf16_exact(v, K * n));
+					for (size_t h = 0; h < nh; h++) {
+						float *r = y + (nh + h) * n;
+						srt_attn_pv_f32(ps[h], v, n, n, K, r);
+						for (size_t i = 0; i < n; i++)
+							ck_assert_msg(same(ys[h][i], r[i]),
+								      "panels bf %d nh %zu n %zu K %zu: head %zu y[%zu] %a vs %a",
+								      bf, nh, n, K, h, i, ys[h][i], r[i]);
+					}
+					free(p);
+					free(v);
+					free(vp);
+					free(y);
+				}
+}
+END_TEST
+
 /* The double-accumulated tile product (srt_attn_dot_tiles) against its loop: tile counts
  * around the 4-tile pass, column counts with odd tails. */
 START_TEST(dot_tiles_equals_the_ascending_double_loop_bitwise)
@@ -1369,6 +1423,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, two_head_kernels_equal_two_one_head_calls_bitwise);
 	tcase_add_test(tc, two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise);
 	tcase_add_test(tc, n_head_kernels_equal_one_head_calls_bitwise);
+	tcase_add_test(tc, pv_on_value_panels_equals_the_row_major_kernel_bitwise);
 	tcase_add_test(tc, qk_fp4_equals_the_double_loop_bitwise);
 	tcase_add_test(tc, ix_score_fp4_equals_the_double_loop_rows_scored_bitwise);
 	tcase_add_test(tc, ix_score_fp4_integer_sums_at_their_bounds);

@@ -1351,6 +1351,106 @@ static int exact4(const float *const *x, size_t k)
 }
 #endif
 
+#ifdef ATTN_X86
+/*
+ * p·v over values in 16-dim panels (srt_attn_v_panels): per pass, NH heads (a constant: 4, 2
+ * or 1) x the 16 outputs of one panel, whose keys are one contiguous run (16 floats a key),
+ * where the row-major kernels read one cache line per key, ld floats apart: the hardware
+ * prefetchers follow a run, a row of a long context's keys does not stay in L2, and the
+ * strided pass missed on every key. Each output's chain is 0, then + p[k]·v[k][i] in k
+ * order: the bits of srt_attn_pv_f32. MADD as for ATTN_F32_4.
+ */
+#define ATTN_PANEL(name, tgt, MADD)                                                            \
+	__attribute__((target(tgt))) static inline __attribute__((always_inline)) void         \
+	name##_nh(const int NH, const float *const *p, const float *vp, size_t ldk, size_t n,  \
+		  size_t K, float *const *y)                                                   \
+	{                                                                                      \
+		const float *ph[4];                                                            \
+		PV_UNROLL for (int h = 0; h < NH; h++) ph[h] = p[h];                           \
+		for (size_t i = 0; i < n; i += 16) {                                           \
+			const float *pan = vp + i * ldk;                                       \
+			__m256 a[4][2];                                                        \
+			PV_UNROLL for (int h = 0; h < NH; h++)                                 \
+				a[h][0] = a[h][1] = _mm256_setzero_ps();                       \
+			for (size_t k = 0; k < K; k++) {                                       \
+				const __m256 w0 = _mm256_loadu_ps(pan + k * 16);               \
+				const __m256 w1 = _mm256_loadu_ps(pan + k * 16 + 8);           \
+				PV_UNROLL for (int h = 0; h < NH; h++) {                       \
+					const __m256 pk = _mm256_broadcast_ss(ph[h] + k);      \
+					a[h][0] = MADD(a[h][0], pk, w0);                       \
+					a[h][1] = MADD(a[h][1], pk, w1);                       \
+				}                                                              \
+			}                                                                      \
+			PV_UNROLL for (int h = 0; h < NH; h++) {                               \
+				_mm256_storeu_ps(y[h] + i, a[h][0]);                           \
+				_mm256_storeu_ps(y[h] + i + 8, a[h][1]);                       \
+			}                                                                      \
+		}                                                                              \
+	}                                                                                      \
+	__attribute__((target(tgt))) static void name(size_t nh, const float *const *p,        \
+						      const float *vp, size_t ldk, size_t n,   \
+						      size_t K, float *const *y)               \
+	{                                                                                      \
+		if (nh == 4)                                                                   \
+			name##_nh(4, p, vp, ldk, n, K, y);                                     \
+		else if (nh == 2)                                                              \
+			name##_nh(2, p, vp, ldk, n, K, y);                                     \
+		else                                                                           \
+			name##_nh(1, p, vp, ldk, n, K, y);                                     \
+	}
+ATTN_PANEL(pv_panel_avx2, "avx2", ATTN_MA)
+ATTN_PANEL(pv_panel_fma, "avx2,fma", ATTN_FMA)
+#endif
+
+int srt_attn_pv_panels(void)
+{
+#ifdef ATTN_X86
+	return have_avx2() && !have_avx512();
+#else
+	return 0;
+#endif
+}
+
+void srt_attn_v_panels(const float *v, size_t nk, size_t n, size_t k0, size_t ldk, float *vp)
+{
+	assert(n % 16 == 0);
+	for (size_t k = 0; k < nk; k++)
+		for (size_t j = 0; j < n; j += 16)
+			memcpy(vp + j * ldk + (k0 + k) * 16, v + k * n + j, 16 * sizeof(float));
+}
+
+void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_t ldk, size_t n,
+			size_t k, float *const *y, int v_exact)
+{
+	assert(n % 16 == 0);
+	size_t h = 0;
+#ifdef ATTN_X86
+	if (have_avx2()) {
+		while (h < nh) {
+			const size_t g = nh - h >= 4 ? 4 : nh - h >= 2 ? 2 : 1;
+			int fused = v_exact && have_fma();
+			for (size_t i = 0; fused && i < g; i++)
+				fused = srt_attn_bf16_exact(p[h + i], k);
+			if (fused)
+				pv_panel_fma(g, p + h, vp, ldk, n, k, y + h);
+			else
+				pv_panel_avx2(g, p + h, vp, ldk, n, k, y + h);
+			h += g;
+		}
+		return;
+	}
+#endif
+	(void)v_exact;
+	for (; h < nh; h++)
+		for (size_t i = 0; i < n; i++) {
+			const float *col = vp + (i / 16) * 16 * ldk + i % 16;
+			float s = 0;
+			for (size_t c = 0; c < k; c++)
+				s += p[h][c] * col[c * 16];
+			y[h][i] = s;
+		}
+}
+
 void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, size_t k,
 			      size_t nt, float *const *y, int t_exact)
 {

@@ -93,6 +93,19 @@ void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, 
 void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t ld, size_t n,
 		       size_t k, float *const *y, int v_exact);
 
+/* Values in panels of 16 dims for srt_attn_pv_f32_np: key k0 + k's n values (n a multiple of
+ * 16; v row-major, n floats a key, nk keys) go to vp[j·ldk + (k0 + k)·16 + (i - j)], j = i
+ * rounded down to 16: panel j / 16 holds dims j .. j + 15 of ldk keys, one key after the other. */
+void srt_attn_v_panels(const float *v, size_t nk, size_t n, size_t k0, size_t ldk, float *vp);
+/* srt_attn_pv_f32_n over values in panels (vp as srt_attn_v_panels wrote them; n a multiple
+ * of 16): y[h] gets the bits srt_attn_pv_f32 gives for p[h] and the row-major values. Each
+ * pass reads one panel's contiguous keys, where the row-major kernels read a cache line per
+ * key; 1 from srt_attn_pv_panels when it has vector kernels here (AVX2 CPUs without AVX-512;
+ * elsewhere the portable loop, correct but slow). */
+int srt_attn_pv_panels(void);
+void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_t ldk, size_t n,
+			size_t k, float *const *y, int v_exact);
+
 /* 1 when every x[i] is ±0 or a bf16 value (low 16 mantissa bits clear) of magnitude in
  * [2^-60, 2^61), else 0: the product of two such values is an exact normal float (at most
  * 16 significant bits, no underflow, no overflow). The reference profile's queries, keys

@@ -101,9 +101,9 @@ struct fwd {
 	size_t tfloats;
 	float *tbuf;
 	int64_t kmax, kmax8, c4max;
-	/* phase C group: rows [cg0, cg0 + n), keys row-major [n][kmax][hd] (with dp: per thread,
-	 * [nthreads][kthr][hd], decoded only for the float kernels) and tiled [n][kmax8][hd], key
-	 * counts [n] */
+	/* phase C group: rows [cg0, cg0 + n), keys row-major [n][kmax][hd] (with vpan in value
+	 * panels; with dp per thread, [nthreads][kthr][hd], decoded only for the float kernels)
+	 * and tiled [n][kmax8][hd], key counts [n] */
 	int64_t cg0, kthr;
 	float *ck, *ckt;
 	const uint8_t **csrc; /* the cache entries of each row's keys, [n][kmax] */
@@ -116,6 +116,9 @@ struct fwd {
 	 * 16); c1), the scores of the blocks c1k computed [n][hg][kmax][16], the values as pairs
 	 * of keys [n][(kmax + 1)/2][hd] (p·v), the span of each row's queries (c1) */
 	int dp;
+	/* reference profile without dp, srt_attn_pv_panels: ck holds each row's values in
+	 * panels of 16 dims [n][hd / 16][kmax][16] (srt_attn_v_panels) for srt_attn_pv_f32_np */
+	int vpan;
 	int dpmix; /* SRT_ATTN_DP_MIX=1 (a test knob): odd key blocks and odd heads take the
 		    * float kernels, which give the same bits */
 	uint32_t *cqp, *cvp;
@@ -1106,11 +1109,15 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 			continue;
 		}
-		float *kf = f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
+		float *kf = f->vpan ? f->tbuf + (size_t)tid * f->tfloats /* [KGB][hd] */
+				    : f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
 		srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf);
 		if (a->ref)
 			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, (size_t)(k1 - k0) * hd);
 		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
+		if (f->vpan)
+			srt_attn_v_panels(kf, (size_t)(k1 - k0), hd, (size_t)k0, (size_t)f->kmax,
+					  f->ck + (size_t)gr * (size_t)f->kmax * hd);
 	}
 }
 
@@ -1199,8 +1206,12 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			srt_attn_dot_tiles_f32_n(nh, qh, kt, hd, (size_t)(nk + 7) / 8, scf, kx);
 			for (size_t i = 0; i < nh; i++)
 				denf[i] = ref_softmax(scf[i], nk, scale_f, lw->sink[h + i]);
-			srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd, (size_t)nk,
-					  pvf, kx);
+			if (f->vpan)
+				srt_attn_pv_f32_np(nh, (const float *const *)scf, keys,
+						   (size_t)f->kmax, hd, (size_t)nk, pvf, kx);
+			else
+				srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd,
+						  (size_t)nk, pvf, kx);
 			const float *rc = row_cs(f, r), *rs = rc + rd / 2;
 			for (size_t i = 0; i < nh; i++)
 				ref_out(a, f->o + r * H * hd + (h + i) * hd, pvf[i], denf[i], rc, rs);
@@ -1672,6 +1683,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.lw = &a->lw[slot];
 	f.slot = slot;
 	f.dp = a->ref && m->head_dim % 64 == 0 && srt_attn_dp_usable();
+	f.vpan = a->ref && !f.dp && m->head_dim % 16 == 0 && srt_attn_pv_panels();
 	const char *mix = getenv("SRT_ATTN_DP_MIX");
 	f.dpmix = f.dp && mix && !strcmp(mix, "1");
 
@@ -1704,6 +1716,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		f.tfloats = 12 * (size_t)f.kmax8 + 8 * hd;
 	if (f.dp && f.tfloats < ATTN_KGB * hd / 2) /* phase_c1k: a block's key pairs */
 		f.tfloats = ATTN_KGB * hd / 2;
+	if (f.vpan && f.tfloats < ATTN_KGB * hd) /* phase_c1k: a block's decoded keys */
+		f.tfloats = ATTN_KGB * hd;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;

@@ -1341,10 +1341,35 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 ATTN_F32_4(tiles_f32_4_avx, pv_f32_4_avx2, "avx2", ATTN_MA)
 ATTN_F32_4(tiles_f32_4_fma, pv_f32_4_fma, "avx2,fma", ATTN_FMA)
 
-/* 1 when the k values of each of the 4 arrays pass srt_attn_bf16_exact. */
-static int exact4(const float *const *x, size_t k)
+/* Eight heads, one tile per pass: each tile vector loaded once for all eight (half the tile
+ * traffic of two four-head passes; a long row's tiles come from L3). The chains of
+ * tiles_f32_avx. */
+#define ATTN_TILES_8(name, tgt, MADD)                                                          \
+	__attribute__((target(tgt))) static void name(const float *const *x, const float *t,   \
+						      size_t K, size_t nt, float *const *y)     \
+	{                                                                                      \
+		const float *xh[8];                                                            \
+		PV_UNROLL for (int h = 0; h < 8; h++) xh[h] = x[h];                            \
+		for (size_t j = 0; j < nt; j++) {                                              \
+			const float *tj = t + j * K * 8;                                       \
+			__m256 a[8];                                                           \
+			PV_UNROLL for (int h = 0; h < 8; h++) a[h] = _mm256_setzero_ps();      \
+			for (size_t c = 0; c < K; c++) {                                       \
+				const __m256 w = _mm256_loadu_ps(tj + c * 8);                  \
+				PV_UNROLL for (int h = 0; h < 8; h++)                          \
+					a[h] = MADD(a[h], _mm256_broadcast_ss(xh[h] + c), w);  \
+			}                                                                      \
+			PV_UNROLL for (int h = 0; h < 8; h++)                                  \
+				_mm256_storeu_ps(y[h] + j * 8, a[h]);                          \
+		}                                                                              \
+	}
+ATTN_TILES_8(tiles_f32_8_avx, "avx2", ATTN_MA)
+ATTN_TILES_8(tiles_f32_8_fma, "avx2,fma", ATTN_FMA)
+
+/* 1 when the k values of each of the nh arrays pass srt_attn_bf16_exact. */
+static int exact_n(const float *const *x, size_t nh, size_t k)
 {
-	for (size_t h = 0; h < 4; h++)
+	for (size_t h = 0; h < nh; h++)
 		if (!srt_attn_bf16_exact(x[h], k))
 			return 0;
 	return 1;
@@ -1387,11 +1412,33 @@ static int exact4(const float *const *x, size_t k)
 			}                                                                      \
 		}                                                                              \
 	}                                                                                      \
+	/* eight heads x 8 outputs (half a panel) per pass: the panel read once from L2 or L3 \
+	 * for eight heads (its second half then comes from L1) */                              \
+	__attribute__((target(tgt))) static void name##_8(const float *const *p,              \
+							  const float *vp, size_t ldk,        \
+							  size_t n, size_t K, float *const *y) \
+	{                                                                                      \
+		const float *ph[8];                                                            \
+		PV_UNROLL for (int h = 0; h < 8; h++) ph[h] = p[h];                            \
+		for (size_t i = 0; i < n; i += 8) {                                            \
+			const float *pan = vp + (i & ~(size_t)15) * ldk + (i & 8);             \
+			__m256 a[8];                                                           \
+			PV_UNROLL for (int h = 0; h < 8; h++) a[h] = _mm256_setzero_ps();      \
+			for (size_t k = 0; k < K; k++) {                                       \
+				const __m256 w = _mm256_loadu_ps(pan + k * 16);                \
+				PV_UNROLL for (int h = 0; h < 8; h++)                          \
+					a[h] = MADD(a[h], _mm256_broadcast_ss(ph[h] + k), w);  \
+			}                                                                      \
+			PV_UNROLL for (int h = 0; h < 8; h++) _mm256_storeu_ps(y[h] + i, a[h]); \
+		}                                                                              \
+	}                                                                                      \
 	__attribute__((target(tgt))) static void name(size_t nh, const float *const *p,        \
 						      const float *vp, size_t ldk, size_t n,   \
 						      size_t K, float *const *y)               \
 	{                                                                                      \
-		if (nh == 4)                                                                   \
+		if (nh == 8)                                                                   \
+			name##_8(p, vp, ldk, n, K, y);                                         \
+		else if (nh == 4)                                                              \
 			name##_nh(4, p, vp, ldk, n, K, y);                                     \
 		else if (nh == 2)                                                              \
 			name##_nh(2, p, vp, ldk, n, K, y);                                     \
@@ -1414,8 +1461,9 @@ int srt_attn_pv_panels(void)
 void srt_attn_v_panels(const float *v, size_t nk, size_t n, size_t k0, size_t ldk, float *vp)
 {
 	assert(n % 16 == 0);
-	for (size_t k = 0; k < nk; k++)
-		for (size_t j = 0; j < n; j += 16)
+	/* panel by panel: each gets one contiguous run of nk · 16 floats */
+	for (size_t j = 0; j < n; j += 16)
+		for (size_t k = 0; k < nk; k++)
 			memcpy(vp + j * ldk + (k0 + k) * 16, v + k * n + j, 16 * sizeof(float));
 }
 
@@ -1427,7 +1475,7 @@ void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_
 #ifdef ATTN_X86
 	if (have_avx2()) {
 		while (h < nh) {
-			const size_t g = nh - h >= 4 ? 4 : nh - h >= 2 ? 2 : 1;
+			const size_t g = nh - h >= 8 ? 8 : nh - h >= 4 ? 4 : nh - h >= 2 ? 2 : 1;
 			int fused = v_exact && have_fma();
 			for (size_t i = 0; fused && i < g; i++)
 				fused = srt_attn_bf16_exact(p[h + i], k);
@@ -1456,9 +1504,16 @@ void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, 
 {
 	size_t h = 0;
 #ifdef ATTN_X86
+	if (have_avx2()) /* eight heads a pass, where four would read the tiles twice */
+		for (; h + 8 <= nh; h += 8) {
+			if (t_exact && have_fma() && exact_n(x + h, 8, k))
+				tiles_f32_8_fma(x + h, t, k, nt, y + h);
+			else
+				tiles_f32_8_avx(x + h, t, k, nt, y + h);
+		}
 	if (have_avx2()) /* the AVX2 kernels, as srt_attn_dot_tiles_f32_2 on every x86 CPU */
 		for (; h + 4 <= nh; h += 4) {
-			if (t_exact && have_fma() && exact4(x + h, k))
+			if (t_exact && have_fma() && exact_n(x + h, 4, k))
 				tiles_f32_4_fma(x + h, t, k, nt, y + h);
 			else
 				tiles_f32_4_avx(x + h, t, k, nt, y + h);
@@ -1478,7 +1533,7 @@ void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t 
 	/* AVX-512 CPUs keep the two-head AVX-512 kernels */
 	if (have_avx2() && !have_avx512())
 		for (; h + 4 <= nh; h += 4) {
-			if (v_exact && have_fma() && exact4(p + h, k))
+			if (v_exact && have_fma() && exact_n(p + h, 4, k))
 				pv_f32_4_fma(p + h, v, ld, n, k, y + h);
 			else
 				pv_f32_4_avx2(p + h, v, ld, n, k, y + h);

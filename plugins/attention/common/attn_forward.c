@@ -70,7 +70,7 @@ struct vinfo {
 #define ATTN_IXB 64   /* indexer keys scored per task */
 #define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8, and even
 		       * for the value pairs of phase_c1k) */
-#define ATTN_RH 4     /* reference profile: query heads of a row per pass over its keys */
+#define ATTN_RH 8     /* reference profile: query heads of a row per pass over its keys */
 
 /* Reference profile: what phase_c1k found about one block of ATTN_KGB keys of a row (or c1
  * about a row's queries: span, lo, hi). */

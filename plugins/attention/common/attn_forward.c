@@ -116,8 +116,10 @@ struct fwd {
 	 * 16); c1), the scores of the blocks c1k computed [n][hg][kmax][16], the values as pairs
 	 * of keys [n][(kmax + 1)/2][hd] (p·v), the span of each row's queries (c1) */
 	int dp;
-	/* reference profile without dp, srt_attn_pv_panels: ck holds each row's values in
-	 * panels of 16 dims [n][hd / 16][kmax][16] (srt_attn_v_panels) for srt_attn_pv_f32_np */
+	/* reference profile without dp, srt_attn_pv_panels: c1k scores each block of keys for
+	 * every head (csc: [n][H][kmax8] floats; no row-wide tiles, ckt unused) and stores the
+	 * values in panels of 16 dims (ck: [n][hd / 16][kmax][16], srt_attn_v_panels) for
+	 * srt_attn_pv_f32_np */
 	int vpan;
 	int dpmix; /* SRT_ATTN_DP_MIX=1 (a test knob): odd key blocks and odd heads take the
 		    * float kernels, which give the same bits */
@@ -998,7 +1000,8 @@ static int64_t select_c4(struct fwd *f, int64_t t, const double *score, struct i
  * row still uses every thread:
  *   c1 per row:            indexer selection, the cache entries of the row's keys listed;
  *   c1k per (row, 32 keys): those keys decoded row-major and in tiles of 8 (with AVX512_BF16
- *                          dot products, f->dp: as bf16 pairs, and their scores for all heads);
+ *                          dot products, f->dp: as bf16 pairs, and their scores for all heads;
+ *                          with f->vpan: their scores for all heads, values in panels);
  *   c2 per (row, head):    scores, softmax with the sink, P.V, de-rotation (with f->dp per
  *                          (row, 8 heads), phase_c2_dp);
  *   c3 per (group, 8 outputs of wo_a), after all groups, for every row of the block.
@@ -1065,7 +1068,10 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
  * (srt_attn_dp_fits) gets its scores for every head here (the keys' pairs still in cache),
  * any other block is decoded into the thread's floats and tiled, and the values of every
  * block of normal bf16 keys are stored as pairs of keys (a block starts on an even key).
- * phase_c2_dp decodes a row's keys again only for a head whose p·v takes the float kernels. */
+ * phase_c2_dp decodes a row's keys again only for a head whose p·v takes the float kernels.
+ * With f->vpan, a block is decoded and tiled into the thread's scratch, scored for every head
+ * by the float tile kernels (the same sums phase_c2 would make from the row's tiles) and its
+ * values written as panels. */
 static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -1109,15 +1115,37 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 			continue;
 		}
-		float *kf = f->vpan ? f->tbuf + (size_t)tid * f->tfloats /* [KGB][hd] */
-				    : f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
+		if (f->vpan) {
+			/* decoded and tiled into the thread's scratch and scored for every head
+			 * while the block is in L1 / L2: only the scores and the value panels are
+			 * stored (the row-wide tiles were written cold and read back cold) */
+			const size_t nb = (size_t)(k1 - k0), H = (size_t)a->m->num_attention_heads;
+			const int64_t r = f->cg0 + gr;
+			float *kf = f->tbuf + (size_t)tid * f->tfloats; /* [KGB][hd] */
+			float *ktb = kf + (size_t)ATTN_KGB * hd;        /* the block's tiles */
+			srt_attn_kv_decode_n(a, src + k0, nb, kf);
+			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, nb * hd);
+			srt_attn_tile(kf, nb, hd, hd, ktb);
+			srt_attn_v_panels(kf, nb, hd, (size_t)k0, (size_t)f->kmax,
+					  f->ck + (size_t)gr * (size_t)f->kmax * hd);
+			for (size_t h = 0; h < H; h += ATTN_RH) {
+				const size_t nh = H - h < ATTN_RH ? H - h : ATTN_RH;
+				const float *qh[ATTN_RH];
+				float *sh[ATTN_RH];
+				for (size_t i = 0; i < nh; i++) {
+					qh[i] = f->q + ((size_t)r * H + h + i) * hd;
+					sh[i] = f->csc + ((size_t)gr * H + h + i) * (size_t)f->kmax8 +
+						(size_t)k0;
+				}
+				srt_attn_dot_tiles_f32_n(nh, qh, ktb, hd, (nb + 7) / 8, sh, kb->exact);
+			}
+			continue;
+		}
+		float *kf = f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
 		srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf);
 		if (a->ref)
 			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, (size_t)(k1 - k0) * hd);
 		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
-		if (f->vpan)
-			srt_attn_v_panels(kf, (size_t)(k1 - k0), hd, (size_t)k0, (size_t)f->kmax,
-					  f->ck + (size_t)gr * (size_t)f->kmax * hd);
 	}
 }
 
@@ -1194,7 +1222,9 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			float denf[ATTN_RH];
 			const float *q = f->q + r * H * hd + h * hd;
 			for (size_t i = 0; i < nh; i++) {
-				scf[i] = (float *)tb + i * (size_t)f->kmax8;
+				/* with vpan, c1k's scores, turned into probabilities in place */
+				scf[i] = f->vpan ? f->csc + ((size_t)gr * H + h + i) * (size_t)f->kmax8
+						 : (float *)tb + i * (size_t)f->kmax8;
 				pvf[i] = (float *)tb + nh * (size_t)f->kmax8 + i * hd;
 				qh[i] = q + i * hd;
 			}
@@ -1203,7 +1233,9 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			int kx = 1;
 			for (int64_t kb = 0; kb * ATTN_KGB < nk; kb++)
 				kx &= f->ckx[gr * nkb + kb].exact;
-			srt_attn_dot_tiles_f32_n(nh, qh, kt, hd, (size_t)(nk + 7) / 8, scf, kx);
+			if (!f->vpan)
+				srt_attn_dot_tiles_f32_n(nh, qh, kt, hd, (size_t)(nk + 7) / 8, scf,
+							 kx);
 			for (size_t i = 0; i < nh; i++)
 				denf[i] = ref_softmax(scf[i], nk, scale_f, lw->sink[h + i]);
 			if (f->vpan)
@@ -1716,8 +1748,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		f.tfloats = 12 * (size_t)f.kmax8 + 8 * hd;
 	if (f.dp && f.tfloats < ATTN_KGB * hd / 2) /* phase_c1k: a block's key pairs */
 		f.tfloats = ATTN_KGB * hd / 2;
-	if (f.vpan && f.tfloats < ATTN_KGB * hd) /* phase_c1k: a block's decoded keys */
-		f.tfloats = ATTN_KGB * hd;
+	if (f.vpan && f.tfloats < 2 * ATTN_KGB * hd) /* phase_c1k: a block's keys and tiles */
+		f.tfloats = 2 * ATTN_KGB * hd;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
@@ -1733,14 +1765,16 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			N * sizeof(int32_t),
 			(f.dp ? (size_t)h->nthreads * (size_t)f.kthr : ATTN_CROWS * (size_t)f.kmax) * hd *
 				sizeof(float),
-			ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
+			f.vpan ? 0 : ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),
 			ATTN_CROWS * (size_t)f.c4max * sizeof(double),
 			2 * (batch->n_seqs + 1) * sizeof(struct vinfo),
 			ATTN_CROWS * (size_t)f.kmax * sizeof(const uint8_t *),
 			ATTN_CROWS * (size_t)((f.kmax + ATTN_KGB - 1) / ATTN_KGB) * sizeof(struct kblk),
-			f.dp ? ATTN_CROWS * hg * (size_t)f.kmax * 16 * sizeof(float) : 0,
+			f.dp     ? ATTN_CROWS * hg * (size_t)f.kmax * 16 * sizeof(float)
+			: f.vpan ? ATTN_CROWS * H * (size_t)f.kmax8 * sizeof(float)
+				 : 0,
 			f.dp ? ATTN_CROWS * (size_t)((f.kmax + 1) / 2) * hd * 4 : 0,
 			f.dp ? ATTN_CROWS * hg * 8 * hd * 4 : 0};
 	size_t off[17], total = 0;

@@ -419,7 +419,21 @@ START_TEST(two_head_kernels_fused_on_bf16_operands_equal_the_loops_bitwise)
 }
 END_TEST
 
-/* The n-head calls (four heads per pass, then pairs, then one) against one one-head call per
+/* Each head's p·v outputs ys[h] against the one-head call srt_attn_pv_f32 for ps[h] over the
+ * row-major values v (row stride ld), bitwise; r: n floats of scratch. */
+static void assert_pv_heads(const char *what, int bf, size_t nh, const float *const *ps,
+			    const float *v, size_t ld, size_t n, size_t K, float *const *ys, float *r)
+{
+	for (size_t h = 0; h < nh; h++) {
+		srt_attn_pv_f32(ps[h], v, ld, n, K, r);
+		for (size_t i = 0; i < n; i++)
+			ck_assert_msg(same(ys[h][i], r[i]),
+				      "%s bf %d nh %zu n %zu K %zu: head %zu y[%zu] %a vs %a", what, bf,
+				      nh, n, K, h, i, ys[h][i], r[i]);
+	}
+}
+
+/* The n-head calls (eight or four heads per pass, then pairs, then one) against one one-head call per
  * head: head counts 1 .. 9 (every remainder of 4 and of 2), tile counts around the two-tile
  * pass, output counts around the 16- and 8-wide passes, operands wide (multiplication then
  * addition) and bf16 (fused, with one head of a group not bf16 in turn: unfused again). */
@@ -482,14 +496,7 @@ START_TEST(n_head_kernels_equal_one_head_calls_bitwise)
 					}
 					srt_attn_pv_f32_n(nh, xs, v, ld, n, K, ys,
 							  srt_attn_bf16_exact(v, K * ld));
-					for (size_t h = 0; h < nh; h++) {
-						float *r = y + (nh + h) * n;
-						srt_attn_pv_f32(xs[h], v, ld, n, K, r);
-						for (size_t i = 0; i < n; i++)
-							ck_assert_msg(same(ys[h][i], r[i]),
-								      "pv bf %d nh %zu n %zu K %zu: head %zu y[%zu] %a vs %a",
-								      bf, nh, n, K, h, i, ys[h][i], r[i]);
-					}
+					assert_pv_heads("pv", bf, nh, xs, v, ld, n, K, ys, y + nh * n);
 					free(p);
 					free(v);
 					free(y);
@@ -537,14 +544,7 @@ START_TEST(pv_on_value_panels_equals_the_row_major_kernel_bitwise)
 					}
 					srt_attn_pv_f32_np(nh, ps, vp, ldk, n, K, ys,
 							   srt_attn_bf16_exact(v, K * n));
-					for (size_t h = 0; h < nh; h++) {
-						float *r = y + (nh + h) * n;
-						srt_attn_pv_f32(ps[h], v, n, n, K, r);
-						for (size_t i = 0; i < n; i++)
-							ck_assert_msg(same(ys[h][i], r[i]),
-								      "panels bf %d nh %zu n %zu K %zu: head %zu y[%zu] %a vs %a",
-								      bf, nh, n, K, h, i, ys[h][i], r[i]);
-					}
+					assert_pv_heads("panels", bf, nh, ps, v, n, n, K, ys, y + nh * n);
 					free(p);
 					free(v);
 					free(vp);

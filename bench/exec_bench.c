@@ -13,8 +13,8 @@
  *
  * The read bandwidth is the best of 5 passes of each thread count over a 512 MiB buffer, for
  * each of three read patterns (read_bandwidth), measured before and after the rounds (best of
- * both). Bytes per decode step = the weights a
- * decode step streams (srt_engine_decode_weight_bytes) + the KV entries attention reads at
+ * both). Bytes per decode step = the weights a decode step streams
+ * (srt_engine_decode_weight_bytes) + the KV entries attention reads at
  * that depth (kv_read_bytes: per pool and layer, the window's rows, every entry of a
  * compressed pool, but only index_topk entries of a c4_kv pool, whose entries the lightning
  * indexer picks). The KV the sequence holds is printed too; it grows with the

@@ -1477,10 +1477,7 @@ void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_
 	if (have_avx2()) {
 		while (h < nh) {
 			const size_t g = nh - h >= 8 ? 8 : nh - h >= 4 ? 4 : nh - h >= 2 ? 2 : 1;
-			int fused = v_exact && have_fma();
-			for (size_t i = 0; fused && i < g; i++)
-				fused = srt_attn_bf16_exact(p[h + i], k);
-			if (fused)
+			if (v_exact && have_fma() && exact_n(p + h, g, k))
 				pv_panel_fma(g, p + h, vp, ldk, n, k, y + h);
 			else
 				pv_panel_avx2(g, p + h, vp, ldk, n, k, y + h);

@@ -563,9 +563,105 @@ static void gemv_bf16(const struct srt_weight *w, const float *x, float *y, size
 	}
 }
 
+/* The pair vector of 8 activations (x_pairs without a factor): one broadcast load. */
+static inline __m512 xpair(const float *x8)
+{
+	return _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(_mm256_loadu_ps(x8))));
+}
+
+/* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, bf16 weights, M = 2..4 rows of activations
+ * (stride ldx), K a multiple of 128: gemv_bf16's operations for each row (same bits), each
+ * weight vector loaded and arranged once for all M rows. The activation pair vectors are
+ * broadcast from x (8 floats into both halves) where they are used, so any K fits. A
+ * decode step's compressor projections (four rows, one group) take this path. */
+static inline __attribute__((always_inline)) void
+gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y, size_t ldy,
+	       size_t n0, size_t ntiles, const int M)
+{
+	static const int16_t perm[32] = {0,  1,  2,  3,  8,  9,  10, 11, 4,  5,  6,  7,  12, 13, 14, 15,
+					 32, 33, 34, 35, 40, 41, 42, 43, 36, 37, 38, 39, 44, 45, 46, 47};
+	const size_t K = w->cols, nb = K / KB;
+	const __m512i i0 = _mm512_loadu_si512(perm);
+	const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(16));
+	const __m512i zero = _mm512_setzero_si512();
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const uint16_t *rows[8];
+		for (int t = 0; t < 8; t++)
+			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
+		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		__m256 yacc[4];
+		for (int r = 0; r < M; r++)
+			yacc[r] = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			/* pair by pair (a pair's chains in v order, as gemv_bf16's), so that only
+			 * M accumulators and one step's 4 weight vectors are live */
+			__m512 acc[4][NP];
+			for (int p = 0; p < NP; p++) {
+				__m512 a[4];
+				for (int r = 0; r < M; r++)
+					a[r] = _mm512_setzero_ps();
+				for (size_t v = 0; v < NV; v += 4) {
+					if (pf) { /* 128 bytes a step, as gemv_bf16 */
+						const char *at = pf + b * (16 * KB) + (v / 4) * 512 + (size_t)p * 128;
+						_mm_prefetch(at, _MM_HINT_T1);
+						_mm_prefetch(at + 64, _MM_HINT_T1);
+					}
+					const __m512i va = _mm512_loadu_si512(rows[2 * p] + b * KB + v * 8);
+					const __m512i vb = _mm512_loadu_si512(rows[2 * p + 1] + b * KB + v * 8);
+					const __m512i t0 = _mm512_permutex2var_epi16(va, i0, vb);
+					const __m512i t1 = _mm512_permutex2var_epi16(va, i1, vb);
+					const __m512 w0 = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t0));
+					const __m512 w1 = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t0));
+					const __m512 w2 = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t1));
+					const __m512 w3 = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t1));
+					for (int r = 0; r < M; r++) {
+						const float *xr = x + (size_t)r * ldx + b * KB + v * 8;
+						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr), w0));
+						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 8), w1));
+						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 16), w2));
+						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 24), w3));
+					}
+				}
+				for (int r = 0; r < M; r++)
+					acc[r][p] = a[r];
+			}
+			for (int r = 0; r < M; r++)
+				yacc[r] = _mm256_add_ps(yacc[r], reduce8(acc[r]));
+		}
+		for (int r = 0; r < M; r++)
+			_mm256_storeu_ps(y + (size_t)r * ldy + n, yacc[r]);
+	}
+}
+
 bool srt_gemmk_avx512(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		      size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
+	if (!xs && m >= 2 && m <= 7 && w->type == SRT_WT_BF16 && w->cols % KB == 0 &&
+	    n1 - n0 >= 2 * NP) {
+		const size_t nt = (n1 - n0) / (2 * NP), n = n0 + nt * 2 * NP;
+		for (size_t r = 0; r < m; r += 4) { /* 4 rows a pass (then 1-3) */
+			const float *xr = x + r * ldx;
+			float *yr = y + r * ldy;
+			switch (m - r < 4 ? m - r : 4) {
+			case 1:
+				srt_gemmk_avx512(w, xr, NULL, 1, ldx, yr, ldy, n0, n0 + nt * 2 * NP);
+				break;
+			case 2:
+				gemv_bf16_rows(w, xr, ldx, yr, ldy, n0, nt, 2);
+				break;
+			case 3:
+				gemv_bf16_rows(w, xr, ldx, yr, ldy, n0, nt, 3);
+				break;
+			default:
+				gemv_bf16_rows(w, xr, ldx, yr, ldy, n0, nt, 4);
+				break;
+			}
+		}
+		if (n < n1)
+			srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n, n1);
+		return true;
+	}
 	if (!xs && m == 1 && w->type == SRT_WT_BF16 && w->cols % KB == 0 &&
 	    w->cols <= GEMV_KMAX && n1 - n0 >= 2 * NP) {
 		const size_t nt = (n1 - n0) / (2 * NP), n = n0 + nt * 2 * NP;

@@ -700,14 +700,15 @@ START_TEST(test_flash_shapes_declare_584_byte_fp8_entries_and_68_byte_fp4_keys)
 	ck_assert_uint_eq(dp[0].entry_bytes, 584); /* 448 E4M3 + 64 bf16 + 7 scales, pad 8 */
 	ck_assert_uint_eq(dp[1].entry_bytes, 584);
 	ck_assert_uint_eq(dp[2].entry_bytes, 68);  /* 64 packed E2M1 + 4 UE8M0 */
-	ck_assert_uint_eq(dp[3].entry_bytes, 8 * 2 * 1024 * 4 + 8 * 2 * 256 * 4);
+	/* the rings, then the pending rows (a header and 3 rows of hidden_size 4096) */
+	ck_assert_uint_eq(dp[3].entry_bytes, 8 * 2 * 1024 * 4 + 8 * 2 * 256 * 4 + 16 + 3 * 4096 * 4);
 	ck_assert_uint_eq(dp[3].ratio, SRT_RATIO_PAGE);
 	ck_assert_uint_eq(dp[3].retention, SRT_RETAIN_TAIL);
 	srt_instance_destroy(in);
 	ck_assert_int_eq(try_inst(2, SRT_PROFILE_F32, NULL, NULL, 0, &in, why, sizeof(why)), 0);
 	ck_assert_int_eq(vt(in)->declare_pools(in->ctx, &dp, &np), 0);
 	ck_assert_uint_eq(dp[1].entry_bytes, 512 * 4); /* auto = f32 in the f32 profile */
-	ck_assert_uint_eq(dp[2].entry_bytes, 3 * 512 * 4);
+	ck_assert_uint_eq(dp[2].entry_bytes, 3 * 512 * 4 + 16 + 3 * 4096 * 4);
 	srt_instance_destroy(in);
 	memcpy(&F.cfg, saved, sizeof(m));
 	free(saved);

@@ -757,11 +757,11 @@ static void make_raw_weight(struct wtest *t, enum srt_wtype type, size_t N, size
 }
 
 /* Every kernel set the CPU has (generic, AVX2, AVX-512) gives the generic set's bits: both
- * modes, every type, M = 1, 2, 3, 5, 8, 17, output ranges that start and end off the tile
+ * modes, every type, M = 1, 2, 3, 4, 5, 7, 8, 17, output ranges that start and end off the tile
  * grid, K with a partial last block (exact mode) and K % 8 != 0 (f32/bf16). */
 START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 {
-	static const size_t Ms[] = {1, 2, 3, 5, 8, 17};
+	static const size_t Ms[] = {1, 2, 3, 4, 5, 7, 8, 17};
 	struct shape {
 		enum srt_wtype type;
 		size_t K;

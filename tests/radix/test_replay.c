@@ -47,8 +47,9 @@ START_TEST(flash_geometry_comes_from_the_three_plugins)
 	ck_assert_uint_eq(g->pools[6].n_layers, 20); /* HCA */
 	ck_assert_uint_eq(g->pools[2].entry_bytes, 1024);
 	ck_assert_uint_eq(g->pools[3].entry_bytes, 256);
-	ck_assert_uint_eq(g->pools[4].entry_bytes, 8 * 2 * 1024 * 4 + 8 * 2 * 256 * 4);
-	ck_assert_uint_eq(g->pools[7].entry_bytes, 3 * 512 * 4);
+	/* rings, then the pending rows (a header and 3 rows of hidden_size 4096) */
+	ck_assert_uint_eq(g->pools[4].entry_bytes, 8 * 2 * 1024 * 4 + 8 * 2 * 256 * 4 + 16 + 3 * 4096 * 4);
+	ck_assert_uint_eq(g->pools[7].entry_bytes, 3 * 512 * 4 + 16 + 3 * 4096 * 4);
 	srt_rdx_geometry_free(g);
 }
 END_TEST

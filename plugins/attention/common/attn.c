@@ -111,6 +111,19 @@ uint64_t srt_attn_ring_bytes(const struct srt_attn *a, int ratio, int width)
 	return 3u * (uint64_t)width * 4u; /* online (max, sum, weighted kv) per channel */
 }
 
+uint64_t srt_attn_pend_off(const struct srt_attn *a)
+{
+	const struct srt_model_config *m = a->m;
+	if (a->ratio == 4)
+		return srt_attn_ring_bytes(a, 4, m->head_dim) + srt_attn_ring_bytes(a, 4, m->index_head_dim);
+	return srt_attn_ring_bytes(a, a->ratio, m->head_dim);
+}
+
+uint64_t srt_attn_pend_bytes(const struct srt_attn *a)
+{
+	return 2u * sizeof(int64_t) + (uint64_t)(SRT_ATTN_CG - 1) * (uint64_t)a->m->hidden_size * 4u;
+}
+
 static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char *why,
 		   size_t why_len)
 {
@@ -161,8 +174,7 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 	pool(a, "window", wr, SRT_RETAIN_TAIL, W, a->kv_bytes);
 	if (a->ratio == 4) {
 		a->ix_bytes = ix_entry_bytes(a->ix_store, m->index_head_dim);
-		a->state_bytes = srt_attn_ring_bytes(a, 4, m->head_dim) +
-				 srt_attn_ring_bytes(a, 4, m->index_head_dim);
+		a->state_bytes = srt_attn_pend_off(a) + srt_attn_pend_bytes(a);
 		a->pool_comp = (int)a->n_pools;
 		pool(a, "c4_kv", 4, SRT_RETAIN_ALL, 0, a->kv_bytes);
 		a->pool_ix = (int)a->n_pools;
@@ -170,7 +182,7 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 		a->pool_state = (int)a->n_pools;
 		pool(a, "c4_state", SRT_RATIO_PAGE, SRT_RETAIN_TAIL, 1, a->state_bytes);
 	} else if (a->ratio == 128) {
-		a->state_bytes = srt_attn_ring_bytes(a, 128, m->head_dim);
+		a->state_bytes = srt_attn_pend_off(a) + srt_attn_pend_bytes(a);
 		a->pool_comp = (int)a->n_pools;
 		pool(a, "c128_kv", 128, SRT_RETAIN_ALL, 0, a->kv_bytes);
 		a->pool_state = (int)a->n_pools;

@@ -30,6 +30,16 @@
  *    model's tests); 6 KiB instead of 512 KiB of raw rows per page and layer at w = 512.
  * Both are updated one token at a time in position order by the same code for prefill, chunked
  * prefill and decode, so every chunking gives the same bits (in the outputs and the pages).
+ *  - Pending rows (both ratios, after the rings): the compressors' projections of a token are
+ *    computed when its group of SRT_ATTN_CG = 4 tokens (positions 4g .. 4g + 3) is complete,
+ *    for the group's rows together, so a decode step streams the bf16 compressor matrices
+ *    once per 4 tokens instead of once per token. Until then the rows of the group's tokens
+ *    seen so far wait in the state: int64 first token, int64 count, then up to 3 rows of
+ *    attn_norm's output (hidden_size floats each). The rings and online sums above hold the
+ *    tokens of the complete groups only. Groups never straddle a block of either ratio or a
+ *    page (P is a multiple of 4), so a page's last state has no pending rows. The
+ *    projections do not depend on how many rows are computed together (srt_gemm), so the
+ *    bits are those of one token at a time.
  *
  * Entry layouts (option kv_dtype; "auto" = fp8 in the reference profile, f32 in f32):
  *   bf16: w bf16 values;  f32: w floats;
@@ -53,6 +63,9 @@
 
 #include "attn_dot.h"
 #include "ops/gemm.h"
+
+/* Tokens per group of the compressors' projections (pending rows, above). */
+#define SRT_ATTN_CG 4
 
 enum srt_attn_store { SRT_ATTN_ST_BF16 = 0, SRT_ATTN_ST_FP8 = 1, SRT_ATTN_ST_FP4 = 2,
 		      SRT_ATTN_ST_F32 = 3 };

@@ -92,7 +92,14 @@ struct fwd {
 	int64_t *rpos;  /* [N] position of the row, -1 if no sequence covers it */
 	int32_t *rseq;  /* [N] sequence index */
 	float *xa, *qr, *q, *kv, *o, *og;
-	float *cp, *ip; /* compressor projections [N][2 cw] (kv, score), indexer [N][2 icw] */
+	/* compressors (attn.h, pending rows): the rows of the tokens whose groups complete in
+	 * this block, cN of them (a sequence's pending rows from its state, then its rows of
+	 * the block), their attn_norm outputs cx [cN][d] and positions cpos [cN]; their
+	 * projections cp [cN][2 cw] (kv, score) and ip [cN][2 icw] (indexer); per sequence of
+	 * the block its segment cs and the rows it leaves pending, ctail [n_seqs][CG - 1][d] */
+	float *cx, *cp, *ip, *ctail;
+	int64_t *cpos, cN;
+	struct cseg *cs;
 	float *iq, *iw; /* indexer query [N][IH idim], head weights [N][IH] */
 	float *rcs;     /* RoPE at each row's position: [N][rd] (rd/2 cosines, then rd/2 sines) */
 	/* REFERENCE: quantized xa and q latent, [N][d] + [N][d/128], [N][ql] + [N][ql/128] */
@@ -129,6 +136,12 @@ struct fwd {
 	int64_t row0; /* first batch row of the block being computed */
 	struct vinfo *vi; /* [n_seqs] of f->b */
 	int err;
+};
+
+/* A sequence's compressor rows in a block: tokens [ts, te) are projected here (comp rows
+ * cbase + (t - ts)), in whole groups of SRT_ATTN_CG; tokens [te, end) stay pending. */
+struct cseg {
+	int64_t ts, te, cbase;
 };
 
 /* Phase timings for benchmarks (core/ops/prof.h); one copy per attention plugin module. */
@@ -395,10 +408,10 @@ static size_t pj_features(const struct fwd *f, int j)
 		return (size_t)m->head_dim;
 	case PJ_CKV:
 	case PJ_CG:
-		return a->ratio ? (size_t)(lw->comp.coff * lw->comp.width) : 0;
+		return a->ratio && f->cN ? (size_t)(lw->comp.coff * lw->comp.width) : 0;
 	case PJ_IKV:
 	case PJ_IG:
-		return a->ratio == 4 ? (size_t)(lw->icomp.coff * lw->icomp.width) : 0;
+		return a->ratio == 4 && f->cN ? (size_t)(lw->icomp.coff * lw->icomp.width) : 0;
 	case PJ_IWP:
 		return a->ratio == 4 ? (size_t)m->index_n_heads : 0;
 	case PJ_WQB:
@@ -455,7 +468,11 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	/* reference profile: the reference's fp32 / bf16 linears accumulate in float32, here
 	 * in srt_gemm's fixed order on the stored matrix; f32 profile: double tiles */
 	const int f32acc = a->ref && wt->w.data && wt->w.rows == nf && wt->w.cols == d;
-	const size_t ct = f32acc && f->N == 1 ? PJ_WIDE : 4; /* tiles per product */
+	/* the compressors' rows are those of complete groups (f->cx), weights_proj's the block's */
+	const int comp = j != PJ_IWP;
+	const int64_t nrows = comp ? f->cN : f->N;
+	const float *xrows = comp ? f->cx : f->xa;
+	const size_t ct = f32acc && nrows == 1 ? PJ_WIDE : 4; /* tiles per product */
 	for (size_t c0 = t0; c0 < t1; c0 += ct) {
 		size_t nt = t1 - c0 < ct ? t1 - c0 : ct, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;
@@ -464,14 +481,14 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 			.data = f32acc ? (const uint8_t *)wt->w.data +
 						 o0 * d * (wt->w.type == SRT_WT_BF16 ? 2 : 4)
 				       : NULL};
-		for (int64_t r = 0; r < f->N; r++) {
-			int64_t pos = f->rpos[r];
+		for (int64_t r = 0; r < nrows; r++) {
+			int64_t pos = comp ? f->cpos[r] : f->rpos[r];
 			if (f32acc && r % PJ_RB == 0) {
 				/* rows [r, r + PJ_RB) in one batched product (srt_gemm's bits do
 				 * not depend on the number of rows); rows without a position are
 				 * computed and ignored */
-				size_t nr = (size_t)(f->N - r < PJ_RB ? f->N - r : PJ_RB);
-				srt_gemm_exact(&sub, f->xa + (size_t)r * d, nr, d, y32, no, 0, no);
+				size_t nr = (size_t)(nrows - r < PJ_RB ? nrows - r : PJ_RB);
+				srt_gemm_exact(&sub, xrows + (size_t)r * d, nr, d, y32, no, 0, no);
 			}
 			if (pos < 0)
 				continue;
@@ -479,7 +496,7 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 				for (size_t i = 0; i < no; i++)
 					y[i] = (double)y32[(size_t)(r % PJ_RB) * no + i];
 			} else {
-				srt_attn_tm_dot(wt, f->xa + (size_t)r * d, c0, nt, y);
+				srt_attn_tm_dot(wt, xrows + (size_t)r * d, c0, nt, y);
 			}
 			if (j == PJ_IWP) {
 				float *iw = f->iw + (size_t)r * ih + o0;
@@ -720,13 +737,87 @@ static void online_add(float *mx, float *sum, float *acc, const float *kv, const
 	}
 }
 
-/*
- * Run one compressor over the sequence's tokens of this call. `index` selects the indexer's
- * compressor (Hadamard + FP4, indexer pool) over the main one (FP8, C4/C128 pool).
- */
-static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct vinfo *vi,
-		     int index, float *ring)
+/* Does the call continue the carry state of page (pos - 1) / P (else it starts empty)? */
+static int carry_in(const struct srt_attn *a, const struct srt_seq_view *s, const struct vinfo *vi)
 {
+	return !(s->pos == 0 || (a->ratio != 4 && s->pos % a->ratio == 0) || vi->lo == s->pos);
+}
+
+/*
+ * The compressor rows of the block (struct fwd: cx, cpos, cN, cs, ctail), after phase a1:
+ * per sequence, the pending rows of its carry state (tokens 4g .. pos - 1 of pos's group),
+ * then its rows of the block, those in complete groups into cx, the rest into ctail.
+ */
+static void comp_rows(struct fwd *f)
+{
+	const struct srt_attn *a = f->a;
+	const size_t d = (size_t)a->m->hidden_size;
+	const int64_t CG = SRT_ATTN_CG;
+	int64_t nc = 0;
+	for (uint32_t i = 0; a->ratio && i < f->b->n_seqs; i++) {
+		const struct srt_seq_view *s = &f->b->seqs[i];
+		int64_t pos = s->pos, end = pos + s->n_tokens, pt0 = pos;
+		const float *prow = NULL;
+		if (pos % CG && carry_in(a, s, &f->vi[i])) {
+			const uint8_t *e = entry(a, s, a->pool_state, f->slot, (pos - 1) / a->P) +
+					   srt_attn_pend_off(a);
+			int64_t h[2];
+			memcpy(h, e, sizeof h);
+			/* rows pos - n .. pos - 1 of pos's group (a rematerialization may have
+			 * left fewer: those before its start are unknown, as in the rings) */
+			if (h[1] > 0 && h[1] < CG && h[0] >= pos - pos % CG && h[0] + h[1] == pos) {
+				pt0 = h[0];
+				prow = (const float *)(const void *)(e + 2 * sizeof(int64_t));
+			}
+		}
+		struct cseg *c = &f->cs[i];
+		int64_t gend = end - end % CG; /* tokens below it are in complete groups */
+		c->ts = pt0;
+		c->te = gend > pt0 ? gend : pt0;
+		c->cbase = nc;
+		for (int64_t t = pt0; t < end; t++) {
+			const float *x = t < pos ? prow + (size_t)(t - pt0) * d
+						 : f->xa + (size_t)(s->first_row + (t - pos)) * d;
+			float *to = t < c->te ? f->cx + (size_t)nc * d
+					      : f->ctail + ((size_t)i * (CG - 1) + (size_t)(t - c->te)) * d;
+			memcpy(to, x, d * sizeof(float));
+			if (t < c->te)
+				f->cpos[nc++] = t;
+		}
+	}
+	f->cN = nc;
+}
+
+/* The pending rows of the state entry of page t / P, written after token t: those of the
+ * block's tail (tokens [te, t]) at the call's last token, none at a page's last token; the
+ * unused rows zeroed, so the bytes depend only on the tokens. */
+static void save_pending(const struct fwd *f, uint32_t i, int64_t t)
+{
+	const struct srt_attn *a = f->a;
+	const struct srt_seq_view *s = &f->b->seqs[i];
+	const size_t d = (size_t)a->m->hidden_size, rows = (size_t)(SRT_ATTN_CG - 1);
+	const struct cseg *c = &f->cs[i];
+	int64_t h[2] = {c->te, t >= c->te ? t - c->te + 1 : 0};
+	if (h[1] == 0)
+		h[0] = t + 1;
+	uint8_t *e = entry(a, s, a->pool_state, f->slot, t / a->P) + srt_attn_pend_off(a);
+	memcpy(e, h, sizeof h);
+	float *x = (float *)(void *)(e + sizeof h);
+	if (h[1])
+		memcpy(x, f->ctail + (size_t)i * rows * d, (size_t)h[1] * d * sizeof(float));
+	memset(x + (size_t)h[1] * d, 0, (rows - (size_t)h[1]) * d * sizeof(float));
+}
+
+/*
+ * Run one compressor over the sequence's complete groups of this block (f->cs[i]). `index`
+ * selects the indexer's compressor (Hadamard + FP4, indexer pool) over the main one (FP8,
+ * C4/C128 pool). The main one also writes the pending rows of the state entries.
+ */
+static void run_comp(struct fwd *f, uint32_t i, int index, float *ring)
+{
+	const struct srt_seq_view *s = &f->b->seqs[i];
+	const struct vinfo *vi = &f->vi[i];
+	const struct cseg *cs = &f->cs[i];
 	const struct srt_attn *a = f->a;
 	const struct srt_model_config *m = a->m;
 	const struct srt_attn_comp *c = index ? &f->lw->icomp : &f->lw->comp;
@@ -739,18 +830,25 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct v
 	int64_t pos = s->pos, end = pos + s->n_tokens;
 	int pool = index ? a->pool_ix : a->pool_comp;
 
-	if (pos == 0 || (c->ratio != 4 && pos % c->ratio == 0) || vi->lo == pos) {
+	if (cs->te == cs->ts && carry_in(a, s, vi) && (pos - 1) / a->P == (end - 1) / a->P) {
+		/* no group completes and the state stays in its entry: the ring is unchanged
+		 * (a decode step between group ends) */
+		if (!index && !ro_entry(vi, a->pool_state, (end - 1) / a->P))
+			save_pending(f, i, end - 1);
+		return;
+	}
+	if (!carry_in(a, s, vi)) {
 		/* sequence start: kv = 0, score = -inf (ring); the empty state (online). A
 		 * rematerialization starts here too: every entry it pools before its rows fill
 		 * the ring is read-only, so the unknown state before pos is never used */
-		for (size_t i = 0; i < ring_bytes / sizeof(float); i++)
-			ring[i] = c->ratio == 4 ? (i < R * cw ? 0.0f : -INFINITY)
-						: (i < w ? -INFINITY : 0.0f);
+		for (size_t k = 0; k < ring_bytes / sizeof(float); k++)
+			ring[k] = c->ratio == 4 ? (k < R * cw ? 0.0f : -INFINITY)
+						: (k < w ? -INFINITY : 0.0f);
 	} else {
 		memcpy(ring, entry(a, s, a->pool_state, f->slot, (pos - 1) / a->P) + off, ring_bytes);
 	}
-	for (int64_t t = pos; t < end; t++) {
-		const float *pr = proj + (size_t)(s->first_row + (t - pos)) * 2 * cw;
+	for (int64_t t = cs->ts; t < cs->te; t++) {
+		const float *pr = proj + (size_t)(cs->cbase + (t - cs->ts)) * 2 * cw;
 		if (c->ratio == 4) {
 			size_t slot = (size_t)(t % 8);
 			memcpy(rk + slot * cw, pr, cw * sizeof(float));
@@ -786,8 +884,16 @@ static void run_comp(struct fwd *f, const struct srt_seq_view *s, const struct v
 				srt_attn_kv_encode(a, v, entry(a, s, a->pool_comp, f->slot, j));
 			}
 		}
-		if ((t % a->P == a->P - 1 || t == end - 1) && !ro_entry(vi, a->pool_state, t / a->P))
+		if (t % a->P == a->P - 1 && !ro_entry(vi, a->pool_state, t / a->P)) {
 			memcpy(entry(a, s, a->pool_state, f->slot, t / a->P) + off, ring, ring_bytes);
+			if (!index)
+				save_pending(f, i, t);
+		}
+	}
+	if (!ro_entry(vi, a->pool_state, (end - 1) / a->P)) {
+		memcpy(entry(a, s, a->pool_state, f->slot, (end - 1) / a->P) + off, ring, ring_bytes);
+		if (!index)
+			save_pending(f, i, end - 1);
 	}
 }
 
@@ -1604,6 +1710,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		size_t H = (size_t)a->m->num_attention_heads;
 		size_t ih = a->ratio == 4 ? (size_t)a->m->index_n_heads : 0;
 		h->parallel_for(h, f->N, phase_a1, f);
+		comp_rows(f);
 		h->parallel_for(h, pj_units(f, PJ_WQA, PJ_WQB), phase_a2, f);
 		h->parallel_for(h, f->N, phase_a3, f);
 		h->parallel_for(h, pj_units(f, PJ_WQB, PJ_COUNT), phase_a4, f);
@@ -1625,9 +1732,9 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 			srt_attn_kv_encode(a, f->kv + (size_t)(s->first_row + k) * hd, we);
 		}
 		if (a->ratio)
-			run_comp(f, s, vi, 0, ringbuf);
+			run_comp(f, i, 0, ringbuf);
 		if (a->ratio == 4)
-			run_comp(f, s, vi, 1, ringbuf);
+			run_comp(f, i, 1, ringbuf);
 	}
 	t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_CACHE, t0);
 	a->win_cur = a->wscr; /* attention reads the block's own window rows from there */
@@ -1755,12 +1862,15 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
 	if (a->ratio == 4 && srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4 > ring)
 		ring = (size_t)(srt_attn_ring_bytes(a, 4, m->index_head_dim) / 4);
-	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + 2 * cw + 2 * icw + ih * idim + ih +
+	size_t nfl = B * (d + ql + H * hd + hd + H * hd + gol + ih * idim + ih +
 			  d + d / 128 + ql + ql / 128 + (size_t)m->qk_rope_head_dim);
 	/* one scratch block kept by the instance between calls (grown when a call needs more) */
 	size_t gk = H * hd / (size_t)m->o_groups;
 	size_t hg = (H + 15) / 16;
-	size_t sz[17] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
+	/* compressor rows: the block's, and up to CG - 1 pending ones per sequence */
+	size_t nsq = batch->n_seqs < B ? batch->n_seqs : B, CGp = SRT_ATTN_CG - 1;
+	size_t Bc = a->ratio ? B + CGp * nsq : 0;
+	size_t sz[22] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t),
 			(f.dp ? (size_t)h->nthreads * (size_t)f.kthr : ATTN_CROWS * (size_t)f.kmax) * hd *
@@ -1776,9 +1886,11 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 			: f.vpan ? ATTN_CROWS * H * (size_t)f.kmax8 * sizeof(float)
 				 : 0,
 			f.dp ? ATTN_CROWS * (size_t)((f.kmax + 1) / 2) * hd * 4 : 0,
-			f.dp ? ATTN_CROWS * hg * 8 * hd * 4 : 0};
-	size_t off[17], total = 0;
-	for (int i = 0; i < 17; i++) {
+			f.dp ? ATTN_CROWS * hg * 8 * hd * 4 : 0,
+			Bc * d * sizeof(float), Bc * sizeof(int64_t), Bc * (2 * cw + 2 * icw) * sizeof(float),
+			a->ratio ? nsq * CGp * d * sizeof(float) : 0, nsq * sizeof(struct cseg)};
+	size_t off[22], total = 0;
+	for (int i = 0; i < 22; i++) {
 		off[i] = total;
 		total += (sz[i] + 63) & ~(size_t)63;
 	}
@@ -1809,6 +1921,12 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.csc = (float *)(void *)(a->scratch + off[14]);
 	f.cvp = (uint32_t *)(void *)(a->scratch + off[15]);
 	f.cqp = (uint32_t *)(void *)(a->scratch + off[16]);
+	f.cx = (float *)(void *)(a->scratch + off[17]);
+	f.cpos = (int64_t *)(void *)(a->scratch + off[18]);
+	f.cp = (float *)(void *)(a->scratch + off[19]);
+	f.ip = f.cp + Bc * 2 * cw;
+	f.ctail = (float *)(void *)(a->scratch + off[20]);
+	f.cs = (struct cseg *)(void *)(a->scratch + off[21]);
 	struct vinfo *vis = vi0 + batch->n_seqs + 1;
 	f.xa = buf;
 	f.qr = f.xa + B * d;
@@ -1816,9 +1934,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	f.kv = f.q + B * H * hd;
 	f.o = f.kv + B * hd;
 	f.og = f.o + B * H * hd;
-	f.cp = f.og + B * gol;
-	f.ip = f.cp + B * 2 * cw;
-	f.iq = f.ip + B * 2 * icw;
+	f.iq = f.og + B * gol;
 	f.iw = f.iq + B * ih * idim;
 	f.xaq = f.iw + B * ih;
 	f.xas = f.xaq + B * d;

@@ -64,7 +64,7 @@
 		.vtable = &attn_vtable,                                                          \
 		.options = (RATIO) == 4 ? attn_opts_csa : attn_opts_kv,                          \
 		/* bump when the bytes written into cache pages change (cache identity) */       \
-		.layout_id = NAME "-pages/2",                                                    \
+		.layout_id = NAME "-pages/3",                                                    \
 	};                                                                                       \
 	SRT_EXPORT const struct srt_plugin_desc *srt_plugin_entry(void) { return &attn_desc; }
 

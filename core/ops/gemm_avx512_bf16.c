@@ -535,6 +535,147 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const struct
 	}
 }
 
+/* ---- bf16 weights, EXACT mode ------------------------------------------------------------ */
+
+/*
+ * bf16 weights times activations that are bf16 values (the reference profile rounds its normed
+ * rows to bf16): every product has at most 16 significant bits and is exact in float32, so
+ * VDPBF16PS gives gemm.h's EXACT bits as it gives the FP8 ones above (the pair of lane j holds
+ * k and k + 8, k in the odd word: two steps of that lane's chain), provided nothing is ever
+ * denormal and nothing overflows. Both hold when every nonzero activation and weight has a
+ * biased exponent in [BW_EMIN, BW_EMAX] = [71, 182] (magnitudes 2^-56 .. 2^56): a product's
+ * lowest bit is then at least 2^(71-127-7 + 71-127-7) = 2^-126, so every nonzero partial sum is
+ * normal, and K <= 8192 products below 2^112 each stay far from overflow. The activations are
+ * checked once per call (fp8_x_words takes their high words); each tile's weights as they are
+ * read, and a tile holding any other weight is left to the caller. The weights of a pair of
+ * rows are arranged by one VPERMT2W per 16 k from a [a 32 words | b 32 words] pair of loads.
+ */
+#define BW_EMIN 71
+#define BW_EMAX 182
+#define BW_XMAX 16384 /* rows x K of the on-stack activation words (64 KiB) */
+
+/* Every x[0..k) a bf16 value, zero or of biased exponent in [BW_EMIN, BW_EMAX]. */
+static bool bw_x_ok(const float *x, size_t k)
+{
+	const __m512i lo16 = _mm512_set1_epi32(0xFFFF), mag = _mm512_set1_epi32(0x7FFFFFFF);
+	const __m512i emin = _mm512_set1_epi32(BW_EMIN << 23);
+	const __m512i emax = _mm512_set1_epi32((BW_EMAX << 23) | 0x7FFFFF);
+	__mmask16 bad = 0;
+	for (size_t i = 0; i < k; i += 16) {
+		const __m512i v = _mm512_loadu_si512(x + i), a = _mm512_and_si512(v, mag);
+		const __mmask16 nz = _mm512_test_epi32_mask(a, a);
+		bad |= _mm512_test_epi32_mask(v, lo16) | _mm512_mask_cmplt_epu32_mask(nz, a, emin) |
+		       _mm512_mask_cmpgt_epu32_mask(nz, a, emax);
+	}
+	return bad == 0;
+}
+
+/* Word indices (VPERMT2W, 0-31 row a, 32-63 row b) of steps 0 and 1 of a 32-word load: lane
+ * L = 8h + j gets k = 16u + j in its odd word, 16u + j + 8 in its even one, of row h. */
+static const int16_t bw_ix[2][32] = {
+	{8, 0, 9, 1, 10, 2, 11, 3, 12, 4, 13, 5, 14, 6, 15, 7,
+	 40, 32, 41, 33, 42, 34, 43, 35, 44, 36, 45, 37, 46, 38, 47, 39},
+	{24, 16, 25, 17, 26, 18, 27, 19, 28, 20, 29, 21, 30, 22, 31, 23,
+	 56, 48, 57, 49, 58, 50, 59, 51, 60, 52, 61, 53, 62, 54, 63, 55}};
+
+/* Weights outside [BW_EMIN, BW_EMAX] (nor zero) among the 32 words of v. */
+static inline __mmask32 bw_w_bad(__m512i v)
+{
+	const __m512i a = _mm512_and_si512(v, _mm512_set1_epi16(0x7FFF));
+	const __mmask32 nz = _mm512_test_epi16_mask(a, a);
+	return _mm512_mask_cmplt_epu16_mask(nz, a, _mm512_set1_epi16(BW_EMIN << 7)) |
+	       _mm512_mask_cmpgt_epu16_mask(nz, a, _mm512_set1_epi16((int16_t)((BW_EMAX << 7) | 0x7F)));
+}
+
+/* Tiles of M rows (activation words xw + r·xst, fp8_x_words' layout); returns the tiles done
+ * before the first whose weights do not all fit (its y untouched). */
+static inline __attribute__((always_inline)) size_t
+gemv_bw(const struct srt_weight *w, const __m512i *xw, size_t xst, float *y, size_t ldy, size_t n0,
+	size_t ntiles, const int M)
+{
+	const size_t K = w->cols, nb = K / KB;
+	const __m512i i0 = _mm512_loadu_si512(bw_ix[0]), i1 = _mm512_loadu_si512(bw_ix[1]);
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const uint16_t *rows[8];
+		for (int t = 0; t < 8; t++)
+			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
+		/* the tile after next, as gemm_avx512.c's gemv_bf16: 128 bytes a step */
+		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		__m256 yacc[4];
+		for (int r = 0; r < M; r++)
+			yacc[r] = _mm256_setzero_ps();
+		__mmask32 bad = 0;
+		for (size_t b = 0; b < nb; b++) {
+			__m512 acc[4][4]; /* [row][pair]: 4·M independent chains */
+			for (int r = 0; r < M; r++)
+				for (int p = 0; p < 4; p++)
+					acc[r][p] = _mm512_setzero_ps();
+			for (size_t i = 0; i < 4; i++) { /* 32 words of each row */
+				if (pf)
+					for (int l = 0; l < 8; l++)
+						_mm_prefetch(pf + b * (16 * KB) + i * 512 + (size_t)l * 64, _MM_HINT_T1);
+				for (int p = 0; p < 4; p++) {
+					const __m512i ra = _mm512_loadu_si512(rows[2 * p] + b * KB + i * 32);
+					const __m512i rb = _mm512_loadu_si512(rows[2 * p + 1] + b * KB + i * 32);
+					bad |= bw_w_bad(ra) | bw_w_bad(rb);
+					const __m512i w0 = _mm512_permutex2var_epi16(ra, i0, rb);
+					const __m512i w1 = _mm512_permutex2var_epi16(ra, i1, rb);
+					for (int r = 0; r < M; r++) {
+						const __m512i *xr = xw + (size_t)r * xst + b * 8 + 2 * i;
+						acc[r][p] = _mm512_dpbf16_ps(acc[r][p], as_bh(w0), as_bh(xr[0]));
+						acc[r][p] = _mm512_dpbf16_ps(acc[r][p], as_bh(w1), as_bh(xr[1]));
+					}
+				}
+			}
+			for (int r = 0; r < M; r++)
+				yacc[r] = _mm256_add_ps(yacc[r], reduce8(acc[r]));
+		}
+		if (bad)
+			return tt;
+		for (int r = 0; r < M; r++)
+			_mm256_storeu_ps(y + (size_t)r * ldy + n, yacc[r]);
+	}
+	return ntiles;
+}
+
+size_t srt_gemv_bf16_avx512bf16(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
+				float *y, size_t ldy, size_t n0, size_t ntiles)
+{
+	const size_t K = w->cols;
+	if (w->type != SRT_WT_BF16 || K % KB != 0 || K > GEMV_KMAX || m < 1 || m > 7 ||
+	    !srt_gemm_bf16dp_usable())
+		return SIZE_MAX;
+	for (size_t r = 0; r < m; r++)
+		if (!bw_x_ok(x + r * ldx, K))
+			return SIZE_MAX;
+	_Alignas(64) __m512i xw[BW_XMAX / 16];
+	const size_t per = BW_XMAX / K < 4 ? BW_XMAX / K : 4; /* rows a pass, >= 2 */
+	size_t done = ntiles;
+	for (size_t r0 = 0; r0 < m; r0 += per) {
+		const size_t mr = m - r0 < per ? m - r0 : per;
+		for (size_t r = 0; r < mr; r++)
+			fp8_x_words(x + (r0 + r) * ldx, K / 16, xw + r * (K / 16));
+		float *yr = y + r0 * ldy;
+		/* a tile that does not fit stops every pass at the same place (same weights) */
+		switch (mr) {
+		case 1:
+			done = gemv_bw(w, xw, K / 16, yr, ldy, n0, done, 1);
+			break;
+		case 2:
+			done = gemv_bw(w, xw, K / 16, yr, ldy, n0, done, 2);
+			break;
+		case 3:
+			done = gemv_bw(w, xw, K / 16, yr, ldy, n0, done, 3);
+			break;
+		default:
+			done = gemv_bw(w, xw, K / 16, yr, ldy, n0, done, 4);
+			break;
+		}
+	}
+	return done;
+}
+
 /* ---- entry --------------------------------------------------------------------------------- */
 
 bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const float *xs,

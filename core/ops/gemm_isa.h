@@ -66,6 +66,15 @@ bool srt_gemm_bf16dp_usable(void);
 bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const float *xs,
 			     float *y, size_t n0, size_t ntiles);
 
+/* 1 <= M <= 7, EXACT mode, bf16 weights, activations that are bf16 values: rows [n0, n0 +
+ * 8·ntiles) by AVX512_BF16 dot products (gemm_avx512_bf16.c), same bits as the float kernels.
+ * SIZE_MAX, touching nothing, unless the CPU has AVX512_BF16 with the SDM's rounding, K % 128
+ * == 0, K <= 8192 and every activation is a bf16 value of magnitude 2^-56 .. 2^56 or zero.
+ * Else the number of tiles done, in order: fewer than ntiles when the next tile holds a
+ * weight outside that range (its y untouched; the caller computes it and goes on). */
+size_t srt_gemv_bf16_avx512bf16(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
+				float *y, size_t ldy, size_t n0, size_t ntiles);
+
 /* M >= 8, REFERENCE mode, FP8 or FP4 weights: gemm_tile_avx512.c's transposed kernel by
  * AVX512_BF16 dot products (gemm_tile_avx512_bf16.c), features [n0, n1), n1 - n0 a multiple
  * of 16. False, touching nothing, unless the CPU has AVX512_BF16, AVX512_VBMI and AVX512VL

@@ -767,12 +767,16 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 		size_t K;
 		int modes; /* bit 0 exact, bit 1 reference */
 		bool wide; /* extreme scales and activations: the kernels' exactness fallbacks */
+		int bx;    /* bf16 activations (the AVX512_BF16 dot products of bf16 weights);
+			    * 2: and weights out of their range in two tiles, an activation out
+			    * of it in row 2 (their fallbacks to the float kernels) */
 	};
 	static const struct shape shapes[] = {
-		{SRT_WT_F32, 384, 3, 0},  {SRT_WT_F32, 200, 1, 0},  {SRT_WT_F32, 100, 1, 0},
-		{SRT_WT_BF16, 384, 3, 0}, {SRT_WT_BF16, 136, 1, 0}, {SRT_WT_BF16, 36, 1, 0},
-		{SRT_WT_FP8, 384, 3, 0},  {SRT_WT_FP4, 384, 3, 0},  {SRT_WT_FP4, 160, 1, 0},
-		{SRT_WT_FP8, 384, 3, 1},  {SRT_WT_FP4, 384, 3, 1},
+		{SRT_WT_F32, 384, 3, 0, 0},  {SRT_WT_F32, 200, 1, 0, 0},  {SRT_WT_F32, 100, 1, 0, 0},
+		{SRT_WT_BF16, 384, 3, 0, 0}, {SRT_WT_BF16, 136, 1, 0, 0}, {SRT_WT_BF16, 36, 1, 0, 0},
+		{SRT_WT_FP8, 384, 3, 0, 0},  {SRT_WT_FP4, 384, 3, 0, 0},  {SRT_WT_FP4, 160, 1, 0, 0},
+		{SRT_WT_FP8, 384, 3, 1, 0},  {SRT_WT_FP4, 384, 3, 1, 0},
+		{SRT_WT_BF16, 384, 1, 0, 1}, {SRT_WT_BF16, 384, 1, 0, 2},
 	};
 	enum { N = 45, MMAX = 17, KMAX = 384 };
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
@@ -794,8 +798,20 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 				x[m * sh->K + 130] = 0x1.8p125f; /* x·2^8 overflows */
 				x[m * sh->K + 7] = 0x1.234p-140f;
 			}
+		if (sh->bx) /* bf16 values, -0 and 0 among them */
+			for (size_t i = 0; i < MMAX * KMAX; i++)
+				x[i] = u2f(f2u(x[i]) & 0xFFFF0000u);
+		if (sh->bx == 2) /* row 2: subnormal activations (the dot products would flush them) */
+			for (size_t k = 0; k < sh->K; k++)
+				x[2 * sh->K + k] = ldexpf(x[2 * sh->K + k], -130);
 		struct wtest t;
 		make_raw_weight(&t, sh->type, N, sh->K, sh->wide);
+		if (sh->bx == 2) { /* a row of subnormal weights in tile 1 (the dot products would
+				    * flush them), a huge weight in tile 3 */
+			for (size_t k = 0; k < sh->K; k++)
+				((uint16_t *)t.data)[9 * sh->K + k] = (uint16_t)(0x0001 + (k % 3) * 0x8010);
+			((uint16_t *)t.data)[30 * sh->K + 300] = 0x7E00;
+		}
 		if (sh->K % 128 == 0)
 			for (size_t m = 0; m < MMAX; m++)
 				srt_gemm_quant_row(x + m * sh->K, sh->K, xq + m * sh->K, xs + m * (sh->K / 128));

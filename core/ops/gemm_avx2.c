@@ -790,6 +790,85 @@ GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, fl
 	}
 }
 
+/* gemv_bf16 for M = 2..4 rows of activations (stride ldx): each row's operations as
+ * gemv_bf16's (same bits), each pair of weight rows unpacked once for all M rows. Pair by
+ * pair, so that the 2·M accumulators fit the 16 registers; the activations are broadcast
+ * from x where they are used (any K). */
+GEMV_TARGET static inline __attribute__((always_inline)) void
+gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y, size_t ldy,
+	       size_t n0, size_t ntiles, const int M)
+{
+	const size_t K = w->cols, nb = K / KB;
+	const __m256i zero = _mm256_setzero_si256();
+	for (size_t tt = 0; tt < ntiles; tt++) {
+		const size_t n = n0 + 8 * tt;
+		const uint16_t *rows[8];
+		for (int t = 0; t < 8; t++)
+			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
+		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		__m256 yacc[4];
+		for (int r = 0; r < M; r++)
+			yacc[r] = _mm256_setzero_ps();
+		for (size_t b = 0; b < nb; b++) {
+			__m256 lo[4][4], hi[4][4];
+			for (int p = 0; p < 4; p++) {
+				__m256 l[4], h[4];
+				for (int r = 0; r < M; r++)
+					l[r] = h[r] = _mm256_setzero_ps();
+				for (size_t v = 0; v < NV; v += 2) {
+					if (pf && p == 0) /* 256 bytes a step, as gemv_bf16 */
+						for (int q = 0; q < 4; q++)
+							_mm_prefetch(pf + b * (16 * KB) + (v / 2) * 256 + (size_t)q * 64,
+								     _MM_HINT_T1);
+					const __m256i ra = _mm256_loadu_si256(
+						(const __m256i *)(const void *)(rows[p] + b * KB + v * 8));
+					const __m256i rb = _mm256_loadu_si256(
+						(const __m256i *)(const void *)(rows[p + 4] + b * KB + v * 8));
+					for (int q = 0; q < 2; q++) {
+						const __m256i pw = _mm256_permute2x128_si256(ra, rb, q ? 0x31 : 0x20);
+						const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, pw));
+						const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, pw));
+						const size_t k = b * KB + (v + (size_t)q) * 8;
+						for (int r = 0; r < M; r++) {
+							const float *xr = x + (size_t)r * ldx + k;
+							l[r] = _mm256_add_ps(l[r], _mm256_mul_ps(_mm256_broadcast_ps(
+								(const __m128 *)(const void *)xr), wl));
+							h[r] = _mm256_add_ps(h[r], _mm256_mul_ps(_mm256_broadcast_ps(
+								(const __m128 *)(const void *)(xr + 4)), wh));
+						}
+					}
+				}
+				for (int r = 0; r < M; r++) {
+					lo[r][p] = l[r];
+					hi[r][p] = h[r];
+				}
+			}
+			for (int r = 0; r < M; r++)
+				yacc[r] = _mm256_add_ps(yacc[r], reduce_pairs(lo[r], hi[r]));
+		}
+		for (int r = 0; r < M; r++)
+			_mm256_storeu_ps(y + (size_t)r * ldy + n, yacc[r]);
+	}
+}
+
+GEMV_TARGET static void gemv_bf16_2(const struct srt_weight *w, const float *x, size_t ldx,
+				    float *y, size_t ldy, size_t n0, size_t ntiles)
+{
+	gemv_bf16_rows(w, x, ldx, y, ldy, n0, ntiles, 2);
+}
+
+GEMV_TARGET static void gemv_bf16_3(const struct srt_weight *w, const float *x, size_t ldx,
+				    float *y, size_t ldy, size_t n0, size_t ntiles)
+{
+	gemv_bf16_rows(w, x, ldx, y, ldy, n0, ntiles, 3);
+}
+
+GEMV_TARGET static void gemv_bf16_4(const struct srt_weight *w, const float *x, size_t ldx,
+				    float *y, size_t ldy, size_t n0, size_t ntiles)
+{
+	gemv_bf16_rows(w, x, ldx, y, ldy, n0, ntiles, 4);
+}
+
 /* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, FP8 weights, one row of activations, K a
  * multiple of 128: tile()'s operations for M = 1 (same bits), arranged as gemv_ref. A tile
  * whose 8 rows lie in one 128-row scale block has one scale code e per K block; when 10 <= e
@@ -925,6 +1004,32 @@ GEMV_TARGET static void gemv_ref_fp4(const struct srt_weight *w, const float *xq
 bool srt_gemmk_avx2(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
+	/* 2-7 rows of bf16 EXACT (a decode step's compressor group): 4 rows a pass */
+	if (!xs && m >= 2 && m <= 7 && w->type == SRT_WT_BF16 && w->cols % KB == 0 &&
+	    n1 - n0 >= 8 && cpu_fma()) {
+		const size_t nt = (n1 - n0) / 8, n = n0 + nt * 8;
+		for (size_t r = 0; r < m; r += 4) {
+			const float *xr = x + r * ldx;
+			float *yr = y + r * ldy;
+			switch (m - r < 4 ? m - r : 4) {
+			case 1:
+				srt_gemmk_avx2(w, xr, NULL, 1, ldx, yr, ldy, n0, n);
+				break;
+			case 2:
+				gemv_bf16_2(w, xr, ldx, yr, ldy, n0, nt);
+				break;
+			case 3:
+				gemv_bf16_3(w, xr, ldx, yr, ldy, n0, nt);
+				break;
+			default:
+				gemv_bf16_4(w, xr, ldx, yr, ldy, n0, nt);
+				break;
+			}
+		}
+		if (n < n1)
+			srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n, n1);
+		return true;
+	}
 	if (m == 1 && w->cols % KB == 0 && w->cols <= GEMV_KMAX && n1 - n0 >= 8 && cpu_fma() &&
 	    ((!xs && w->type == SRT_WT_BF16) || w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4)) {
 		const size_t nt = (n1 - n0) / 8, n = n0 + nt * 8;

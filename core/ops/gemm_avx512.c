@@ -507,24 +507,41 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 	}
 }
 
-/* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, bf16 weights, one row of activations,
- * K a multiple of 128: tile()'s operations for M = 1 (same bits), arranged as gemv_ref (pairs
- * built once, y of a tile in a register, the prefetch above). Each row is read 64 bytes at a
- * time: one vpermt2w puts words [a0-3 a8-11 | a4-7 a12-15 | b0-3 b8-11 | b4-7 b12-15] of
- * two rows' 32 values in place, and unpacking it against zero (low / high words of each
- * 128-bit lane, into the high half of each float) gives pair vectors [a0-7 b0-7] and
- * [a8-15 b8-15] already as float32. */
-static void gemv_bf16(const struct srt_weight *w, const float *x, float *y, size_t n0,
-		      size_t ntiles)
+/* One step of the bf16 GEMVs: 32 weights of rows a and b (from 64 bytes of each) as the 4
+ * pair vectors [a k 0-7 | b k 0-7] .. [a 24-31 | b 24-31] in float32, and, when pf is not
+ * NULL, 128 bytes of the tile after next prefetched. One VPERMT2W puts words [a0-3 a8-11 |
+ * a4-7 a12-15 | b0-3 b8-11 | b4-7 b12-15] in place; unpacking against zero (low / high words
+ * of each 128-bit lane, into the high half of each float) gives two pair vectors. */
+static inline __attribute__((always_inline)) void bf16_step(const uint16_t *a, const uint16_t *b,
+							   const char *pf, __m512 *wv)
 {
 	static const int16_t perm[32] = {0,  1,  2,  3,  8,  9,  10, 11, 4,  5,  6,  7,  12, 13, 14, 15,
 					 32, 33, 34, 35, 40, 41, 42, 43, 36, 37, 38, 39, 44, 45, 46, 47};
+	const __m512i i0 = _mm512_loadu_si512(perm), zero = _mm512_setzero_si512();
+	const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(16));
+	if (pf) {
+		_mm_prefetch(pf, _MM_HINT_T1);
+		_mm_prefetch(pf + 64, _MM_HINT_T1);
+	}
+	const __m512i va = _mm512_loadu_si512(a), vb = _mm512_loadu_si512(b);
+	const __m512i t0 = _mm512_permutex2var_epi16(va, i0, vb);
+	const __m512i t1 = _mm512_permutex2var_epi16(va, i1, vb);
+	wv[0] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t0));
+	wv[1] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t0));
+	wv[2] = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t1));
+	wv[3] = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t1));
+}
+
+/* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, bf16 weights, one row of activations,
+ * K a multiple of 128: tile()'s operations for M = 1 (same bits), arranged as gemv_ref (pairs
+ * built once, y of a tile in a register, the prefetch above), each row read 64 bytes at a
+ * time (bf16_step). */
+static void gemv_bf16(const struct srt_weight *w, const float *x, float *y, size_t n0,
+		      size_t ntiles)
+{
 	const size_t K = w->cols, nb = K / KB;
 	__m512 xv[GEMV_KMAX / 8];
 	x_pairs(x, K / 8, false, 1.0f, false, xv);
-	const __m512i i0 = _mm512_loadu_si512(perm);
-	const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(16));
-	const __m512i zero = _mm512_setzero_si512();
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -539,23 +556,11 @@ static void gemv_bf16(const struct srt_weight *w, const float *x, float *y, size
 			const __m512 *xb = xv + b * NV;
 			for (size_t v = 0; v < NV; v += 4)
 				for (int p = 0; p < NP; p++) {
-					if (pf) { /* 128 bytes a step */
-						const char *at = pf + b * (16 * KB) + (v / 4) * 512 + (size_t)p * 128;
-						_mm_prefetch(at, _MM_HINT_T1);
-						_mm_prefetch(at + 64, _MM_HINT_T1);
-					}
-					const __m512i va = _mm512_loadu_si512(rows[2 * p] + b * KB + v * 8);
-					const __m512i vb = _mm512_loadu_si512(rows[2 * p + 1] + b * KB + v * 8);
-					const __m512i t0 = _mm512_permutex2var_epi16(va, i0, vb);
-					const __m512i t1 = _mm512_permutex2var_epi16(va, i1, vb);
-					const __m512 w0 = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t0));
-					const __m512 w1 = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t0));
-					const __m512 w2 = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t1));
-					const __m512 w3 = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t1));
-					acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v], w0));
-					acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v + 1], w1));
-					acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v + 2], w2));
-					acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v + 3], w3));
+					__m512 wv[4];
+					bf16_step(rows[2 * p] + b * KB + v * 8, rows[2 * p + 1] + b * KB + v * 8,
+						  pf ? pf + b * (16 * KB) + (v / 4) * 512 + (size_t)p * 128 : NULL, wv);
+					for (int q = 0; q < 4; q++)
+						acc[p] = _mm512_add_ps(acc[p], _mm512_mul_ps(xb[v + (size_t)q], wv[q]));
 				}
 			yacc = _mm256_add_ps(yacc, reduce8(acc));
 		}
@@ -578,12 +583,7 @@ static inline __attribute__((always_inline)) void
 gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y, size_t ldy,
 	       size_t n0, size_t ntiles, const int M)
 {
-	static const int16_t perm[32] = {0,  1,  2,  3,  8,  9,  10, 11, 4,  5,  6,  7,  12, 13, 14, 15,
-					 32, 33, 34, 35, 40, 41, 42, 43, 36, 37, 38, 39, 44, 45, 46, 47};
 	const size_t K = w->cols, nb = K / KB;
-	const __m512i i0 = _mm512_loadu_si512(perm);
-	const __m512i i1 = _mm512_add_epi16(i0, _mm512_set1_epi16(16));
-	const __m512i zero = _mm512_setzero_si512();
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -602,25 +602,13 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 				for (int r = 0; r < M; r++)
 					a[r] = _mm512_setzero_ps();
 				for (size_t v = 0; v < NV; v += 4) {
-					if (pf) { /* 128 bytes a step, as gemv_bf16 */
-						const char *at = pf + b * (16 * KB) + (v / 4) * 512 + (size_t)p * 128;
-						_mm_prefetch(at, _MM_HINT_T1);
-						_mm_prefetch(at + 64, _MM_HINT_T1);
-					}
-					const __m512i va = _mm512_loadu_si512(rows[2 * p] + b * KB + v * 8);
-					const __m512i vb = _mm512_loadu_si512(rows[2 * p + 1] + b * KB + v * 8);
-					const __m512i t0 = _mm512_permutex2var_epi16(va, i0, vb);
-					const __m512i t1 = _mm512_permutex2var_epi16(va, i1, vb);
-					const __m512 w0 = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t0));
-					const __m512 w1 = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t0));
-					const __m512 w2 = _mm512_castsi512_ps(_mm512_unpacklo_epi16(zero, t1));
-					const __m512 w3 = _mm512_castsi512_ps(_mm512_unpackhi_epi16(zero, t1));
+					__m512 wv[4];
+					bf16_step(rows[2 * p] + b * KB + v * 8, rows[2 * p + 1] + b * KB + v * 8,
+						  pf ? pf + b * (16 * KB) + (v / 4) * 512 + (size_t)p * 128 : NULL, wv);
 					for (int r = 0; r < M; r++) {
 						const float *xr = x + (size_t)r * ldx + b * KB + v * 8;
-						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr), w0));
-						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 8), w1));
-						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 16), w2));
-						a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 24), w3));
+						for (int q = 0; q < 4; q++)
+							a[r] = _mm512_add_ps(a[r], _mm512_mul_ps(xpair(xr + 8 * q), wv[q]));
 					}
 				}
 				for (int r = 0; r < M; r++)

@@ -824,8 +824,10 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 						(const __m256i *)(const void *)(rows[p] + b * KB + v * 8));
 					const __m256i rb = _mm256_loadu_si256(
 						(const __m256i *)(const void *)(rows[p + 4] + b * KB + v * 8));
+					const __m256i pws[2] = {_mm256_permute2x128_si256(ra, rb, 0x20),
+								_mm256_permute2x128_si256(ra, rb, 0x31)};
 					for (int q = 0; q < 2; q++) {
-						const __m256i pw = _mm256_permute2x128_si256(ra, rb, q ? 0x31 : 0x20);
+						const __m256i pw = pws[q];
 						const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, pw));
 						const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, pw));
 						const size_t k = b * KB + (v + (size_t)q) * 8;

@@ -27,7 +27,10 @@
  * Speed: on x86-64 with AVX2+F16C or AVX-512F/BW, M = 1 decodes each weight vector right
  * before its product (the weight bytes are read once, nothing is stored), and M > 1 decodes a
  * 128-wide block of a few output features once into an L1 buffer and reuses it for every row
- * of x. Callers split [n0, n1) between threads at multiples of 8 for full tiles.
+ * of x. EXACT products of 2-7 rows with bf16 weights unpack each weight vector once for up to
+ * 4 rows, and on CPUs with AVX512_BF16 run as bf16 dot products when the activations are bf16
+ * values in a safe range (same bits). Callers split [n0, n1) between threads at multiples of
+ * 8 for full tiles.
  *
  * Preconditions (asserted, programmer errors): K a multiple of 128 for FP8 weights and for
  * REFERENCE mode with quantized weights; K a multiple of 32 for FP4; n0 <= n1 <= N;

@@ -741,6 +741,23 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 	}
 }
 
+/* One step of the bf16 GEMVs: 16 weights of rows a and b as the pair vectors of k 0-3 / 4-7
+ * (wl[0], wh[0]) and k 8-11 / 12-15 (wl[1], wh[1]), [a | b] in float32: vperm2i128 into
+ * [a k 0-7 | b k 0-7] and [a 8-15 | b 8-15], unpacked against zero. */
+GEMV_TARGET static inline __attribute__((always_inline)) void
+bf16_pair_step(const uint16_t *a, const uint16_t *b, __m256 *wl, __m256 *wh)
+{
+	const __m256i zero = _mm256_setzero_si256();
+	const __m256i ra = _mm256_loadu_si256((const __m256i *)(const void *)a);
+	const __m256i rb = _mm256_loadu_si256((const __m256i *)(const void *)b);
+	const __m256i pw[2] = {_mm256_permute2x128_si256(ra, rb, 0x20),
+			       _mm256_permute2x128_si256(ra, rb, 0x31)};
+	for (int q = 0; q < 2; q++) {
+		wl[q] = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, pw[q]));
+		wh[q] = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, pw[q]));
+	}
+}
+
 /* Rows [n0, n0 + 8·ntiles) of y = W·x, EXACT mode, bf16 weights, one row of activations, K a
  * multiple of 128 (the pair layout above: 32 bytes of each row of a pair, vperm2i128 into
  * [a k 0-7 | b k 0-7] and [a 8-15 | b 8-15], unpacked against zero into floats). */
@@ -750,7 +767,6 @@ GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, fl
 	const size_t K = w->cols, nb = K / KB;
 	__m256 xa[GEMV_KMAX / 8], xh[GEMV_KMAX / 8];
 	x_pair_vecs(x, K / 8, xa, xh);
-	const __m256i zero = _mm256_setzero_si256();
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -768,19 +784,12 @@ GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, fl
 						_mm_prefetch(pf + b * (16 * KB) + (v / 2) * 256 + (size_t)l * 64,
 							     _MM_HINT_T1);
 				for (int p = 0; p < 4; p++) {
-					const __m256i ra = _mm256_loadu_si256(
-						(const __m256i *)(const void *)(rows[p] + b * KB + v * 8));
-					const __m256i rb = _mm256_loadu_si256(
-						(const __m256i *)(const void *)(rows[p + 4] + b * KB + v * 8));
-					const __m256i pws[2] = {_mm256_permute2x128_si256(ra, rb, 0x20),
-								_mm256_permute2x128_si256(ra, rb, 0x31)};
+					__m256 wl[2], wh[2];
+					bf16_pair_step(rows[p] + b * KB + v * 8, rows[p + 4] + b * KB + v * 8, wl, wh);
 					for (int q = 0; q < 2; q++) {
-						const __m256i pw = pws[q];
-						const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, pw));
-						const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, pw));
 						const size_t g = b * NV + v + (size_t)q;
-						lo[p] = _mm256_add_ps(lo[p], _mm256_mul_ps(xa[g], wl));
-						hi[p] = _mm256_add_ps(hi[p], _mm256_mul_ps(xh[g], wh));
+						lo[p] = _mm256_add_ps(lo[p], _mm256_mul_ps(xa[g], wl[q]));
+						hi[p] = _mm256_add_ps(hi[p], _mm256_mul_ps(xh[g], wh[q]));
 					}
 				}
 			}
@@ -799,7 +808,6 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 	       size_t n0, size_t ntiles, const int M)
 {
 	const size_t K = w->cols, nb = K / KB;
-	const __m256i zero = _mm256_setzero_si256();
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -820,23 +828,16 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 						for (int q = 0; q < 4; q++)
 							_mm_prefetch(pf + b * (16 * KB) + (v / 2) * 256 + (size_t)q * 64,
 								     _MM_HINT_T1);
-					const __m256i ra = _mm256_loadu_si256(
-						(const __m256i *)(const void *)(rows[p] + b * KB + v * 8));
-					const __m256i rb = _mm256_loadu_si256(
-						(const __m256i *)(const void *)(rows[p + 4] + b * KB + v * 8));
-					const __m256i pws[2] = {_mm256_permute2x128_si256(ra, rb, 0x20),
-								_mm256_permute2x128_si256(ra, rb, 0x31)};
+					__m256 wl[2], wh[2];
+					bf16_pair_step(rows[p] + b * KB + v * 8, rows[p + 4] + b * KB + v * 8, wl, wh);
 					for (int q = 0; q < 2; q++) {
-						const __m256i pw = pws[q];
-						const __m256 wl = _mm256_castsi256_ps(_mm256_unpacklo_epi16(zero, pw));
-						const __m256 wh = _mm256_castsi256_ps(_mm256_unpackhi_epi16(zero, pw));
 						const size_t k = b * KB + (v + (size_t)q) * 8;
 						for (int r = 0; r < M; r++) {
 							const float *xr = x + (size_t)r * ldx + k;
 							l[r] = _mm256_add_ps(l[r], _mm256_mul_ps(_mm256_broadcast_ps(
-								(const __m128 *)(const void *)xr), wl));
+								(const __m128 *)(const void *)xr), wl[q]));
 							h[r] = _mm256_add_ps(h[r], _mm256_mul_ps(_mm256_broadcast_ps(
-								(const __m128 *)(const void *)(xr + 4)), wh));
+								(const __m128 *)(const void *)(xr + 4)), wh[q]));
 						}
 					}
 				}

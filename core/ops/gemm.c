@@ -177,18 +177,22 @@ int srt_gemm_set_isa(enum srt_gemm_isa isa)
 	return 0;
 }
 
-/* Runs the selected SIMD kernel; false when the portable code must run instead. */
+/* Runs the selected SIMD kernel; false when the portable code must run instead. M >= 2 goes
+ * to the transposed tile kernels (gemm_tile_*.c) first, except a few rows of bf16 EXACT (a
+ * decode step's compressor group), which the row kernels of gemm_avx*.c take: they arrange
+ * each weight vector once for up to 4 rows. */
 static bool run_isa(const struct srt_weight *w, const float *x, const float *xs, size_t m,
 		    size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
+	const bool tiles = m >= 2 && !(!xs && m <= 7 && w->type == SRT_WT_BF16 && w->cols % 128 == 0);
 	switch (srt_gemm_isa_current()) {
 #if defined(SRT_OPS_X86)
 	case SRT_GEMM_ISA_AVX512:
-		if (m >= 2 && srt_gemmt_avx512(w, x, xs, m, ldx, y, ldy, n0, n1))
+		if (tiles && srt_gemmt_avx512(w, x, xs, m, ldx, y, ldy, n0, n1))
 			return true;
 		return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
 	case SRT_GEMM_ISA_AVX2:
-		if (m >= 2 && srt_gemmt_avx2(w, x, xs, m, ldx, y, ldy, n0, n1))
+		if (tiles && srt_gemmt_avx2(w, x, xs, m, ldx, y, ldy, n0, n1))
 			return true;
 		return srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n0, n1);
 #endif

@@ -341,10 +341,6 @@ bool srt_gemmt_avx2(const struct srt_weight *w, const float *x, const float *xs,
 		return false;
 	if ((w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) && w->cols % 8 != 0)
 		return false; /* lane tails: the portable code */
-	/* a few rows of bf16 EXACT (a decode step's compressor group): gemm_avx2.c's row
-	 * kernel, which unpacks each weight vector once for all of them */
-	if (!xs && m <= 7 && w->type == SRT_WT_BF16 && w->cols % KB == 0)
-		return srt_gemmk_avx2(w, x, xs, m, ldx, y, ldy, n0, n1);
 	const bool ref = xs != NULL;
 	const size_t nf = n0 + (n1 - n0) / NT * NT;
 	if (!run_by_type(w, ref, x, xs, m, ldx, y, ldy, n0, nf))

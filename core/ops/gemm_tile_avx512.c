@@ -389,10 +389,6 @@ bool srt_gemmt_avx512(const struct srt_weight *w, const float *x, const float *x
 		return false;
 	if ((w->type == SRT_WT_F32 || w->type == SRT_WT_BF16) && w->cols % 8 != 0)
 		return false; /* lane tails: the portable code */
-	/* a few rows of bf16 EXACT (a decode step's compressor group): gemm_avx512.c's row
-	 * kernel, which arranges each weight vector once for all of them */
-	if (!xs && m <= 7 && w->type == SRT_WT_BF16 && w->cols % KB == 0)
-		return srt_gemmk_avx512(w, x, xs, m, ldx, y, ldy, n0, n1);
 	const bool ref = xs != NULL;
 	if (ref && m >= TMIN && (w->type == SRT_WT_FP8 || w->type == SRT_WT_FP4) &&
 	    n1 - n0 >= TF && w->cols * TF < ((size_t)1 << 31)) { /* gather offsets */

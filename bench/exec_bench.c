@@ -13,8 +13,9 @@
  *
  * The read bandwidth is the best of 5 passes of each thread count over a 512 MiB buffer, for
  * each of three read patterns (read_bandwidth), measured before and after the rounds (best of
- * both). Bytes per decode step = the weights a decode step streams
- * (srt_engine_decode_weight_bytes) + the KV entries attention reads at
+ * both). Bytes per decode step = the weights a decode step streams on average
+ * (srt_engine_decode_weight_bytes: the compressors' projections, which run once per 4 tokens,
+ * count a quarter) + the KV entries attention reads at
  * that depth (kv_read_bytes: per pool and layer, the window's rows, every entry of a
  * compressed pool, but only index_topk entries of a c4_kv pool, whose entries the lightning
  * indexer picks). The KV the sequence holds is printed too; it grows with the
@@ -23,7 +24,9 @@
  * --profile reads the per-phase wall-clock counters of the attention, MoE and mHC plugins
  * (core/ops/prof.h, found in the loaded plugin modules with dlsym) over --steps decode steps
  * at the short depth and at each --depths depth; "engine rest" is the step time minus the plugins' phases (embedding,
- * hc_head, final norm, LM head, scheduling). While profiling, the MoE runs its routed and
+ * hc_head, final norm, LM head, scheduling). Each phase also shows the weights it streams
+ * (srt_engine_decode_weight_phases) over its time: a phase well below the read bandwidth is
+ * bound by its compute. While profiling, the MoE runs its routed and
  * shared experts as two parallel steps so they can be told apart.
  */
 #include <dlfcn.h>
@@ -522,22 +525,30 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 		for (int p = 0; p < SRT_PROF_COUNT; p++)
 			ns[p] += profs[i]->ns[p];
 	prof_reset(0);
-	fprintf(tout, "  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step):\n",
+	fprintf(tout, "  profile of a decode step, threads %d, depth %d (%d steps, %.2f ms/step; weights: "
+		      "MiB a step reads on average, and that over the phase's time):\n",
 	       srt_engine_threads(e), depth, steps, step * 1e3);
+	uint64_t wb[SRT_PROF_COUNT + 1];
+	srt_engine_decode_weight_phases(e, wb);
 	double sum = 0;
-	json_t *ph = json_object();
-	for (int p = 0; p < SRT_PROF_COUNT; p++) {
-		double ms = (double)ns[p] * 1e-6 / steps;
+	json_t *ph = json_object(), *phw = json_object();
+	for (int p = 0; p <= SRT_PROF_COUNT; p++) {
+		const char *name = p < SRT_PROF_COUNT ? srt_prof_name(p) : "engine rest (head, embed)";
+		/* the engine's rest is the step minus the plugins' phases */
+		double ms = p < SRT_PROF_COUNT ? (double)ns[p] * 1e-6 / steps : step * 1e3 - sum;
 		sum += ms;
-		fprintf(tout, "    %-26s %8.3f ms  %5.1f %%\n", srt_prof_name(p), ms, 100.0 * ms / (step * 1e3));
-		json_object_set_new(ph, srt_prof_name(p), json_real(ms));
+		fprintf(tout, "    %-26s %8.3f ms  %5.1f %%", name, ms, 100.0 * ms / (step * 1e3));
+		if (wb[p] && ms > 0)
+			fprintf(tout, "  weights %7.2f MiB  %6.2f GB/s", (double)wb[p] / 1048576.0,
+				(double)wb[p] / (ms * 1e-3) / 1e9);
+		fputc('\n', tout);
+		json_object_set_new(ph, name, json_real(ms));
+		json_object_set_new(phw, name, json_integer((json_int_t)wb[p]));
 	}
-	fprintf(tout, "    %-26s %8.3f ms  %5.1f %%\n", "engine rest (head, embed)", step * 1e3 - sum,
-	       100.0 * (step * 1e3 - sum) / (step * 1e3));
-	json_object_set_new(ph, "engine rest (head, embed)", json_real(step * 1e3 - sum));
-	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o}", "threads",
+	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o, s:o}", "threads",
 					      srt_engine_threads(e), "depth", depth, "steps", steps,
-					      "step_ms", step * 1e3, "phases_ms", ph));
+					      "step_ms", step * 1e3, "phases_ms", ph,
+					      "phases_weight_bytes", phw));
 	if (!nprofs)
 		fprintf(tout, "    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
 	return 0;

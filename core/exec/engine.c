@@ -24,6 +24,7 @@
 #include "ops/fp.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
+#include "ops/prof.h"
 #include "plugin/host.h"
 #include "plugin/registry.h"
 #include "radix/radix.h"
@@ -624,25 +625,65 @@ void srt_engine_set_chunk(struct srt_engine *e, int chunk)
 	e->chunk = chunk;
 }
 
-uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e)
+/*
+ * Where a decode step reads a tensor: the profile phase (ops/prof.h) whose work streams it,
+ * SRT_PROF_COUNT for the engine's own (head, final norm, hc_head), or -1 for none of a step's
+ * reads (the embedding: one row per token; the hash tables; the MTP block). *num / *den: the
+ * share of steps that read it. Routed experts: num_experts_per_tok of n_routed_experts per
+ * layer. Compressors (`.compressor.`, the KV and indexer ones): the attention plugins project
+ * a compressor's rows once per group of DECODE_COMP_GROUP tokens (SRT_ATTN_CG of
+ * plugins/attention/common/attn.h), so one decode step in that many reads them.
+ */
+#define DECODE_COMP_GROUP 4
+
+static int decode_weight_phase(const struct srt_engine *e, const char *name, uint64_t *num,
+			       uint64_t *den)
 {
-	/* every tensor of the main blocks and the head; not the embedding (one row per token),
-	 * not the hash tables, not the MTP blocks; routed experts count num_experts_per_tok of
-	 * n_routed_experts per layer */
-	uint64_t dense = 0, experts = 0;
+	*num = *den = 1;
+	if (!strcmp(name, "embed.weight") || !strncmp(name, "mtp.", 4) || strstr(name, "tid2eid"))
+		return -1;
+	if (strstr(name, ".ffn.experts.")) {
+		*num = (uint64_t)e->model.num_experts_per_tok;
+		*den = (uint64_t)e->model.n_routed_experts;
+		return SRT_PROF_MOE_EXPERTS;
+	}
+	if (strstr(name, ".ffn.shared_experts."))
+		return SRT_PROF_MOE_SHARED;
+	if (strstr(name, ".ffn.gate.") || strstr(name, ".ffn_norm."))
+		return SRT_PROF_MOE_ROUTE;
+	if (strstr(name, ".attn.wo_a.") || strstr(name, ".attn.wo_b."))
+		return SRT_PROF_ATTN_OUT;
+	if (strstr(name, ".compressor.")) {
+		*den = DECODE_COMP_GROUP;
+		return SRT_PROF_ATTN_PROJ;
+	}
+	if (strstr(name, ".attn.") || strstr(name, ".attn_norm."))
+		return SRT_PROF_ATTN_PROJ;
+	if (strstr(name, ".hc_attn_") || strstr(name, ".hc_ffn_"))
+		return SRT_PROF_RESIDUAL;
+	return SRT_PROF_COUNT;
+}
+
+void srt_engine_decode_weight_phases(const struct srt_engine *e, uint64_t *bytes)
+{
+	memset(bytes, 0, (SRT_PROF_COUNT + 1) * sizeof(bytes[0]));
 	size_t n = srt_ck_count(e->ck);
 	for (size_t i = 0; i < n; i++) {
 		const struct srt_tensor *t = srt_ck_tensor(e->ck, i);
-		if (!strcmp(t->name, "embed.weight") || !strncmp(t->name, "mtp.", 4) ||
-		    strstr(t->name, "tid2eid"))
-			continue;
-		if (strstr(t->name, ".ffn.experts."))
-			experts += t->nbytes;
-		else
-			dense += t->nbytes;
+		uint64_t num, den;
+		const int p = decode_weight_phase(e, t->name, &num, &den);
+		if (p >= 0)
+			bytes[p] += t->nbytes * num / den;
 	}
-	return dense + experts * (uint64_t)e->model.num_experts_per_tok /
-			       (uint64_t)e->model.n_routed_experts;
+}
+
+uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e)
+{
+	uint64_t bytes[SRT_PROF_COUNT + 1], sum = 0;
+	srt_engine_decode_weight_phases(e, bytes);
+	for (int p = 0; p <= SRT_PROF_COUNT; p++)
+		sum += bytes[p];
+	return sum;
 }
 
 /* --- sequences -------------------------------------------------------------------------- */

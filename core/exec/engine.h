@@ -108,9 +108,14 @@ int srt_engine_profile(const struct srt_engine *e);
 int srt_engine_threads(const struct srt_engine *e);
 int srt_engine_chunk(const struct srt_engine *e);
 void srt_engine_set_chunk(struct srt_engine *e, int chunk); /* asserts chunk >= 1 */
-/* Bytes of weights one decode step reads (every dense tensor of the main layers, the head
- * and the routed experts of num_experts_per_tok experts per layer). */
+/* Bytes of weights one decode step of one sequence reads, on average: every dense tensor of
+ * the main layers and the head, the routed experts of num_experts_per_tok experts per layer,
+ * the compressors' projections once per 4 tokens; not the embedding, hash tables or MTP. */
 uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e);
+/* The same bytes split by the profile phase that reads them (ops/prof.h's enum srt_prof_phase;
+ * bytes[SRT_PROF_COUNT]: the engine's own, the head and final norms); they add up to
+ * srt_engine_decode_weight_bytes. */
+void srt_engine_decode_weight_phases(const struct srt_engine *e, uint64_t *bytes);
 
 /*
  * Start a sequence whose prompt is tokens[0..n) (n >= 1, copied). use_cache = 1: match the

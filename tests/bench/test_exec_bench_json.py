@@ -4,20 +4,62 @@
 Runs the real exec_bench (1 and 2 threads, a short and a deep sequence, --profile) and checks:
 - the KV a decode step reads against a count by hand from the tiny preset's shapes (see
   bench/exec_bench.cmake), and that it is less than the KV the deep sequence holds;
+- the weights a decode step reads against a count of the checkpoint's tensors read here from
+  its safetensors header (weights_of_a_step), in total and per profile phase;
 - every best / median against its rounds, every bandwidth share against tokens/s, the bytes
   per step and the read bandwidth of the same run;
 - a profile per (threads, depth) whose phases add up to the step time;
 - the text report went to stderr, with the same per-round tokens/s.
 usage: test_exec_bench_json.py EXEC_BENCH TINY_MODEL_DIR
 """
+import glob
 import json
+import os
 import re
+import struct
 import statistics
 import subprocess
 import sys
 
 # By hand (bench/exec_bench.cmake): tiny preset, decode at depth 64 and 1024.
 KV_READ = {64: 206480, 1024: 364240}
+
+
+def weights_of_a_step(model):
+    """Bytes of weights one decode step reads on average, per profile phase, counted from the
+    safetensors headers: routed experts k of n per layer, the compressors' projections (run
+    once per 4 tokens) a quarter, neither the embedding, the hash tables nor the MTP block."""
+    with open(os.path.join(model, "config.json")) as f:
+        cfg = json.load(f)
+    k, n = cfg["num_experts_per_tok"], cfg["n_routed_experts"]
+    phases = {}
+    for path in sorted(glob.glob(os.path.join(model, "*.safetensors"))):
+        with open(path, "rb") as f:
+            (hlen,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(hlen))
+        for name, t in header.items():
+            if name == "__metadata__" or name == "embed.weight" or name.startswith("mtp.") \
+                    or "tid2eid" in name:
+                continue
+            size = t["data_offsets"][1] - t["data_offsets"][0]
+            if ".ffn.experts." in name:
+                phase, size = "moe routed experts", size * k // n
+            elif ".ffn.shared_experts." in name:
+                phase = "moe shared expert"
+            elif ".ffn.gate." in name or ".ffn_norm." in name:
+                phase = "moe routing"
+            elif ".attn.wo_a." in name or ".attn.wo_b." in name:
+                phase = "attention wo_a + wo_b"
+            elif ".compressor." in name:
+                phase, size = "attention projections", size // 4
+            elif ".attn." in name or ".attn_norm." in name:
+                phase = "attention projections"
+            elif ".hc_attn_" in name or ".hc_ffn_" in name:
+                phase = "mHC residual"
+            else:
+                phase = "engine rest (head, embed)"
+            phases[phase] = phases.get(phase, 0) + size
+    return phases
 
 
 def check_stats(st, what, scale=1.0):
@@ -37,7 +79,8 @@ def main():
     assert d["numerics"] in ("reference", "f32"), d["numerics"]
     assert d["prompt"] == 64 and d["runs"] == 3 and d["batch"] == 1
     wb = d["weights_bytes_per_step"]
-    assert wb > 0
+    want_w = weights_of_a_step(model)
+    assert wb == sum(want_w.values()), (wb, want_w)
     assert [t["threads"] for t in d["threads"]] == [1, 2]
     for t in d["threads"]:
         bw = t["read_bandwidth_bytes_per_s"]
@@ -71,6 +114,9 @@ def main():
         ph = q["phases_ms"]
         assert "attention core" in ph and "moe routed experts" in ph, sorted(ph)
         assert abs(sum(ph.values()) - q["step_ms"]) <= 1e-6 * q["step_ms"] + 1e-9, q
+        pw = {p: b for p, b in q["phases_weight_bytes"].items() if b}
+        assert pw == want_w, (pw, want_w)
+        assert set(q["phases_weight_bytes"]) == set(ph), q
         assert all(v >= 0 for k, v in ph.items() if k != "engine rest (head, embed)"), ph
     # the text went to stderr: the same rounds' tokens/s, printed with 2 decimals
     text = re.findall(r"round (\d) threads (\d): prefill 64 tokens [\d.]+ tokens/s; decode depth 64 "

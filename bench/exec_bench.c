@@ -237,7 +237,8 @@ static void usage(FILE *f)
 		"                      process's CPU time (1 thread on a shared machine; with more\n"
 		"                      threads it gives tokens per CPU-second)\n"
 		"  --profile           per-phase profile of a decode step at each depth and thread\n"
-		"                      count (plugin counters, core/ops/prof.h)\n"
+		"                      count (plugin counters, core/ops/prof.h), with the weights\n"
+		"                      each phase streams per step and their GB/s over its time\n"
 		"  --json              one JSON object on stdout with every figure (rounds, best,\n"
 		"                      median, bytes, ratios, profiles); the text goes to stderr\n"
 		"  --help              this text\n");

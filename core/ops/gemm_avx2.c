@@ -770,9 +770,7 @@ GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, fl
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
-		for (int t = 0; t < 8; t++)
-			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
-		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		const char *pf = bf16_tile_rows(w->data, K, n, tt, ntiles, rows);
 		__m256 yacc = _mm256_setzero_ps();
 		for (size_t b = 0; b < nb; b++) {
 			__m256 lo[4], hi[4];
@@ -811,9 +809,7 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
-		for (int t = 0; t < 8; t++)
-			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
-		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		const char *pf = bf16_tile_rows(w->data, K, n, tt, ntiles, rows);
 		__m256 yacc[4];
 		for (int r = 0; r < M; r++)
 			yacc[r] = _mm256_setzero_ps();

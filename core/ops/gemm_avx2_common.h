@@ -1,6 +1,7 @@
 /*
  * core/ops/gemm_avx2_common.h — AVX2 helpers shared by the x86 kernel files (gemm_avx2.c,
- * gemm_tile_avx2.c, gemm_avx512.c): the E4M3 decode, block checks and scale conversion.
+ * gemm_tile_avx2.c, gemm_avx512.c, gemm_avx512_bf16.c): the E4M3 decode, block checks, scale
+ * conversion and the bf16 GEMV tiles' rows.
  * Included only by files compiled for AVX2 (+ F16C); static inline, so each file keeps its
  * own copy.
  */
@@ -16,6 +17,16 @@
 #ifndef KB
 #define KB 128
 #endif
+
+/* The 8 rows of the bf16 GEMV tile starting at row n (data: [N][K] bf16 words), and where
+ * its kernels prefetch: the tile after next (tile tt of ntiles), NULL near the end. */
+static inline const char *bf16_tile_rows(const void *data, size_t K, size_t n, size_t tt,
+					 size_t ntiles, const uint16_t **rows)
+{
+	for (int t = 0; t < 8; t++)
+		rows[t] = (const uint16_t *)data + (n + (size_t)t) * K;
+	return tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+}
 
 /* E4M3 codes as halves converted to float: the code value times 2^-8. */
 static inline __m256 fp8x8_half(const uint8_t *p)

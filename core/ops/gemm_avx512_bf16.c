@@ -598,10 +598,8 @@ gemv_bw(const struct srt_weight *w, const __m512i *xw, size_t xst, float *y, siz
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
-		for (int t = 0; t < 8; t++)
-			rows[t] = (const uint16_t *)w->data + (n + (size_t)t) * K;
 		/* the tile after next, as gemm_avx512.c's gemv_bf16: 128 bytes a step */
-		const char *pf = tt + 2 < ntiles ? (const char *)(rows[0] + 16 * K) : NULL;
+		const char *pf = bf16_tile_rows(w->data, K, n, tt, ntiles, rows);
 		__m256 yacc[4];
 		for (int r = 0; r < M; r++)
 			yacc[r] = _mm256_setzero_ps();

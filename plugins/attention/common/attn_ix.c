@@ -376,13 +376,32 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 	/* the keys' scale codes per block (lane i: key i's), their least code per key, and each
 	 * block's code above it */
 	__m512i kc[IX_DMAX / IX_BLOCK], kmin = _mm512_set1_epi32(255), kmax = _mm512_setzero_si512();
-	for (size_t b = 0; b < nb; b++) {
-		uint8_t e[16];
-		for (size_t i = 0; i < 16; i++)
-			e[i] = kp[i][nbytes + b];
-		kc[b] = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)e));
-		kmin = _mm512_min_epi32(kmin, kc[b]);
-		kmax = _mm512_max_epi32(kmax, kc[b]);
+	if (nb % 4 == 0) {
+		/* four codes a dword, the 16 keys' dwords by two gathers from their addresses
+		 * (bytes stored one by one and loaded as a vector stall the store forwarding) */
+		const __m512i p0 = _mm512_loadu_si512((const void *)kp);
+		const __m512i p1 = _mm512_loadu_si512((const void *)(kp + 8));
+		for (size_t b0 = 0; b0 < nb; b0 += 4) {
+			const __m512i off = _mm512_set1_epi64((long long)(nbytes + b0));
+			const __m512i dw = _mm512_inserti64x4(
+				_mm512_castsi256_si512(_mm512_i64gather_epi32(_mm512_add_epi64(p0, off), NULL, 1)),
+				_mm512_i64gather_epi32(_mm512_add_epi64(p1, off), NULL, 1), 1);
+			for (size_t u = 0; u < 4; u++) {
+				kc[b0 + u] = _mm512_and_si512(_mm512_srli_epi32(dw, (unsigned)(8 * u)),
+							      _mm512_set1_epi32(0xFF));
+				kmin = _mm512_min_epi32(kmin, kc[b0 + u]);
+				kmax = _mm512_max_epi32(kmax, kc[b0 + u]);
+			}
+		}
+	} else {
+		for (size_t b = 0; b < nb; b++) {
+			int32_t e[16];
+			for (size_t i = 0; i < 16; i++)
+				e[i] = kp[i][nbytes + b];
+			kc[b] = _mm512_loadu_si512(e);
+			kmin = _mm512_min_epi32(kmin, kc[b]);
+			kmax = _mm512_max_epi32(kmax, kc[b]);
+		}
 	}
 	/*
 	 * Integer block sums. The double sum t = Σ_b I_b·2^(qe_b - 128)·2^(ke_b - 128) is exact
@@ -451,20 +470,20 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 			}
 		}
 		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) { /* the heads' terms, ascending */
-			const __m256 wv = _mm256_set1_ps(w[h + hh]);
-			__m256 f0, f1; /* the 16 keys' (float) q·k */
+			__m512 f; /* the 16 keys' (float) q·k */
 			if (ints) {
 				const __m512i e = _mm512_add_epi32(kmin, _mm512_set1_epi32(q->qe0[h + hh] - 256 + 127));
-				const __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(si[hh]),
-							       _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
-				f0 = _mm512_castps512_ps256(f);
-				f1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1));
+				f = _mm512_mul_ps(_mm512_cvtepi32_ps(si[hh]),
+						  _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
 			} else {
-				f0 = _mm512_cvtpd_ps(t[hh][0]);
-				f1 = _mm512_cvtpd_ps(t[hh][1]);
+				f = _mm512_castpd_ps(_mm512_insertf64x4(
+					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(t[hh][0]))),
+					_mm256_castps_pd(_mm512_cvtpd_ps(t[hh][1])), 1));
 			}
-			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(ix_term8(f0, wv)));
-			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(ix_term8(f1, wv)));
+			const __m512 term = ix_term16(f, _mm512_set1_ps(w[h + hh]));
+			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
+			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
+							   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
 		}
 	}
 	float o[16];

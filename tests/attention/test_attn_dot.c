@@ -1191,7 +1191,7 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 			for (size_t c = 0; c < d; c++)
 				qt[c * nh + h] = (double)iq[h * d + c];
 		srt_attn_qk_heads(qt, nh, kf, d, ne, yr);
-		size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
+		size_t done = srt_attn_qk_fp4(&q, kp, ne, NULL, 0, y, ok);
 		ck_assert_uint_ge(done, ne - 8);
 		for (size_t e = 0; e < ne; e++) {
 			if (!ok[e])
@@ -1239,7 +1239,7 @@ static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 		for (size_t c = 0; c < d; c++)
 			qt[c * nh + h] = (double)iq[h * d + c];
 	srt_attn_qk_heads(qt, nh, kf, d, ne, yr);
-	const size_t done = srt_attn_qk_fp4(&q, kp, ne, y, ok);
+	const size_t done = srt_attn_qk_fp4(&q, kp, ne, NULL, 0, y, ok);
 	for (size_t e = 0; e < ne; e++)
 		if (ok[e]) {
 			ck_assert_msg(memcmp(y + e * nh, yr + e * nh, sizeof(double) * nh) == 0,
@@ -1247,7 +1247,7 @@ static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 			srt_attn_ix_score_bf16(yr + e * nh, w, nh, 1, &want[e]);
 		}
 	memset(got, 0xFF, sizeof got);
-	ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, w, got, ok2), done);
+	ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, NULL, 0, w, got, ok2), done);
 	for (size_t e = 0; e < ne; e++) {
 		ck_assert_int_eq(ok2[e], ok[e]);
 		if (!ok[e])

@@ -936,7 +936,8 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 	/* the exact FP4 path (attn_ix.h): the prepared query, the keys' entries, their flags */
 	void *ixqb = keys + ATTN_IXB * idim;
 	const uint8_t **kp = (const uint8_t **)(void *)((char *)ixqb + ix_qbytes(ih, idim));
-	uint8_t *kok = (uint8_t *)(kp + ATTN_IXB);
+	const uint8_t **kn = kp + ATTN_IXB; /* the keys of the thread's next block of the row */
+	uint8_t *kok = (uint8_t *)(kn + ATTN_IXB);
 	const int fast = a->ix_store == SRT_ATTN_ST_FP4 && srt_attn_qk_fp4_ready(ih, idim);
 	struct srt_attn_ixq ixq;
 	int64_t qrow = -1, prow = -1;
@@ -963,9 +964,14 @@ static void phase_ix(void *ctx, int64_t b, int64_t e, int tid)
 		}
 		if (fast && qfp4) {
 			entry_run(a, s, a->pool_ix, f->slot, j0, (int64_t)nk, kp);
+			/* the thread's next block, when it is of this row, read ahead */
+			const int64_t n1 = j1 + ATTN_IXB < nvis ? j1 + ATTN_IXB : nvis;
+			const size_t nn = u + 1 < e && (u + 1) / nblk == ur && n1 > j1 ? (size_t)(n1 - j1) : 0;
+			if (nn)
+				entry_run(a, s, a->pool_ix, f->slot, j1, (int64_t)nn, kn);
 			/* reference: the scores themselves, 16 keys in the lanes (no q·k rows) */
-			done = a->ref ? srt_attn_ix_score_fp4(&ixq, kp, nk, iw, out + j0, kok)
-				      : srt_attn_qk_fp4(&ixq, kp, nk, y, kok);
+			done = a->ref ? srt_attn_ix_score_fp4(&ixq, kp, nk, kn, nn, iw, out + j0, kok)
+				      : srt_attn_qk_fp4(&ixq, kp, nk, kn, nn, y, kok);
 		}
 		if (done < nk && qrow != r) { /* the row's query, transposed: [dim][head] */
 			for (size_t h = 0; h < ih; h++)
@@ -1848,7 +1854,7 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		    4 * (size_t)f.c4max /* pairs */ + (size_t)(m->index_topk > 0 ? m->index_topk : 1) +
 		    idim + 16;
 	size_t ixf = 2 * (ih * idim + ATTN_IXB * ih) + ATTN_IXB * idim + /* phase_ix */
-		     (ix_qbytes(ih, idim) + ATTN_IXB * (sizeof(void *) + 1)) / sizeof(float) + 1;
+		     (ix_qbytes(ih, idim) + ATTN_IXB * (2 * sizeof(void *) + 1)) / sizeof(float) + 1;
 	if (a->ratio == 4 && f.tfloats < ixf)
 		f.tfloats = ixf;
 	if (f.dp && f.tfloats < 12 * (size_t)f.kmax8 + 8 * hd) /* phase_c2_dp */

@@ -65,7 +65,7 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf,
  * of keys done. Only when srt_attn_qk_fp4_ready(q->nh, q->d).
  */
 size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
-		       double *y, uint8_t *ok);
+		       const uint8_t *const *next, size_t nnext, double *y, uint8_t *ok);
 
 /*
  * out[e] = the reference index score of key e against the prepared query: the bits of
@@ -73,8 +73,13 @@ size_t srt_attn_qk_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
  * [nh], for the keys with ok[e] = 1 (the same keys as srt_attn_qk_fp4's), computed 16 keys
  * at a time with the keys in the vector lanes and no q·k row written. Returns the number of
  * keys done. Only when srt_attn_qk_fp4_ready(q->nh, q->d).
+ *
+ * Both take the nnext keys the caller scores next (next: NULL and 0 for none), read into the
+ * caches while these are scored: a run of keys spans pages that the hardware prefetcher does
+ * not follow from one to the next.
  */
 size_t srt_attn_ix_score_fp4(const struct srt_attn_ixq *q, const uint8_t *const *keys,
-			     size_t ne, const float *w, double *out, uint8_t *ok);
+			     size_t ne, const uint8_t *const *next, size_t nnext, const float *w,
+			     double *out, uint8_t *ok);
 
 #endif

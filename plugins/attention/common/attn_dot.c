@@ -2236,6 +2236,8 @@ key_words64(const uint8_t *e, size_t c, size_t nope, size_t rd, struct wspan *s,
 	wspan32(s, w[1]);
 }
 
+#define FP8_KEYS_AHEAD 4 /* keys ahead whose entries fp8_keys_vbmi prefetches */
+
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static int fp8_keys_vbmi(
 	const uint8_t *const *e, size_t nk, size_t nope, size_t rd, uint32_t *kp, uint32_t *vp,
 	uint8_t *lo, uint8_t *hi)
@@ -2248,8 +2250,14 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) static int fp8_keys_vbmi(
 					    1, 32, 0);
 	const __m512i v1 = _mm512_add_epi16(v0, _mm512_set1_epi16(16));
 	struct wspan s = {_mm512_setzero_si512(), _mm512_set1_epi32(-1), 0};
+	const size_t eb = nope + 2 * rd + nope / 64; /* an entry's bytes this reads */
 	for (size_t k = 0; k < nk; k += 2) {
 		const int two = k + 1 < nk;
+		/* the entries FP8_KEYS_AHEAD keys on: a compressed pool's selected or strided
+		 * entries lie on different pages, which the hardware prefetcher does not follow */
+		for (size_t j = k + FP8_KEYS_AHEAD; j < k + FP8_KEYS_AHEAD + 2 && j < nk; j++)
+			for (size_t o = 0; o < eb; o += 64)
+				_mm_prefetch((const char *)e[j] + o, _MM_HINT_T0);
 		uint32_t *p0 = kp + k * (hd / 2), *p1 = p0 + hd / 2, *v = vp + k / 2 * hd;
 		for (size_t c = 0; c < hd; c += 64) {
 			__m512i a[2], b[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};

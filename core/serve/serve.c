@@ -631,7 +631,11 @@ int srt_serve_start(struct srt_engine *e, struct srt_sched *sched,
 			(cfg->verbose ? MHD_USE_ERROR_LOG : 0),
 		0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 		MHD_OPTION_THREAD_POOL_SIZE, (unsigned)s->cfg.threads,
-		MHD_OPTION_CONNECTION_LIMIT, s->conn_limit,
+		/* MHD divides its limit among the pool's threads, and whichever thread wins
+		 * an accept takes the connection: one that reached its share closed new ones
+		 * without a status while the other had room (a flaky 503 test). Each thread may
+		 * hold all of them; n_conns (on_connection) enforces the real limit. */
+		MHD_OPTION_CONNECTION_LIMIT, s->conn_limit * s->cfg.threads,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s,
 		MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)1024,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,

@@ -1756,7 +1756,11 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 				t0 = srt_prof_add(&attn_prof, SRT_PROF_ATTN_INDEXER, t0);
 			}
 			h->parallel_for(h, n, phase_c1, f);
-			h->parallel_for(h, n * ((f->kmax + ATTN_KGB - 1) / ATTN_KGB), phase_c1k, f);
+			/* one row (decode): only the blocks that hold its keys, dealt evenly (the
+			 * others have nothing to do, and a thread given those would idle) */
+			h->parallel_for(h, n == 1 ? (f->cnk[0] + ATTN_KGB - 1) / ATTN_KGB
+						  : n * ((f->kmax + ATTN_KGB - 1) / ATTN_KGB),
+					phase_c1k, f);
 			if (f->dp) /* units of 8 heads: two per row of 16 heads */
 				h->parallel_for(h, n * (int64_t)((H + 7) / 8), phase_c2_dp, f);
 			else

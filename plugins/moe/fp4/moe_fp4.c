@@ -899,7 +899,17 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		uint64_t t0 = srt_prof_t0(&moe_prof);
 		h->parallel_for(h, in->m, route_rows, in);
 		build_groups(in);
-		h->parallel_for(h, n_ent, gather_inputs, in);
+		if (in->m == 1) { /* decode: every entry is the one row, quantized once */
+			gather_inputs(in, 0, 1, 0);
+			for (int64_t e = 1; e < n_ent; e++) {
+				memcpy(in->gx + e * in->d, in->gx, (size_t)in->d * sizeof(float));
+				if (in->profile == SRT_PROFILE_REFERENCE)
+					memcpy(in->gs + e * (in->d / MOE_QB), in->gs,
+					       (size_t)(in->d / MOE_QB) * sizeof(float));
+			}
+		} else {
+			h->parallel_for(h, n_ent, gather_inputs, in);
+		}
 		t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_ROUTE, t0);
 		in->task0 = 0;
 		if (t0) {

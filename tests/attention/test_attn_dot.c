@@ -1256,6 +1256,21 @@ static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 		ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0, "%s key %zu: %a vs %a",
 			      what, e, got[e], want[e]);
 	}
+	/* the keys scored next, read ahead (here the first half of the same ones), change no
+	 * bit and no flag */
+	double got2[64];
+	uint8_t ok3[64];
+	memset(got2, 0xFF, sizeof got2);
+	ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, kp, (ne + 1) / 2, w, got2, ok3), done);
+	for (size_t e = 0; e < ne; e++) {
+		ck_assert_int_eq(ok3[e], ok[e]);
+		ck_assert_msg(!ok[e] || memcmp(&got2[e], &got[e], sizeof(double)) == 0,
+			      "%s key %zu: read ahead %a vs %a", what, e, got2[e], got[e]);
+	}
+	ck_assert_uint_eq(srt_attn_qk_fp4(&q, kp, ne, kp, ne, y, ok3), done);
+	for (size_t e = 0; e < ne; e++)
+		ck_assert_msg(!ok[e] || memcmp(y + e * nh, yr + e * nh, sizeof(double) * nh) == 0,
+			      "%s key %zu: q·k rows read ahead differ", what, e);
 	free(y);
 	free(yr);
 	free(qt);

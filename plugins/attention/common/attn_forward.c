@@ -48,6 +48,7 @@
 #include "attn_ix.h"
 #include "attn_dot.h"
 #include "attn_util.h"
+#include "ops/act_n.h"
 #include "ops/fp.h"
 #include "ops/prof.h"
 #include "ops/quant.h"
@@ -1271,11 +1272,11 @@ static float ref_softmax(float *sf, int64_t nk, float scale_f, float sink)
 		sf[k] = sf[k] * scale_f;
 		mxf = sf[k] > mxf ? sf[k] : mxf;
 	}
-	for (int64_t k = 0; k < nk; k++) {
-		float ev = expf(sf[k] - mxf);
-		den += ev;
-		sf[k] = ev;
-	}
+	for (int64_t k = 0; k < nk; k++)
+		sf[k] -= mxf;
+	srt_expf_n(sf, sf, (size_t)nk); /* expf's bits, vectorised */
+	for (int64_t k = 0; k < nk; k++)
+		den += sf[k];
 	srt_round_bf16_n(sf, (size_t)nk); /* the library's vector loop */
 	return (float)den + expf(sink - mxf);
 }

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "ops/act.h"
+#include "ops/act_n.h"
 #include "ops/fp.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -665,21 +666,24 @@ static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t 
 			srt_round_bf16_n(in->gate + (int64_t)e * I + (int64_t)n0, n1 - n0);
 			srt_round_bf16_n(in->up + (int64_t)e * I + (int64_t)n0, n1 - n0);
 		}
-		for (size_t n = n0; n < n1; n++) {
-			float gt = in->gate[(int64_t)e * I + (int64_t)n];
-			float up = in->up[(int64_t)e * I + (int64_t)n], hv;
-			if (L > 0.0f) {
+		float *gate = in->gate + (int64_t)e * I, *up = in->up + (int64_t)e * I;
+		if (L > 0.0f)
+			for (size_t n = n0; n < n1; n++) {
 				/* fminf / fmaxf against a number (a NaN gives the bound), as
 				 * comparisons: inlined instead of library calls */
-				up = up > -L ? up : -L;
-				up = up < L ? up : L;
-				gt = gt < L ? gt : L;
+				float u = up[n] > -L ? up[n] : -L;
+				up[n] = u < L ? u : L;
+				gate[n] = gate[n] < L ? gate[n] : L;
 			}
-			hv = srt_silu(gt) * up;
-			if (g->routed)
-				hv = in->wt[(int64_t)in->ent_row[e] * in->topk + in->ent_slot[e]] *
-				     hv;
-			in->hq[(int64_t)e * I + (int64_t)n] = hv;
+		srt_silu_n(gate + n0, gate + n0, n1 - n0); /* srt_silu's bits, vectorised */
+		float *hq = in->hq + (int64_t)e * I;
+		if (g->routed) {
+			const float wt = in->wt[(int64_t)in->ent_row[e] * in->topk + in->ent_slot[e]];
+			for (size_t n = n0; n < n1; n++)
+				hq[n] = wt * (gate[n] * up[n]);
+		} else {
+			for (size_t n = n0; n < n1; n++)
+				hq[n] = gate[n] * up[n];
 		}
 	}
 }

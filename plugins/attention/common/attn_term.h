@@ -46,4 +46,16 @@ __attribute__((target("avx512f"))) static inline __m512 ix_term16(__m512 f, __m5
 	return round_bf16_v16(_mm512_mul_ps(r, w));
 }
 
+/* ix_term16 for f without NaN lanes (±inf allowed): the first rounding needs no NaN fix, the
+ * second keeps it (w may be anything, and inf · 0 is NaN). Same results on such f. */
+__attribute__((target("avx512f"))) static inline __m512 ix_term16_num(__m512 f, __m512 w)
+{
+	__m512i u = _mm512_castps_si512(f);
+	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+	u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
+	u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u));
+	const __m512 r = _mm512_max_ps(_mm512_castsi512_ps(u), _mm512_setzero_ps());
+	return round_bf16_v16(_mm512_mul_ps(r, w));
+}
+
 #endif

@@ -374,9 +374,9 @@ __attribute__((target("avx512f,avx512vnni"))) static inline __m512i ix_dpbusd_bc
  * term bf16(ReLU(bf16(qk))·w) added to each key's double sum in ascending heads
  * (srt_attn_ix_score_bf16's), without writing the q·k rows out.
  */
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx2"))) static void
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2"))) static size_t
 ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w, size_t n,
-	   double *const *out)
+	   int span, double *out, uint8_t *ok)
 {
 	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d), nbytes = q->d / 2;
 	const size_t nd = nbytes / 4;              /* packed dwords of a key */
@@ -423,6 +423,18 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 		kmin = _mm512_min_epi32(kmin, kc[b]);
 		kmax = _mm512_max_epi32(kmax, kc[b]);
 	}
+	/* the keys in the exact range (ix_keys' test, lane by lane): finite key floats
+	 * (6·2^(e-127) < 2^128) and no rounding in the double loop; the others are not stored */
+	const __mmask16 real = (__mmask16)((1u << n) - 1);
+	const __mmask16 good =
+		real & _mm512_cmple_epi32_mask(kmax, _mm512_set1_epi32(252)) &
+		_mm512_cmple_epi32_mask(_mm512_add_epi32(_mm512_sub_epi32(kmax, kmin),
+							 _mm512_set1_epi32(q->spread)),
+					_mm512_set1_epi32(span));
+	for (size_t i = 0; i < n; i++)
+		ok[i] = (uint8_t)(good >> i & 1);
+	if (!good)
+		return 0;
 	/*
 	 * Integer block sums. The double sum t = Σ_b I_b·2^(qe_b - 128)·2^(ke_b - 128) is exact
 	 * (the span check of ix_keys), so it equals S·2^E with S = Σ_b I_b << (qe_b - qe0 + ke_b -
@@ -431,8 +443,10 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 	 * number. Taken when S cannot overflow int32 (|I_b| <= 4608, shifts <= q->spread + the
 	 * keys' spread) and every nonzero |S|·2^E lies in [2^-126, 2^127]; otherwise the doubles.
 	 */
-	const int kspread = _mm512_reduce_max_epi32(_mm512_sub_epi32(kmax, kmin));
-	const int klo = _mm512_reduce_min_epi32(kmin), khi = _mm512_reduce_max_epi32(kmin);
+	/* over the stored lanes only (the lanes are independent: the others' values are dropped) */
+	const int kspread = _mm512_mask_reduce_max_epi32(good, _mm512_sub_epi32(kmax, kmin));
+	const int klo = _mm512_mask_reduce_min_epi32(good, kmin);
+	const int khi = _mm512_mask_reduce_max_epi32(good, kmin);
 	const int ints = ix_ints_fit(q, nb, kspread, klo, khi);
 	__m512i ksh[IX_DMAX / IX_BLOCK];
 	__m512d ul[IX_DMAX / IX_BLOCK], uh[IX_DMAX / IX_BLOCK]; /* keys' units 2^(e-128) per block */
@@ -505,11 +519,12 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 							   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
 		}
 	}
-	float o[16];
-	_mm256_storeu_ps(o, round_bf16_v8(_mm512_cvtpd_ps(tot0)));
-	_mm256_storeu_ps(o + 8, round_bf16_v8(_mm512_cvtpd_ps(tot1)));
-	for (size_t i = 0; i < n; i++)
-		*out[i] = (double)o[i];
+	/* the float score, as a double, into the good lanes' places */
+	_mm512_mask_storeu_pd(out, (__mmask8)good,
+			      _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot0))));
+	_mm512_mask_storeu_pd(out + 8, (__mmask8)(good >> 8),
+			      _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot1))));
+	return (size_t)__builtin_popcount(good);
 }
 
 /* k16[0 .. IX_BATCH) := the n keys of kp, then its first key again. */
@@ -519,14 +534,35 @@ static void ix_pad_batch(const uint8_t *const *kp, size_t n, const uint8_t **k16
 		k16[i] = kp[i < n ? i : 0];
 }
 
-/* ix_batch_fn of the index scores: a short batch is padded with its first key (those lanes
- * are computed and not stored). */
-static void ix_score_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp,
-			   const float *w, double *const *out, size_t n)
+/* Key e + IX_AHEAD, in this run or the next, into the caches: a page's keys are contiguous
+ * but the pages are not (unprefetched, cold keys took 46 ns each instead of 29). */
+static void ix_prefetch(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
+			const uint8_t *const *next, size_t nnext, size_t e)
 {
-	const uint8_t *k16[IX_BATCH];
-	ix_pad_batch(kp, n, k16);
-	ix_score16(q, k16, w, n, out);
+	const size_t g = e + IX_AHEAD, len = q->d / 2 + q->d / IX_BLOCK;
+	const uint8_t *pf = g < ne ? keys[g] : next && g - ne < nnext ? next[g - ne] : NULL;
+	for (size_t o = 0; pf && o < len; o += 64)
+		_mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+}
+
+/* srt_attn_ix_score_fp4 with VNNI: 16 keys at a time straight from the caller's array, each
+ * lane's range check inside ix_score16 (a short last batch padded with its first key, those
+ * lanes computed and not stored). */
+static size_t ix_scores_vnni(const struct srt_attn_ixq *q, const uint8_t *const *keys,
+			     size_t ne, const uint8_t *const *next, size_t nnext, const float *w,
+			     double *out, uint8_t *ok)
+{
+	const int span = ix_span();
+	size_t done = 0;
+	for (size_t e = 0; e < ne; e += IX_BATCH) {
+		const size_t n = ne - e < IX_BATCH ? ne - e : IX_BATCH;
+		for (size_t i = 0; i < n; i++)
+			ix_prefetch(q, keys, ne, next, nnext, e + i);
+		const uint8_t *k16[IX_BATCH];
+		ix_pad_batch(keys + e, n, k16);
+		done += ix_score16(q, k16, w, n, span, out + e, ok + e);
+	}
+	return done;
 }
 
 /* ---- AVX2 (no VNNI): the same kernels with the keys in 8-lane halves ---------------------- */
@@ -811,12 +847,7 @@ static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, 
 #endif
 	for (size_t e = 0; e < ne; e++) {
 #ifdef IX_X86
-		/* IX_AHEAD keys ahead, in this run or the next: a page's keys are contiguous but
-		 * the pages are not (unprefetched, cold keys took 46 ns each instead of 29) */
-		const size_t g = e + IX_AHEAD;
-		const uint8_t *pf = g < ne ? keys[g] : next && g - ne < nnext ? next[g - ne] : NULL;
-		for (size_t o = 0; pf && o < nbytes + nb; o += 64)
-			_mm_prefetch((const char *)pf + o, _MM_HINT_T0);
+		ix_prefetch(q, keys, ne, next, nnext, e);
 #endif
 		const uint8_t *ks = keys[e] + nbytes;
 		int lo = 255, hi = 0;
@@ -863,8 +894,9 @@ size_t srt_attn_ix_score_fp4(const struct srt_attn_ixq *q, const uint8_t *const 
 			     double *out, uint8_t *ok)
 {
 #ifdef IX_X86
-	return ix_keys(q, keys, ne, next, nnext, ok, out, 1, w,
-		       ix_isa() == IX_VNNI ? ix_score_batch : ix_score_batch_avx2);
+	if (ix_isa() == IX_VNNI)
+		return ix_scores_vnni(q, keys, ne, next, nnext, w, out, ok);
+	return ix_keys(q, keys, ne, next, nnext, ok, out, 1, w, ix_score_batch_avx2);
 #else
 	return ix_keys(q, keys, ne, next, nnext, ok, out, 1, w, NULL);
 #endif

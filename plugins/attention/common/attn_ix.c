@@ -365,6 +365,77 @@ __attribute__((target("avx512f,avx512vnni"))) static inline __m512i ix_dpbusd_bc
 #endif
 }
 
+/* ix_score16's heads: each head's block sums, its term, the terms added in ascending heads
+ * into tot (keys 0-7, 8-15); `ints` a constant at each call, so that each way is compiled
+ * without the other's branches. */
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2"), always_inline)) static inline void
+ix_heads16(const struct srt_attn_ixq *q, const __m512i (*kt)[IX_DMAX / 8], const __m512i *ksh,
+	   const __m512d *ul, const __m512d *uh, __m512i kmin, const float *w, const int ints,
+	   __m512d *tot)
+{
+	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);
+	__m512d tot0 = _mm512_setzero_pd(), tot1 = tot0;
+	for (size_t h = 0; h < nh; h += 2) { /* two heads, four blocks: 8 independent chains */
+		__m512d t[2][2] = {{_mm512_setzero_pd(), _mm512_setzero_pd()}, {_mm512_setzero_pd(), _mm512_setzero_pd()}};
+		__m512i si[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+		for (size_t b0 = 0; b0 < nb; b0 += 4) {
+			__m512i acc[2][4];
+			_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++)
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) /* past nb: zeros */
+					acc[hh][u] = _mm512_set1_epi32(
+						q->corr[((h + hh) / 16 * nb4 + b0 + u) * 16 + (h + hh) % 16]);
+			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++)
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
+					const __m512i k = kt[g / 4][4 * (b0 + u) + g % 4];
+					_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+						const int32_t *qw = (const int32_t *)(const void *)(
+							q->q + (((h + hh) / 16 * nb4 + b0 + u) * 8 + g) * 64 +
+							((h + hh) % 16) * 4);
+						acc[hh][u] = ix_dpbusd_bcst(acc[hh][u], k, qw);
+					}
+				}
+			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
+				const size_t b = b0 + u;
+				if (b >= nb)
+					break;
+				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
+					const size_t qi = ((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16;
+					if (ints) {
+						const __m512i sh = _mm512_add_epi32(ksh[b], _mm512_set1_epi32(q->qsh[qi]));
+						si[hh] = _mm512_add_epi32(si[hh], _mm512_sllv_epi32(acc[hh][u], sh));
+						continue;
+					}
+					const __m512d s = _mm512_set1_pd(q->qs[qi]);
+					const __m512d i0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc[hh][u]));
+					const __m512d i1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc[hh][u], 1));
+					const __m512d u0 = _mm512_mul_pd(s, ul[b]), u1 = _mm512_mul_pd(s, uh[b]);
+					t[hh][0] = b == 0 ? _mm512_mul_pd(i0, u0) : _mm512_fmadd_pd(i0, u0, t[hh][0]);
+					t[hh][1] = b == 0 ? _mm512_mul_pd(i1, u1) : _mm512_fmadd_pd(i1, u1, t[hh][1]);
+				}
+			}
+		}
+		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) { /* the heads' terms, ascending */
+			__m512 f; /* the 16 keys' (float) q·k */
+			if (ints) {
+				const __m512i e = _mm512_add_epi32(kmin, _mm512_set1_epi32(q->qe0[h + hh] - 256 + 127));
+				f = _mm512_mul_ps(_mm512_cvtepi32_ps(si[hh]),
+						  _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
+			} else {
+				f = _mm512_castpd_ps(_mm512_insertf64x4(
+					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(t[hh][0]))),
+					_mm256_castps_pd(_mm512_cvtpd_ps(t[hh][1])), 1));
+			}
+			/* f has no NaN lanes: exact sums of finite values, or an int times 2^E */
+			const __m512 term = ix_term16_num(f, _mm512_set1_ps(w[h + hh]));
+			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
+			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
+							   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
+		}
+	}
+	tot[0] = tot0;
+	tot[1] = tot1;
+}
+
 /*
  * The reference index scores of 16 keys (kp: their packed bytes and scale codes; n <= 16 of
  * them real, the rest padding) with the keys in the lanes: per head, each block's integer
@@ -378,7 +449,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni,avx2"))) static size_t
 ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w, size_t n,
 	   int span, double *out, uint8_t *ok)
 {
-	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d), nbytes = q->d / 2;
+	const size_t nb = q->d / IX_BLOCK, nbytes = q->d / 2;
 	const size_t nd = nbytes / 4;              /* packed dwords of a key */
 	__m512i kt[2][IX_DMAX / 8];                /* [low/high nibbles][dword]: lane i = key i's */
 	for (size_t j0 = 0; j0 < nd; j0 += 16) {
@@ -461,64 +532,12 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 		uh[b] = _mm512_castsi512_pd(_mm512_slli_epi64(
 			_mm512_add_epi64(_mm512_cvtepu32_epi64(_mm512_extracti64x4_epi64(kc[b], 1)), bias), 52));
 	}
-	__m512d tot0 = _mm512_setzero_pd(), tot1 = tot0;
-	for (size_t h = 0; h < nh; h += 2) { /* two heads, four blocks: 8 independent chains */
-		__m512d t[2][2] = {{_mm512_setzero_pd(), _mm512_setzero_pd()}, {_mm512_setzero_pd(), _mm512_setzero_pd()}};
-		__m512i si[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
-		for (size_t b0 = 0; b0 < nb; b0 += 4) {
-			__m512i acc[2][4];
-			_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++)
-			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) /* past nb: zeros */
-					acc[hh][u] = _mm512_set1_epi32(
-						q->corr[((h + hh) / 16 * nb4 + b0 + u) * 16 + (h + hh) % 16]);
-			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++)
-			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
-					const __m512i k = kt[g / 4][4 * (b0 + u) + g % 4];
-					_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
-						const int32_t *qw = (const int32_t *)(const void *)(
-							q->q + (((h + hh) / 16 * nb4 + b0 + u) * 8 + g) * 64 +
-							((h + hh) % 16) * 4);
-						acc[hh][u] = ix_dpbusd_bcst(acc[hh][u], k, qw);
-					}
-				}
-			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
-				const size_t b = b0 + u;
-				if (b >= nb)
-					break;
-				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
-					const size_t qi = ((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16;
-					if (ints) {
-						const __m512i sh = _mm512_add_epi32(ksh[b], _mm512_set1_epi32(q->qsh[qi]));
-						si[hh] = _mm512_add_epi32(si[hh], _mm512_sllv_epi32(acc[hh][u], sh));
-						continue;
-					}
-					const __m512d s = _mm512_set1_pd(q->qs[qi]);
-					const __m512d i0 = _mm512_cvtepi32_pd(_mm512_castsi512_si256(acc[hh][u]));
-					const __m512d i1 = _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(acc[hh][u], 1));
-					const __m512d u0 = _mm512_mul_pd(s, ul[b]), u1 = _mm512_mul_pd(s, uh[b]);
-					t[hh][0] = b == 0 ? _mm512_mul_pd(i0, u0) : _mm512_fmadd_pd(i0, u0, t[hh][0]);
-					t[hh][1] = b == 0 ? _mm512_mul_pd(i1, u1) : _mm512_fmadd_pd(i1, u1, t[hh][1]);
-				}
-			}
-		}
-		_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) { /* the heads' terms, ascending */
-			__m512 f; /* the 16 keys' (float) q·k */
-			if (ints) {
-				const __m512i e = _mm512_add_epi32(kmin, _mm512_set1_epi32(q->qe0[h + hh] - 256 + 127));
-				f = _mm512_mul_ps(_mm512_cvtepi32_ps(si[hh]),
-						  _mm512_castsi512_ps(_mm512_slli_epi32(e, 23)));
-			} else {
-				f = _mm512_castpd_ps(_mm512_insertf64x4(
-					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(t[hh][0]))),
-					_mm256_castps_pd(_mm512_cvtpd_ps(t[hh][1])), 1));
-			}
-			/* f has no NaN lanes: exact sums of finite values, or an int times 2^E */
-			const __m512 term = ix_term16_num(f, _mm512_set1_ps(w[h + hh]));
-			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
-			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
-							   _mm512_extractf64x4_pd(_mm512_castps_pd(term), 1))));
-		}
-	}
+	__m512d tot[2];
+	if (ints)
+		ix_heads16(q, (const __m512i(*)[IX_DMAX / 8])kt, ksh, ul, uh, kmin, w, 1, tot);
+	else
+		ix_heads16(q, (const __m512i(*)[IX_DMAX / 8])kt, ksh, ul, uh, kmin, w, 0, tot);
+	const __m512d tot0 = tot[0], tot1 = tot[1];
 	/* the float score, as a double, into the good lanes' places */
 	_mm512_mask_storeu_pd(out, (__mmask8)good,
 			      _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot0))));

@@ -1262,23 +1262,48 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 	}
 }
 
-/* Reference profile: scores sf[0 .. nk) of one head (float32 q·k) into its bf16-rounded
- * probabilities, max-subtracted; returns the denominator with the sink. */
-static float ref_softmax(float *sf, int64_t nk, float scale_f, float sink)
+/*
+ * Reference profile: the scores sf[i][0 .. nk) (float32 q·k) of nh <= ATTN_RH heads into their
+ * bf16-rounded probabilities, max-subtracted; den[i] := head i's denominator with its sink.
+ * Each head's values are the scalar loop's: the scores times scale_f, their max (NaN never
+ * taken), expf of each score less the max, the sum of those in double in ascending keys, plus
+ * expf(sink - max). The max runs as 8 interleaved maxima combined at the end: the same number
+ * (only a zero max's sign could differ, and no difference below depends on it: x - (±0) is x
+ * but for x = ±0, whose expf is 1 either way); the heads' sums advance side by side, each in
+ * its own order.
+ */
+static void ref_softmax_n(float *const *sf, size_t nh, int64_t nk, float scale_f,
+			  const float *sink, float *den)
 {
-	float mxf = -INFINITY;
-	double den = 0;
-	for (int64_t k = 0; k < nk; k++) {
-		sf[k] = sf[k] * scale_f;
-		mxf = sf[k] > mxf ? sf[k] : mxf;
+	float mx[ATTN_RH];
+	double d[ATTN_RH];
+	for (size_t i = 0; i < nh; i++) {
+		float *s = sf[i], m8[8], m = -INFINITY;
+		for (int64_t k = 0; k < nk; k++)
+			s[k] = s[k] * scale_f;
+		for (int j = 0; j < 8; j++)
+			m8[j] = -INFINITY;
+		int64_t k = 0;
+		for (; k + 8 <= nk; k += 8)
+			for (int j = 0; j < 8; j++)
+				m8[j] = s[k + j] > m8[j] ? s[k + j] : m8[j];
+		for (; k < nk; k++)
+			m = s[k] > m ? s[k] : m;
+		for (int j = 0; j < 8; j++)
+			m = m8[j] > m ? m8[j] : m;
+		mx[i] = m;
+		for (k = 0; k < nk; k++)
+			s[k] -= m;
+		srt_expf_n(s, s, (size_t)nk); /* expf's bits, vectorised */
+		d[i] = 0;
 	}
 	for (int64_t k = 0; k < nk; k++)
-		sf[k] -= mxf;
-	srt_expf_n(sf, sf, (size_t)nk); /* expf's bits, vectorised */
-	for (int64_t k = 0; k < nk; k++)
-		den += sf[k];
-	srt_round_bf16_n(sf, (size_t)nk); /* the library's vector loop */
-	return (float)den + expf(sink - mxf);
+		for (size_t i = 0; i < nh; i++)
+			d[i] += sf[i][k];
+	for (size_t i = 0; i < nh; i++) {
+		srt_round_bf16_n(sf[i], (size_t)nk); /* the library's vector loop */
+		den[i] = (float)d[i] + expf(sink[i] - mx[i]);
+	}
 }
 
 /* Reference profile: one head's output oh from its p·v sums and denominator, rounded to bf16,
@@ -1349,8 +1374,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 			if (!f->vpan)
 				srt_attn_dot_tiles_f32_n(nh, qh, kt, hd, (size_t)(nk + 7) / 8, scf,
 							 kx);
-			for (size_t i = 0; i < nh; i++)
-				denf[i] = ref_softmax(scf[i], nk, scale_f, lw->sink[h + i]);
+			ref_softmax_n(scf, nh, nk, scale_f, lw->sink + h, denf);
 			if (f->vpan)
 				srt_attn_pv_f32_np(nh, (const float *const *)scf, keys,
 						   (size_t)f->kmax, hd, (size_t)nk, pvf, kx);
@@ -1450,8 +1474,7 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 							 (size_t)(k1 - k0 + 7) / 8, y, kb->exact);
 			}
 		}
-		for (size_t i = 0; i < nh; i++)
-			denf[i] = ref_softmax(sf[i], nk, scale_f, f->lw->sink[h0 + i]);
+		ref_softmax_n(sf, nh, nk, scale_f, f->lw->sink + h0, denf);
 		const uint32_t *pp[8];
 		const float *pf[8];
 		float *ydp[8], *yf[8];

@@ -425,7 +425,8 @@ ix_heads16(const struct srt_attn_ixq *q, const __m512i (*kt)[IX_DMAX / 8], const
 					_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(t[hh][0]))),
 					_mm256_castps_pd(_mm512_cvtpd_ps(t[hh][1])), 1));
 			}
-			/* f has no NaN lanes: exact sums of finite values, or an int times 2^E */
+			/* no NaN in f's stored lanes: exact sums of finite values, or an int times
+			 * 2^E (a lane outside the range may hold anything; it is not stored) */
 			const __m512 term = ix_term16_num(f, _mm512_set1_ps(w[h + hh]));
 			tot0 = _mm512_add_pd(tot0, _mm512_cvtps_pd(_mm512_castps512_ps256(term)));
 			tot1 = _mm512_add_pd(tot1, _mm512_cvtps_pd(_mm256_castpd_ps(
@@ -438,7 +439,9 @@ ix_heads16(const struct srt_attn_ixq *q, const __m512i (*kt)[IX_DMAX / 8], const
 
 /*
  * The reference index scores of 16 keys (kp: their packed bytes and scale codes; n <= 16 of
- * them real, the rest padding) with the keys in the lanes: per head, each block's integer
+ * them real, the rest padding) into out[0 .. n), for the keys in the exact range (ok[i] = 1;
+ * ok[i] = 0 and out[i] untouched for the others); returns their number. With the keys in the
+ * lanes: per head, each block's integer
  * sum by 8 VPDPBUSD (the 16 keys' packed dwords transposed to one key per lane, then split
  * into their low- and high-nibble key bytes; the query's 4 bytes broadcast), the blocks
  * scaled and added in ascending order in double (qk_fp4_keys' operations), then the head's
@@ -508,7 +511,7 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 		return 0;
 	/*
 	 * Integer block sums. The double sum t = Σ_b I_b·2^(qe_b - 128)·2^(ke_b - 128) is exact
-	 * (the span check of ix_keys), so it equals S·2^E with S = Σ_b I_b << (qe_b - qe0 + ke_b -
+	 * (the span check above), so it equals S·2^E with S = Σ_b I_b << (qe_b - qe0 + ke_b -
 	 * kmin) and E = qe0 + kmin - 256, and (float)t, what the heads' terms take, is
 	 * (float)S·2^E whenever that is a normal float: both are the one rounding of the same
 	 * number. Taken when S cannot overflow int32 (|I_b| <= 4608, shifts <= q->spread + the

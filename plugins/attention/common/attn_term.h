@@ -29,7 +29,7 @@ __attribute__((target("avx2"))) static inline __m256 ix_term8(__m256 f, __m256 w
 	return round_bf16_v8(_mm256_mul_ps(r, w));
 }
 
-/* round_bf16_v8 and ix_term8 on 16 floats (AVX-512F): the same operations lane by lane. */
+/* round_bf16_v8 on 16 floats (AVX-512F): the same operations lane by lane. */
 __attribute__((target("avx512f"))) static inline __m512 round_bf16_v16(__m512 x)
 {
 	__m512i u = _mm512_castps_si512(x);
@@ -40,14 +40,8 @@ __attribute__((target("avx512f"))) static inline __m512 round_bf16_v16(__m512 x)
 				  _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
-__attribute__((target("avx512f"))) static inline __m512 ix_term16(__m512 f, __m512 w)
-{
-	const __m512 r = _mm512_max_ps(round_bf16_v16(f), _mm512_setzero_ps());
-	return round_bf16_v16(_mm512_mul_ps(r, w));
-}
-
-/* ix_term16 for f without NaN lanes (±inf allowed): the first rounding needs no NaN fix, the
- * second keeps it (w may be anything, and inf · 0 is NaN). Same results on such f. */
+/* ix_term8 on 16 floats without NaN (±inf allowed): the first rounding needs no NaN fix, the
+ * second keeps it (w may be anything, and inf · 0 is NaN). Lanes holding NaN get any value. */
 __attribute__((target("avx512f"))) static inline __m512 ix_term16_num(__m512 f, __m512 w)
 {
 	__m512i u = _mm512_castps_si512(f);

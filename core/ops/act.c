@@ -28,8 +28,8 @@ static void check_once(void)
 	}
 	if (srt_gemm_isa_best() < SRT_GEMM_ISA_AVX512)
 		return;
-	/* a sample of both signs up to the library lanes' threshold and past it (every 2^14-th
-	 * float below 2^7 in magnitude, 2·16,896 of them), SiLU's inputs the same */
+	/* a sample of both signs below the library lanes' threshold and past it: 68,608 floats
+	 * of magnitude below 2^7 (about every 2^14-th, odd ones negated), for both functions */
 	enum { NS = 512 };
 	float x[NS], y[NS], s[NS];
 	bool same = true;

@@ -18,8 +18,9 @@
 #include <stdint.h>
 #include <string.h>
 
-/* 2^(i/32) as a double with i << 47 taken off its bits (k's low bits pick the entry; k << 47
- * added back puts k / 32 into the exponent), computed once by the portable code in act.c. */
+/* expf of 8 floats (xd, widened) as the double before its rounding to float. tab[i]: 2^(i/32)
+ * with i << 47 taken off its bits (k's low bits pick the entry; k << 47 added back puts k / 32
+ * into the exponent), computed once by the portable code in act.c. */
 static __m512d exp_mul(__m512d xd, const double *tab)
 {
 	const __m512d invln2n = _mm512_set1_pd(0x1.71547652b82fep+0 * 32);

@@ -31,6 +31,7 @@
 #define IX_BLOCK 32
 #define IX_DMAX 512
 #define IX_SPAN 38 /* binades a (head, key) pair's block exponents may span */
+#define IX_CODE_HI 252 /* a key's greatest scale code with finite floats (6·2^(e-127) < 2^128) */
 
 /* IX_SPAN, or less where SRT_IX_SPAN (0 .. IX_SPAN) asks: fewer keys take the exact path and
  * more the caller's double loop, with the same results (tests of the callers' mixed case). */
@@ -278,7 +279,7 @@ IX_KEYS_FN(qk_fp4_keys2, 2)
 #undef IX_KEYS_FN
 
 #define IX_BATCH 16 /* keys handed to a batch function at a time */
-#define IX_AHEAD 64 /* keys ahead that ix_keys prefetches */
+#define IX_AHEAD 64 /* keys ahead that ix_prefetch reads into the caches */
 
 /* A batch of n keys (pointers to their packed bytes, then their d/32 scale codes, all in the
  * exact range): their q·k rows (ix_run_batch) or their index scores (ix_score_batch); w: the
@@ -501,7 +502,7 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 	 * (6·2^(e-127) < 2^128) and no rounding in the double loop; the others are not stored */
 	const __mmask16 real = (__mmask16)((1u << n) - 1);
 	const __mmask16 good =
-		real & _mm512_cmple_epi32_mask(kmax, _mm512_set1_epi32(252)) &
+		real & _mm512_cmple_epi32_mask(kmax, _mm512_set1_epi32(IX_CODE_HI)) &
 		_mm512_cmple_epi32_mask(_mm512_add_epi32(_mm512_sub_epi32(kmax, kmin),
 							 _mm512_set1_epi32(q->spread)),
 					_mm512_set1_epi32(span));
@@ -878,7 +879,7 @@ static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, 
 			hi = ks[b] > hi ? ks[b] : hi;
 		}
 		/* finite key floats (6·2^(e-127) < 2^128) and no rounding in the double loop */
-		ok[e] = hi <= 252 && (hi - lo) + q->spread <= span;
+		ok[e] = hi <= IX_CODE_HI && (hi - lo) + q->spread <= span;
 		if (!ok[e])
 			continue;
 #ifdef IX_X86

@@ -473,7 +473,16 @@ static void pj_tiles(struct fwd *f, int j, const struct srt_attn_tm *wt, size_t 
 	const int comp = j != PJ_IWP;
 	const int64_t nrows = comp ? f->cN : f->N;
 	const float *xrows = comp ? f->cx : f->xa;
-	const size_t ct = f32acc && nrows == 1 ? PJ_WIDE : 4; /* tiles per product */
+	/* tiles per product: one product per PJ_RB rows and range of tiles. When every row fits
+	 * one product (decode, and the compressors' few complete groups of a decode step), the
+	 * weights are read once whatever the range, and wide ranges stream them better (a
+	 * product of 4 tiles stops the read-ahead 32 rows into each matrix): as many tiles as
+	 * y32 holds for those rows. More rows: 4 tiles, reused from cache by every product. */
+	size_t ct = 4;
+	if (f32acc && nrows <= PJ_RB) {
+		const size_t fit = (size_t)(PJ_RB * 32) / (8 * (size_t)(nrows > 0 ? nrows : 1));
+		ct = fit < 4 ? 4 : fit > PJ_WIDE ? PJ_WIDE : fit;
+	}
 	for (size_t c0 = t0; c0 < t1; c0 += ct) {
 		size_t nt = t1 - c0 < ct ? t1 - c0 : ct, o0 = c0 * 8;
 		size_t no = nt * 8 < nf - o0 ? nt * 8 : nf - o0;

@@ -1924,8 +1924,23 @@ as_bh512(__m512i v)
 	return r;
 }
 
+/* acc + the bf16 pair dot products of a with the dword at b in every lane: VDPBF16PS with
+ * the dword broadcast from memory inside the instruction ({1to16}). GCC 12 does not fold the
+ * _mm512_set1_epi32 into it and emits a VPBROADCASTD per product (as for the indexer's
+ * VPDPBUSD, attn_ix.c), so GCC gets the instruction written out; clang folds the intrinsic. */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline __m512
+dpbf16_bcst(__m512 acc, __m512bh a, const uint32_t *b)
+{
+#if defined(__clang__)
+	return _mm512_dpbf16_ps(acc, a, as_bh512(_mm512_set1_epi32((int)*b)));
+#else
+	__asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(a), "m"(*b));
+	return acc;
+#endif
+}
+
 /* NKP keys (a constant) against the 16 query lanes: one accumulator per key, each qp load
- * serves all NKP, the key dword broadcast (a load, no shuffle). */
+ * serves all NKP, the key dword broadcast inside the product (dpbf16_bcst). */
 #define QK_KEYS 8
 __attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
 qk_pass(const uint32_t *qp, const uint32_t *kr, size_t hd2, const size_t nkp, float *y)
@@ -1938,8 +1953,7 @@ qk_pass(const uint32_t *qp, const uint32_t *kr, size_t hd2, const size_t nkp, fl
 		const __m512bh q = as_bh512(_mm512_loadu_si512((const void *)(qp + 16 * j)));
 		PV_UNROLL
 		for (size_t i = 0; i < nkp; i++)
-			acc[i] = _mm512_dpbf16_ps(acc[i], q,
-						  as_bh512(_mm512_set1_epi32((int)kr[i * hd2 + j])));
+			acc[i] = dpbf16_bcst(acc[i], q, kr + i * hd2 + j);
 	}
 	PV_UNROLL
 	for (size_t i = 0; i < nkp; i++)

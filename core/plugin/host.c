@@ -216,32 +216,51 @@ static void run_chunk(struct pool *p, int64_t n, srt_range_fn fn, void *ctx, int
 	tl_tid = saved_tid;
 }
 
+/* A spin's clock reads, and whether it lost its core: two reads (64 pauses apart, a
+ * microsecond or two of spinning) SPIN_GAP_NS or more apart mean that the spinner was
+ * descheduled, by its own sched_yield or by the kernel. */
+#define SPIN_GAP_NS 20000u
+struct spin {
+	uint64_t t0, last;
+	bool lost;
+};
+
 /* One step of a spin loop: a pause; every 64 steps a clock read (true when the budget is
  * spent), and after the first 1024 steps a sched_yield, so that on an oversubscribed
  * machine a spinning thread gives its core to the thread it waits for. */
-static inline bool spin_step(uint64_t budget, unsigned i, uint64_t *t0)
+static inline bool spin_step(uint64_t budget, unsigned i, struct spin *s)
 {
 	cpu_relax();
 	if ((i & 63) != 63)
 		return false;
 	uint64_t t = mono_ns();
-	if (!*t0)
-		*t0 = t;
-	else if (t - *t0 >= budget)
-		return true;
+	if (!s->t0) {
+		s->t0 = t;
+	} else {
+		s->lost |= t - s->last >= SPIN_GAP_NS;
+		if (t - s->t0 >= budget)
+			return true;
+	}
+	s->last = t;
 	if (i >= SPIN_YIELD_AFTER)
 		sched_yield();
 	return false;
 }
 
 /*
- * The budget adapts: a spin that sees the event before it started yielding doubles it (up to
- * spin_ns); one that runs out, or that saw the event only after yielding its core (the
- * awaited thread needed that core: the cores are oversubscribed), halves it (down to
- * spin_ns / 64). On a quiet machine the regions of a step follow each
- * other within microseconds and the budget stays full; when the cores are oversubscribed
- * and the awaited thread is descheduled, spins keep running out, and the pool falls back to
+ * The budget adapts: a spin that sees the event without having lost its core doubles it (up
+ * to spin_ns); one that runs out, or that lost its core on the way (to its own sched_yield
+ * or to the kernel: the cores are oversubscribed, and the awaited thread may have needed that
+ * core), halves it (down to spin_ns / 64). On a quiet machine the regions of a step follow
+ * each other within microseconds, or after a serial stretch of one thread (a decode row's
+ * norms, its routing) of tens of them, and the budget stays full; when the cores are
+ * oversubscribed, spins keep losing their core or running out, and the pool falls back to
  * sleeping at once instead of burning its share of the CPU on waits.
+ *
+ * Losing the core is measured, not assumed from the number of pauses: a spin that merely
+ * lasted past the first sched_yield (about 20 µs of pauses) on idle cores used to count as
+ * unpaid, so a step's serial stretches of 20-100 µs drove the budget down to 1/64, the
+ * workers slept through each of them, and each wake-up cost 50-100 µs on a virtual machine.
  */
 static uint64_t spin_budget(const struct pool *p)
 {
@@ -265,12 +284,12 @@ static bool spin_until_changed(const struct pool *p, const _Atomic uint64_t *a, 
 	if (!p->spin_ns)
 		return atomic_load(a) != v || (stop && atomic_load(stop));
 	const uint64_t budget = spin_budget(p);
-	uint64_t t0 = 0;
+	struct spin sp = {0, 0, false};
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(a, memory_order_acquire) != v ||
 		    (stop && atomic_load_explicit(stop, memory_order_acquire)))
-			return spin_done(p, budget, true, i < SPIN_YIELD_AFTER);
-		if (spin_step(budget, i, &t0))
+			return spin_done(p, budget, true, !sp.lost);
+		if (spin_step(budget, i, &sp))
 			return spin_done(p, budget, false, false);
 	}
 }
@@ -280,11 +299,11 @@ static bool spin_until_zero(const struct pool *p, const atomic_int *a)
 	if (!p->spin_ns)
 		return atomic_load(a) == 0;
 	const uint64_t budget = spin_budget(p);
-	uint64_t t0 = 0;
+	struct spin sp = {0, 0, false};
 	for (unsigned i = 0;; i++) {
 		if (atomic_load_explicit(a, memory_order_acquire) == 0)
-			return spin_done(p, budget, true, i < SPIN_YIELD_AFTER);
-		if (spin_step(budget, i, &t0))
+			return spin_done(p, budget, true, !sp.lost);
+		if (spin_step(budget, i, &sp))
 			return spin_done(p, budget, false, false);
 	}
 }

@@ -21,8 +21,9 @@
  * of parallel_for spins as long for the workers to finish before it sleeps: the ~20 parallel
  * regions of a decode layer hand work over without a sleep and a wake-up each, and an idle
  * pool costs no CPU after the budget. The budget adapts between 1/64 of that and all of it:
- * spins that see their event double it, spins that run out halve it, so on oversubscribed
- * cores (the awaited thread descheduled) the pool soon sleeps at once.
+ * spins that see their event double it, spins that run out or lose their core on the way
+ * (descheduled for 20 µs or more) halve it, so on oversubscribed cores the pool soon sleeps
+ * at once.
  */
 #ifndef SRT_PLUGIN_HOST_H
 #define SRT_PLUGIN_HOST_H

@@ -649,7 +649,18 @@ static void phase_a3(void *ctx, int64_t b, int64_t e, int tid)
 	}
 }
 
-/* units: rows x (attention heads + indexer heads) */
+/* units: rows x (attention heads + indexer heads); within a row the first 2·min(H, ih)
+ * units alternate between the two kinds (an indexer head, with its Hadamard transform and
+ * FP4 rounding, costs about twice an attention head), so that the host's contiguous ranges
+ * give every thread its share of both. */
+static size_t a5_head(size_t j, size_t H, size_t ih)
+{
+	const size_t m = H < ih ? H : ih;
+	if (j < 2 * m)
+		return j % 2 ? H + j / 2 : j / 2;
+	return j - m < H ? j - m : j; /* past the pairs: the rest of the more numerous kind */
+}
+
 static void phase_a5(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -662,7 +673,7 @@ static void phase_a5(void *ctx, int64_t b, int64_t e, int tid)
 	(void)tid;
 	for (int64_t u = b; u < e; u++) {
 		int64_t r = u / (int64_t)(H + ih), pos = f->rpos[r];
-		size_t h = (size_t)(u % (int64_t)(H + ih));
+		size_t h = a5_head((size_t)(u % (int64_t)(H + ih)), H, ih);
 		if (pos < 0)
 			continue;
 		if (h < H) {

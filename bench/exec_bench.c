@@ -238,7 +238,8 @@ static void usage(FILE *f)
 		"                      threads it gives tokens per CPU-second)\n"
 		"  --profile           per-phase profile of a decode step at each depth and thread\n"
 		"                      count (plugin counters, core/ops/prof.h), with the weights\n"
-		"                      each phase streams per step and their GB/s over its time\n"
+		"                      each phase streams per step and their GB/s over its time,\n"
+		"                      and how often a worker of the thread pool slept a step\n"
 		"  --json              one JSON object on stdout with every figure (rounds, best,\n"
 		"                      median, bytes, ratios, profiles); the text goes to stderr\n"
 		"  --help              this text\n");
@@ -517,10 +518,12 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 {
 	double rate;
 	prof_reset(1);
+	const long long sleeps0 = srt_engine_pool_sleeps(e);
 	double t0 = wall_s();
 	if (decode_steps(e, l, 1, steps, lg, &rate))
 		return 1;
 	double step = (wall_s() - t0) / steps;
+	const double sleeps = (double)(srt_engine_pool_sleeps(e) - sleeps0) / steps;
 	uint64_t ns[SRT_PROF_COUNT] = {0};
 	for (int i = 0; i < nprofs; i++)
 		for (int p = 0; p < SRT_PROF_COUNT; p++)
@@ -546,10 +549,15 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 		json_object_set_new(ph, name, json_real(ms));
 		json_object_set_new(phw, name, json_integer((json_int_t)wb[p]));
 	}
-	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o, s:o}", "threads",
+	/* a worker that slept through a serial stretch is woken at the next region */
+	if (srt_engine_threads(e) > 1)
+		fprintf(tout, "    thread pool: %.2f worker sleeps a step (each woken at its next job; "
+			      "SRT_POOL_SPIN_US)\n", sleeps);
+	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o, s:o, s:f}", "threads",
 					      srt_engine_threads(e), "depth", depth, "steps", steps,
 					      "step_ms", step * 1e3, "phases_ms", ph,
-					      "phases_weight_bytes", phw));
+					      "phases_weight_bytes", phw, "pool_sleeps_per_step",
+					      sleeps));
 	if (!nprofs)
 		fprintf(tout, "    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
 	return 0;

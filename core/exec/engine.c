@@ -617,6 +617,7 @@ const char *srt_engine_model_path(const struct srt_engine *e) { return e->path; 
 const uint8_t *srt_engine_identity(const struct srt_engine *e) { return e->identity; }
 int srt_engine_profile(const struct srt_engine *e) { return e->profile; }
 int srt_engine_threads(const struct srt_engine *e) { return e->threads; }
+long long srt_engine_pool_sleeps(const struct srt_engine *e) { return srt_host_pool_sleeps(e->host); }
 int srt_engine_chunk(const struct srt_engine *e) { return e->chunk; }
 
 void srt_engine_set_chunk(struct srt_engine *e, int chunk)

@@ -116,6 +116,10 @@ uint64_t srt_engine_decode_weight_bytes(const struct srt_engine *e);
  * bytes[SRT_PROF_COUNT]: the engine's own, the head and final norms); they add up to
  * srt_engine_decode_weight_bytes. */
 void srt_engine_decode_weight_phases(const struct srt_engine *e, uint64_t *bytes);
+/* Times a worker of the engine's thread pool went to sleep since the engine was opened
+ * (srt_host_pool_sleeps): a sleeping worker is woken at its next job, which costs tens of
+ * microseconds on a virtual machine. */
+long long srt_engine_pool_sleeps(const struct srt_engine *e);
 
 /*
  * Start a sequence whose prompt is tokens[0..n) (n >= 1, copied). use_cache = 1: match the

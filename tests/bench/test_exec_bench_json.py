@@ -118,6 +118,9 @@ def main():
         assert pw == want_w, (pw, want_w)
         assert set(q["phases_weight_bytes"]) == set(ph), q
         assert all(v >= 0 for k, v in ph.items() if k != "engine rest (head, embed)"), ph
+        # the pool's worker sleeps a step: none without workers
+        assert q["pool_sleeps_per_step"] >= 0, q
+        assert q["threads"] > 1 or q["pool_sleeps_per_step"] == 0, q
     # the text went to stderr: the same rounds' tokens/s, printed with 2 decimals
     text = re.findall(r"round (\d) threads (\d): prefill 64 tokens [\d.]+ tokens/s; decode depth 64 "
                       r"\(batch 1\) ([\d.]+) tokens/s", p.stderr)

@@ -84,6 +84,19 @@ static size_t ix_nb4(size_t d)
 	return (d / IX_BLOCK + 3) / 4 * 4;
 }
 
+/* The prepared query's layout, in groups of 16 heads (one per kernel lane): head h's block b
+ * is entry ix_hb of its per-(head, block) arrays, with n = nb blocks (qs, qsh) or nb4 (corr),
+ * and its bytes of group g (of 8, 4 bytes each) start at ix_qoff in q->q. */
+static inline size_t ix_hb(size_t n, size_t h, size_t b)
+{
+	return (h / 16 * n + b) * 16 + h % 16;
+}
+
+static inline size_t ix_qoff(size_t nb4, size_t h, size_t b, size_t g)
+{
+	return ((h / 16 * nb4 + b) * 8 + g) * 64 + h % 16 * 4;
+}
+
 size_t srt_attn_ixq_bytes(size_t nh, size_t d)
 {
 	size_t nb = d / IX_BLOCK, nb4 = ix_nb4(d);
@@ -148,11 +161,10 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 				int qi = (int)(2.0f * srt_fp4_e2m1_to_f32(c));
 				nz |= qi != 0;
 				sum += qi;
-				q->q[(((h / 16) * nb4 + b) * 8 + ix_pos(i) / 4) * 64 + (h % 16) * 4 +
-				     ix_pos(i) % 4] = (int8_t)qi;
+				q->q[ix_qoff(nb4, h, b, ix_pos(i) / 4) + ix_pos(i) % 4] = (int8_t)qi;
 			}
-			q->corr[((h / 16) * nb4 + b) * 16 + h % 16] = -12 * sum;
-			q->qs[((h / 16) * nb + b) * 16 + h % 16] = nz ? ix_unit(sc) : 0.0;
+			q->corr[ix_hb(nb4, h, b)] = -12 * sum;
+			q->qs[ix_hb(nb, h, b)] = nz ? ix_unit(sc) : 0.0;
 			code[b] = nz ? sc : -1;
 			if (nz) {
 				lo = sc < lo ? sc : lo;
@@ -163,7 +175,7 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 			q->spread = hi - lo;
 		q->qe0[h] = hi >= 0 ? lo : -1;
 		for (size_t b = 0; b < nb; b++)
-			q->qsh[((h / 16) * nb + b) * 16 + h % 16] = code[b] >= 0 ? code[b] - lo : 0;
+			q->qsh[ix_hb(nb, h, b)] = code[b] >= 0 ? code[b] - lo : 0;
 		if (hi >= 0) {
 			q->qe_lo = lo < q->qe_lo ? lo : q->qe_lo;
 			q->qe_hi = lo > q->qe_hi ? lo : q->qe_hi;
@@ -220,9 +232,9 @@ __attribute__((target("avx512f,avx512bw"))) static void ix_key_bytes(const uint8
 	{                                                                                       \
 		const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);              \
 		for (size_t h = 0; h < nh; h += 16) {                                            \
-			const int8_t *qh = q->q + (h / 16) * nb4 * 8 * 64;                       \
-			const int32_t *ch = q->corr + (h / 16) * nb4 * 16;                       \
-			const double *sh = q->qs + (h / 16) * nb * 16;                           \
+			const int8_t *qh = q->q + ix_qoff(nb4, h, 0, 0);                         \
+			const int32_t *ch = q->corr + ix_hb(nb4, h, 0);                          \
+			const double *sh = q->qs + ix_hb(nb, h, 0);                              \
 			__m512d t0[NK], t1[NK];                                                  \
 			for (size_t k = 0; k < NK; k++)                                          \
 				t0[k] = t1[k] = _mm512_setzero_pd();                             \
@@ -383,15 +395,13 @@ ix_heads16(const struct srt_attn_ixq *q, const __m512i (*kt)[IX_DMAX / 8], const
 			__m512i acc[2][4];
 			_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++)
 			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) /* past nb: zeros */
-					acc[hh][u] = _mm512_set1_epi32(
-						q->corr[((h + hh) / 16 * nb4 + b0 + u) * 16 + (h + hh) % 16]);
+					acc[hh][u] = _mm512_set1_epi32(q->corr[ix_hb(nb4, h + hh, b0 + u)]);
 			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++)
 			_Pragma("GCC unroll 4") for (size_t u = 0; u < 4; u++) {
 					const __m512i k = kt[g / 4][4 * (b0 + u) + g % 4];
 					_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
 						const int32_t *qw = (const int32_t *)(const void *)(
-							q->q + (((h + hh) / 16 * nb4 + b0 + u) * 8 + g) * 64 +
-							((h + hh) % 16) * 4);
+							q->q + ix_qoff(nb4, h + hh, b0 + u, g));
 						acc[hh][u] = ix_dpbusd_bcst(acc[hh][u], k, qw);
 					}
 				}
@@ -400,7 +410,7 @@ ix_heads16(const struct srt_attn_ixq *q, const __m512i (*kt)[IX_DMAX / 8], const
 				if (b >= nb)
 					break;
 				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
-					const size_t qi = ((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16;
+					const size_t qi = ix_hb(nb, h + hh, b);
 					if (ints) {
 						const __m512i sh = _mm512_add_epi32(ksh[b], _mm512_set1_epi32(q->qsh[qi]));
 						si[hh] = _mm512_add_epi32(si[hh], _mm512_sllv_epi32(acc[hh][u], sh));
@@ -673,9 +683,7 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				const __m256i k0 = kt[0][g / 4][j], k1 = kt[1][g / 4][j];
 				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
 					int32_t qw;
-					memcpy(&qw,
-					       q->q + (((h + hh) / 16 * nb4 + b0 + u) * 8 + g) * 64 + ((h + hh) % 16) * 4,
-					       4);
+					memcpy(&qw, q->q + ix_qoff(nb4, h + hh, b0 + u, g), 4);
 					const __m256i qv = _mm256_set1_epi32(qw);
 					acc[hh][u][0] = _mm256_add_epi16(acc[hh][u][0], _mm256_maddubs_epi16(k0, qv));
 					acc[hh][u][1] = _mm256_add_epi16(acc[hh][u][1], _mm256_maddubs_epi16(k1, qv));
@@ -686,9 +694,9 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				if (b >= nb)
 					break;
 				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
-					const size_t qi = ((h + hh) / 16 * nb + b) * 16 + (h + hh) % 16;
+					const size_t qi = ix_hb(nb, h + hh, b);
 					const __m256i corr =
-						_mm256_set1_epi32(q->corr[((h + hh) / 16 * nb4 + b) * 16 + (h + hh) % 16]);
+						_mm256_set1_epi32(q->corr[ix_hb(nb4, h + hh, b)]);
 					_Pragma("GCC unroll 2") for (size_t hf = 0; hf < 2; hf++) {
 						const __m256i a = _mm256_add_epi32(_mm256_madd_epi16(acc[hh][u][hf], ones), corr);
 						if (ints) {

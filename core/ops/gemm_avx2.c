@@ -678,6 +678,7 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 			xfma[b] = !isint[b] && x_exact_products(xq + b * KB);
 		}
 	}
+	gemv_head_prefetch(w->data, type == SRT_WT_FP8 ? K : K / 2, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
@@ -767,6 +768,7 @@ GEMV_TARGET static void gemv_bf16(const struct srt_weight *w, const float *x, fl
 	const size_t K = w->cols, nb = K / KB;
 	__m256 xa[GEMV_KMAX / 8], xh[GEMV_KMAX / 8];
 	x_pair_vecs(x, K / 8, xa, xh);
+	gemv_head_prefetch(w->data, 2 * K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -806,6 +808,7 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 	       size_t n0, size_t ntiles, const int M)
 {
 	const size_t K = w->cols, nb = K / KB;
+	gemv_head_prefetch(w->data, 2 * K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -886,6 +889,7 @@ GEMV_TARGET static void gemv_exact_fp8(const struct srt_weight *w, const float *
 	size_t frow = SIZE_MAX;
 	for (size_t g = 0; g < K / 8; g++)
 		xr[g] = _mm256_loadu_ps(x + 8 * g);
+	gemv_head_prefetch(w->data, K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * K : NULL;
@@ -943,6 +947,7 @@ GEMV_TARGET static void gemv_exact_fp4(const struct srt_weight *w, const float *
 	__m256 xe[GEMV_KMAX / 8], xo[GEMV_KMAX / 8];
 	x_eo_vecs(x, K / 8, xe, xo);
 	const __m256i himask = _mm256_set1_epi32((int32_t)0xFFFF0000u);
+	gemv_head_prefetch(w->data, K / 2, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * (K / 2) : NULL;

@@ -442,6 +442,7 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 			x_pairs(xq + b * KB, NV, false, 1.0f, false, xv + b * NV);
 		xfma[b] = (type == SRT_WT_FP4 || x256[b]) && x_exact_products(xq + b * KB);
 	}
+	gemv_head_prefetch(w->data, type == SRT_WT_FP8 ? K : K / 2, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
@@ -542,6 +543,7 @@ static void gemv_bf16(const struct srt_weight *w, const float *x, float *y, size
 	const size_t K = w->cols, nb = K / KB;
 	__m512 xv[GEMV_KMAX / 8];
 	x_pairs(x, K / 8, false, 1.0f, false, xv);
+	gemv_head_prefetch(w->data, 2 * K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];
@@ -582,6 +584,7 @@ gemv_bf16_rows(const struct srt_weight *w, const float *x, size_t ldx, float *y,
 	       size_t n0, size_t ntiles, const int M)
 {
 	const size_t K = w->cols, nb = K / KB;
+	gemv_head_prefetch(w->data, 2 * K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];

@@ -239,6 +239,7 @@ static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float 
 	const __m512i th0 = _mm512_load_si512(tab.fp8_hi), th1 = _mm512_load_si512(tab.fp8_hi + 64);
 	const __m512i sgn = _mm512_set1_epi8((char)0x80);
 	const __m512i ar0 = _mm512_load_si512(tab.fp8_ar[0]), ar1 = _mm512_load_si512(tab.fp8_ar[1]);
+	gemv_head_prefetch(w->data, K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint8_t *rows[8];
@@ -479,6 +480,7 @@ static void gemv_fp4(const struct srt_weight *w, const __m512i *xw, const struct
 	const __m512i sxi = _mm512_load_si512(tab.fp4_sx);
 	const __m512i yi01 = _mm512_load_si512(tab.fp4_yix[0]), yi23 = _mm512_load_si512(tab.fp4_yix[1]);
 	const __mmask64 dwlow = 0x1111111111111111ull;
+	gemv_head_prefetch(w->data, K / 2, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint8_t *rows[8], *sc[8];
@@ -595,6 +597,7 @@ gemv_bw(const struct srt_weight *w, const __m512i *xw, size_t xst, float *y, siz
 {
 	const size_t K = w->cols, nb = K / KB;
 	const __m512i i0 = _mm512_loadu_si512(bw_ix[0]), i1 = _mm512_loadu_si512(bw_ix[1]);
+	gemv_head_prefetch(w->data, 2 * K, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
 		const uint16_t *rows[8];

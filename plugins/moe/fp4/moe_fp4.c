@@ -23,13 +23,15 @@
  * MOE_NCOL wide (MOE_NCOL_BIG from MOE_BIG_ROWS rows, prefill; at decode 1/T of a matrix for T
  * threads, so each thread streams one contiguous block of it), and the parallel tasks are
  * weighted by their group's rows (run_tasks) so both threads get the same work although the
- * shared expert's group holds every row of the chunk.
+ * shared expert's group holds every row of the chunk. At decode with at least two experts a
+ * thread, a task is one whole expert instead (whole_experts).
  */
 #include <shadowrt/shadowrt.h>
 
 #include <assert.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +113,9 @@ struct moe_inst {
 	int64_t task0;            /* first work unit of the up_gate / down call (profiling splits) */
 	int64_t spread_n;         /* decode: units of the call dealt round-robin to the threads
 				   * (spread()), 0 = in order */
+	_Atomic int32_t next_whole; /* decode, whole experts: the next task to take (whole_experts) */
+	_Atomic uint64_t whole_ns[2]; /* profiling: thread time of the routed [0] and shared [1]
+				       * whole-expert tasks */
 
 	/* Per-call parameters read by the parallel_for bodies. */
 	const struct moe_layer *cur;
@@ -776,6 +781,38 @@ static void down(void *ctx, int64_t begin, int64_t end, int tid)
 	run_units(in, in->n_tasks_per_group_down, in->ncol_down, begin, end, down_task);
 }
 
+/*
+ * Decode with few threads (moe_forward): every expert of the row is one task, its up_gate,
+ * its h quantized and its down projection by one thread, the threads taking the tasks in
+ * turn from a shared counter (the shared expert first: its FP8 weights are the most bytes).
+ * A task streams the expert's three matrices whole, with no barrier between them, and the
+ * counter evens out the tasks' different costs. Each task writes only its entry's outputs
+ * with the operations of the column-split path, so the results do not depend on which thread
+ * ran what.
+ */
+static void whole_expert(struct moe_inst *in, int32_t gi)
+{
+	const struct moe_group *g = &in->groups[gi];
+	up_gate_task(in, g, 0);
+	if (in->profile == SRT_PROFILE_REFERENCE)
+		quant_h(in, g->first, g->first + g->count, 0);
+	down_task(in, g, 0);
+}
+
+static void whole_experts(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	const int32_t n = in->n_groups;
+	(void)begin, (void)end, (void)tid;
+	for (int32_t i; (i = atomic_fetch_add(&in->next_whole, 1)) < n;) {
+		const int32_t gi = i == 0 ? n - 1 : i - 1; /* the shared group is the last */
+		const uint64_t t0 = srt_prof_t0(&moe_prof);
+		whole_expert(in, gi);
+		if (t0)
+			atomic_fetch_add(&in->whole_ns[gi == n - 1], srt_prof_t0(&moe_prof) - t0);
+	}
+}
+
 /* Phase 6, per row: sum its experts' outputs in ascending expert id, shared last. */
 static void combine(void *ctx, int64_t begin, int64_t end, int tid)
 {
@@ -884,14 +921,17 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 	in->x = x;
 	in->out = out;
 	in->ncol_up = in->ncol_down = n >= MOE_BIG_ROWS ? MOE_NCOL_BIG : MOE_NCOL;
+	const int64_t T = in->host->nthreads > 0 ? in->host->nthreads : 1;
+	/* decode with at least two experts a thread: whole experts (whole_experts) */
+	const int whole = n == 1 && 2 * T <= in->topk + 1;
 	if (n == 1) {
 		/* decode: each thread one contiguous block of each matrix (whole matrices for
-		 * one thread), one stream front to back; spread() deals block t of every group
-		 * to thread t. Jumping between column blocks of the gate, up and down matrices
-		 * cost 8% of a one-thread decode step. */
-		const int64_t T = in->host->nthreads > 0 ? in->host->nthreads : 1;
-		in->ncol_up = ((in->inter + T - 1) / T + 7) / 8 * 8;
-		in->ncol_down = ((in->d + T - 1) / T + 7) / 8 * 8;
+		 * whole experts), one stream front to back; spread() deals block t of every
+		 * group to thread t. Jumping between column blocks of the gate, up and down
+		 * matrices cost 8% of a one-thread decode step. */
+		const int64_t P = whole ? 1 : T;
+		in->ncol_up = ((in->inter + P - 1) / P + 7) / 8 * 8;
+		in->ncol_down = ((in->d + P - 1) / P + 7) / 8 * 8;
 	}
 	in->n_tasks_per_group_up = (in->inter + in->ncol_up - 1) / in->ncol_up;
 	in->n_tasks_per_group_down = (in->d + in->ncol_down - 1) / in->ncol_down;
@@ -916,7 +956,24 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		}
 		t0 = srt_prof_add(&moe_prof, SRT_PROF_MOE_ROUTE, t0);
 		in->task0 = 0;
-		if (t0) {
+		if (whole) {
+			atomic_store(&in->next_whole, 0);
+			atomic_store(&in->whole_ns[0], 0);
+			atomic_store(&in->whole_ns[1], 0);
+			h->parallel_for(h, T, whole_experts, in);
+			if (t0) {
+				/* the routed and shared tasks ran side by side: the phase's time
+				 * split between them by their share of the threads' time */
+				const uint64_t t1 = srt_prof_t0(&moe_prof), r = in->whole_ns[0];
+				const uint64_t sh = in->whole_ns[1], all = r + sh ? r + sh : 1;
+				const uint64_t tr = (t1 - t0) * r / all;
+				moe_prof.ns[SRT_PROF_MOE_EXPERTS] += tr;
+				moe_prof.ns[SRT_PROF_MOE_SHARED] += (t1 - t0) - tr;
+				moe_prof.calls[SRT_PROF_MOE_EXPERTS]++;
+				moe_prof.calls[SRT_PROF_MOE_SHARED]++;
+				t0 = t1;
+			}
+		} else if (t0) {
 			/* profiling: the routed groups, then the shared one (the last group) */
 			/* units: routed entries first, the shared group's m entries last */
 			const int64_t nr = n_ent - in->m, pu = in->n_tasks_per_group_up;

@@ -699,44 +699,68 @@ static void phase_a5(void *ctx, int64_t b, int64_t e, int tid)
 /* Pool the CSA block ending at token t from the ring of 8 rows into out[width] (before the
  * norm): per channel a softmax over the previous block's first halves and the current block's
  * second halves, in the reference's order (max, exp, sequential sum, weights, sequential sum). */
+#define POOL_CH 64 /* channels pooled at a time (the reference profile's exps in one call) */
+
 static void pool_block(const struct srt_attn_comp *c, const float *rk, const float *rs,
 		       int64_t t, float *out, int ref)
 {
 	size_t w = (size_t)c->width, cw = (size_t)(c->coff * c->width);
+	size_t slot[8];
+	for (int r = 0; r < 8; r++) {
+		int64_t tok = t - 7 + r;
+		slot[r] = (size_t)(((tok % 8) + 8) % 8);
+	}
+	if (ref) {
+		/* POOL_CH channels at a time, each channel with the operations of the double
+		 * profile's loop below in float (max, exp, sequential sum, weights, sequential
+		 * sum), the 8·POOL_CH exps by one srt_expf_n (expf's bits) */
+		for (size_t c0 = 0; c0 < w; c0 += POOL_CH) {
+			const size_t n = w - c0 < POOL_CH ? w - c0 : POOL_CH;
+			float kvv[8][POOL_CH], ev[8][POOL_CH] = {{0}}, mx[POOL_CH], sum[POOL_CH];
+			for (int r = 0; r < 8; r++) {
+				const size_t off = slot[r] * cw + (r < 4 ? 0 : w) + c0;
+				memcpy(kvv[r], rk + off, n * sizeof(float));
+				memcpy(ev[r], rs + off, n * sizeof(float));
+			}
+			for (size_t k = 0; k < n; k++)
+				mx[k] = -INFINITY;
+			for (int r = 0; r < 8; r++)
+				for (size_t k = 0; k < n; k++)
+					mx[k] = ev[r][k] > mx[k] ? ev[r][k] : mx[k];
+			for (int r = 0; r < 8; r++)
+				for (size_t k = 0; k < n; k++)
+					ev[r][k] = ev[r][k] - mx[k];
+			srt_expf_n(&ev[0][0], &ev[0][0], 8 * POOL_CH);
+			for (size_t k = 0; k < n; k++)
+				sum[k] = 0.0f;
+			for (int r = 0; r < 8; r++)
+				for (size_t k = 0; k < n; k++)
+					sum[k] += ev[r][k];
+			for (size_t k = 0; k < n; k++)
+				out[c0 + k] = kvv[0][k] * (ev[0][k] / sum[k]);
+			for (int r = 1; r < 8; r++)
+				for (size_t k = 0; k < n; k++)
+					out[c0 + k] = out[c0 + k] + kvv[r][k] * (ev[r][k] / sum[k]);
+		}
+		return;
+	}
 	for (size_t ch = 0; ch < w; ch++) {
+		double mx = -INFINITY, sum = 0, acc = 0, ev[8];
 		float kvv[8], sc[8];
 		for (int r = 0; r < 8; r++) {
-			int64_t tok = t - 7 + r;
-			size_t slot = (size_t)(((tok % 8) + 8) % 8);
 			size_t chn = r < 4 ? ch : w + ch;
-			kvv[r] = rk[slot * cw + chn];
-			sc[r] = rs[slot * cw + chn];
+			kvv[r] = rk[slot[r] * cw + chn];
+			sc[r] = rs[slot[r] * cw + chn];
 		}
-		if (ref) {
-			float mx = -INFINITY, sum = 0, acc = 0, ev[8];
-			for (int r = 0; r < 8; r++)
-				mx = sc[r] > mx ? sc[r] : mx;
-			for (int r = 0; r < 8; r++) {
-				ev[r] = expf(sc[r] - mx);
-				sum += ev[r];
-			}
-			for (int r = 0; r < 8; r++) {
-				float p = kvv[r] * (ev[r] / sum);
-				acc = r ? acc + p : p;
-			}
-			out[ch] = acc;
-		} else {
-			double mx = -INFINITY, sum = 0, acc = 0, ev[8];
-			for (int r = 0; r < 8; r++)
-				mx = sc[r] > mx ? sc[r] : mx;
-			for (int r = 0; r < 8; r++) {
-				ev[r] = exp((double)sc[r] - mx);
-				sum += ev[r];
-			}
-			for (int r = 0; r < 8; r++)
-				acc += kvv[r] * (ev[r] / sum);
-			out[ch] = (float)acc;
+		for (int r = 0; r < 8; r++)
+			mx = sc[r] > mx ? sc[r] : mx;
+		for (int r = 0; r < 8; r++) {
+			ev[r] = exp((double)sc[r] - mx);
+			sum += ev[r];
 		}
+		for (int r = 0; r < 8; r++)
+			acc += kvv[r] * (ev[r] / sum);
+		out[ch] = (float)acc;
 	}
 }
 
@@ -744,16 +768,26 @@ static void pool_block(const struct srt_attn_comp *c, const float *rk, const flo
 static void online_add(float *mx, float *sum, float *acc, const float *kv, const float *sc,
 		       size_t w)
 {
-	for (size_t c = 0; c < w; c++) {
-		if (sc[c] > mx[c]) {
-			float r = expf(mx[c] - sc[c]); /* 0 for the empty state (max -inf) */
-			sum[c] = sum[c] * r + 1.0f;
-			acc[c] = acc[c] * r + kv[c];
-			mx[c] = sc[c];
-		} else {
-			float e = expf(sc[c] - mx[c]);
-			sum[c] += e;
-			acc[c] += e * kv[c];
+	for (size_t c0 = 0; c0 < w; c0 += POOL_CH) {
+		const size_t n = w - c0 < POOL_CH ? w - c0 : POOL_CH;
+		float e[POOL_CH];
+		/* the exps of the per-channel update below, by one srt_expf_n (expf's bits) */
+		for (size_t k = 0; k < n; k++) {
+			const size_t c = c0 + k;
+			e[k] = sc[c] > mx[c] ? mx[c] - sc[c] : sc[c] - mx[c];
+		}
+		srt_expf_n(e, e, n);
+		for (size_t k = 0; k < n; k++) {
+			const size_t c = c0 + k;
+			if (sc[c] > mx[c]) {
+				/* e[k]: 0 for the empty state (max -inf) */
+				sum[c] = sum[c] * e[k] + 1.0f;
+				acc[c] = acc[c] * e[k] + kv[c];
+				mx[c] = sc[c];
+			} else {
+				sum[c] += e[k];
+				acc[c] += e[k] * kv[c];
+			}
 		}
 	}
 }

@@ -97,6 +97,12 @@ void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t 
  * 16; v row-major, n floats a key, nk keys) go to vp[j·ldk + (k0 + k)·16 + (i - j)], j = i
  * rounded down to 16: panel j / 16 holds dims j .. j + 15 of ldk keys, one key after the other. */
 void srt_attn_v_panels(const float *v, size_t nk, size_t n, size_t k0, size_t ldk, float *vp);
+/* The indices j of score[0 .. n) with score[j] >= P, ascending, to idx (room for n; it may
+ * write any of idx[0 .. n)); returns their number, or -1 if a score is NaN. The
+ * indexer's top-k prefilter (srt_attn_topk): 16 scores a step by a compare and a compress on
+ * AVX-512, else a loop without a branch on the data. */
+int64_t srt_attn_ge_indices(const double *score, int64_t n, double P, int32_t *idx);
+
 /* srt_attn_pv_f32_n over values in panels (vp as srt_attn_v_panels wrote them; n a multiple
  * of 16): y[h] gets the bits srt_attn_pv_f32 gives for p[h] and the row-major values. Each
  * pass reads one panel's contiguous keys, where the row-major kernels read a cache line per

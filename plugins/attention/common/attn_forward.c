@@ -167,11 +167,6 @@ static int cmp_pair(const void *x, const void *y)
 	return a->j < b->j ? -1 : a->j > b->j;
 }
 
-static int cmp_i32(const void *x, const void *y)
-{
-	int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
-	return a < b ? -1 : a > b;
-}
 
 /* ---- element-wise pieces ------------------------------------------------------------------- */
 
@@ -1121,15 +1116,40 @@ static int64_t prefilter(const double *score, int64_t n, int64_t k, struct ipair
 	double P = smp[0].s;
 	for (int64_t i = 1; i <= r; i++)
 		P = smp[i].s < P ? smp[i].s : P;
-	int64_t c = 0;
-	int bad = 0;
-	for (int64_t j = 0; j < n; j++) { /* no branch on the data */
-		pairs[c].s = score[j];
-		pairs[c].j = (int32_t)j;
-		c += score[j] >= P;
-		bad |= score[j] != score[j];
+	/* the candidates' indices into the last quarter of the scratch (n · 16 bytes), then
+	 * their pairs from the front: pairs[i] covers bytes below 16i + 16 <= 12n + 4(i + 1),
+	 * which hold only indices up to i, read before it */
+	int32_t *idx = (int32_t *)(void *)((char *)pairs + 12 * (size_t)n);
+	int64_t c = srt_attn_ge_indices(score, n, P, idx);
+	if (c < k) /* also -1: a NaN */
+		return -1;
+	for (int64_t i = 0; i < c; i++) {
+		const int32_t j = idx[i];
+		pairs[i].s = score[j];
+		pairs[i].j = j;
 	}
-	return bad || c < k ? -1 : c;
+	return c;
+}
+
+/* sel[0 .. k) ascending: distinct indices below n, sorted by their bytes, least significant
+ * first (one pass per byte of n - 1), through tmp[k]. */
+static void sort_indices(int32_t *sel, int64_t k, int64_t n, int32_t *tmp)
+{
+	int32_t *a = sel, *b = tmp;
+	for (int sh = 0; sh < 32 && (uint64_t)(n - 1) >> sh; sh += 8) {
+		int64_t at[257] = {0};
+		for (int64_t i = 0; i < k; i++)
+			at[((uint32_t)a[i] >> sh & 255u) + 1]++;
+		for (int d = 0; d < 256; d++)
+			at[d + 1] += at[d];
+		for (int64_t i = 0; i < k; i++)
+			b[at[(uint32_t)a[i] >> sh & 255u]++] = a[i];
+		int32_t *t = a;
+		a = b;
+		b = t;
+	}
+	if (a != sel)
+		memcpy(sel, a, (size_t)k * sizeof(*sel));
 }
 
 int64_t srt_attn_topk(const double *score, int64_t n, int64_t k, void *scratch, int32_t *sel)
@@ -1150,7 +1170,7 @@ int64_t srt_attn_topk(const double *score, int64_t n, int64_t k, void *scratch, 
 		select_top(pairs, c, k);
 	for (int64_t i = 0; i < k; i++)
 		sel[i] = pairs[i].j;
-	qsort(sel, (size_t)k, sizeof(*sel), cmp_i32);
+	sort_indices(sel, k, n, (int32_t *)(void *)pairs); /* the pairs are read: tmp */
 	return k;
 }
 

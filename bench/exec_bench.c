@@ -239,7 +239,8 @@ static void usage(FILE *f)
 		"  --profile           per-phase profile of a decode step at each depth and thread\n"
 		"                      count (plugin counters, core/ops/prof.h), with the weights\n"
 		"                      each phase streams per step and their GB/s over its time,\n"
-		"                      and how often a worker of the thread pool slept a step\n"
+		"                      how often a worker of the thread pool slept a step, and the\n"
+		"                      time one thread worked while the others waited\n"
 		"  --json              one JSON object on stdout with every figure (rounds, best,\n"
 		"                      median, bytes, ratios, profiles); the text goes to stderr\n"
 		"  --help              this text\n");
@@ -519,10 +520,13 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 	double rate;
 	prof_reset(1);
 	const long long sleeps0 = srt_engine_pool_sleeps(e);
+	srt_engine_pool_timing(e, 1);
 	double t0 = wall_s();
 	if (decode_steps(e, l, 1, steps, lg, &rate))
 		return 1;
 	double step = (wall_s() - t0) / steps;
+	const double one_ms = (double)srt_engine_pool_one_thread_ns(e) * 1e-6 / steps;
+	srt_engine_pool_timing(e, 0);
 	const double sleeps = (double)(srt_engine_pool_sleeps(e) - sleeps0) / steps;
 	uint64_t ns[SRT_PROF_COUNT] = {0};
 	for (int i = 0; i < nprofs; i++)
@@ -549,15 +553,19 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 		json_object_set_new(ph, name, json_real(ms));
 		json_object_set_new(phw, name, json_integer((json_int_t)wb[p]));
 	}
-	/* a worker that slept through a serial stretch is woken at the next region */
-	if (srt_engine_threads(e) > 1)
+	/* a worker that slept through a serial stretch is woken at the next region; the
+	 * stretches themselves are the time the other threads wait */
+	if (srt_engine_threads(e) > 1) {
 		fprintf(tout, "    thread pool: %.2f worker sleeps a step (each woken at its next job; "
 			      "SRT_POOL_SPIN_US)\n", sleeps);
-	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o, s:o, s:f}", "threads",
+		fprintf(tout, "    one thread at work, the others waiting: %.3f ms a step (%.1f %%)\n",
+			one_ms, 100.0 * one_ms / (step * 1e3));
+	}
+	json_array_append_new(jout, json_pack("{s:i, s:i, s:i, s:f, s:o, s:o, s:f, s:f}", "threads",
 					      srt_engine_threads(e), "depth", depth, "steps", steps,
 					      "step_ms", step * 1e3, "phases_ms", ph,
 					      "phases_weight_bytes", phw, "pool_sleeps_per_step",
-					      sleeps));
+					      sleeps, "one_thread_ms_per_step", one_ms));
 	if (!nprofs)
 		fprintf(tout, "    (no plugin exports %s: no phase counters)\n", SRT_PROF_SYMBOL);
 	return 0;

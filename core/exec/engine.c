@@ -618,6 +618,11 @@ const uint8_t *srt_engine_identity(const struct srt_engine *e) { return e->ident
 int srt_engine_profile(const struct srt_engine *e) { return e->profile; }
 int srt_engine_threads(const struct srt_engine *e) { return e->threads; }
 long long srt_engine_pool_sleeps(const struct srt_engine *e) { return srt_host_pool_sleeps(e->host); }
+void srt_engine_pool_timing(const struct srt_engine *e, int on) { srt_host_pool_timing(e->host, on); }
+long long srt_engine_pool_one_thread_ns(const struct srt_engine *e)
+{
+	return srt_host_pool_one_thread_ns(e->host);
+}
 int srt_engine_chunk(const struct srt_engine *e) { return e->chunk; }
 
 void srt_engine_set_chunk(struct srt_engine *e, int chunk)

@@ -120,6 +120,10 @@ void srt_engine_decode_weight_phases(const struct srt_engine *e, uint64_t *bytes
  * (srt_host_pool_sleeps): a sleeping worker is woken at its next job, which costs tens of
  * microseconds on a virtual machine. */
 long long srt_engine_pool_sleeps(const struct srt_engine *e);
+/* The pool's one-thread time (srt_host_pool_timing / srt_host_pool_one_thread_ns): switch the
+ * timing on or off (on resets it), and the ns the other threads waited since it was on. */
+void srt_engine_pool_timing(const struct srt_engine *e, int on);
+long long srt_engine_pool_one_thread_ns(const struct srt_engine *e);
 
 /*
  * Start a sequence whose prompt is tokens[0..n) (n >= 1, copied). use_cache = 1: match the

@@ -169,6 +169,9 @@ struct pool {
 	atomic_int sleepers;    /* workers in (or about to enter) work_cv */
 	atomic_int waiter;      /* the submitter is in (or about to enter) done_cv */
 	atomic_llong sleeps;    /* times a worker went to sleep (tests, stats) */
+	/* one-thread time (srt_host_pool_timing), kept by the thread that submits jobs */
+	atomic_int timing;
+	_Atomic uint64_t one_ns, last_end;
 	/* the job: written before gen is bumped, read after it is seen */
 	int64_t n;
 	srt_range_fn fn;
@@ -348,8 +351,23 @@ static void pool_run(struct pool *p, int64_t n, srt_range_fn fn, void *ctx)
 		fn(ctx, 0, n, tl_tid);
 		return;
 	}
+	/* timing: the caller's time since its previous job, and a job it runs alone, is time
+	 * the other threads wait */
+	const bool timed = atomic_load_explicit(&p->timing, memory_order_relaxed);
+	uint64_t t0 = 0;
+	if (timed) {
+		t0 = mono_ns();
+		const uint64_t le = atomic_load_explicit(&p->last_end, memory_order_relaxed);
+		if (le)
+			atomic_fetch_add_explicit(&p->one_ns, t0 - le, memory_order_relaxed);
+	}
 	if (p->nthreads == 1 || n == 1) {
 		run_chunk(p, n, fn, ctx, 1, 0);
+		if (timed) {
+			const uint64_t t1 = mono_ns();
+			atomic_fetch_add_explicit(&p->one_ns, t1 - t0, memory_order_relaxed);
+			atomic_store_explicit(&p->last_end, t1, memory_order_relaxed);
+		}
 		return;
 	}
 	int nchunks = n < p->nthreads ? (int)n : p->nthreads;
@@ -378,6 +396,8 @@ static void pool_run(struct pool *p, int64_t n, srt_range_fn fn, void *ctx)
 		pthread_mutex_unlock(&p->mu);
 	}
 	pthread_mutex_unlock(&p->submit);
+	if (timed)
+		atomic_store_explicit(&p->last_end, mono_ns(), memory_order_relaxed);
 }
 
 static void pool_stop(struct pool *p)
@@ -516,6 +536,25 @@ long long srt_host_pool_sleeps(const struct srt_host *host)
 {
 	const struct host_impl *h = (const struct host_impl *)host;
 	return atomic_load(&((struct host_impl *)h)->pool.sleeps);
+}
+
+void srt_host_pool_timing(const struct srt_host *host, int on)
+{
+	struct pool *p = &((struct host_impl *)host)->pool;
+	atomic_store(&p->timing, 0);
+	atomic_store(&p->one_ns, 0);
+	atomic_store(&p->last_end, on ? mono_ns() : 0);
+	atomic_store(&p->timing, on != 0);
+}
+
+long long srt_host_pool_one_thread_ns(const struct srt_host *host)
+{
+	struct pool *p = &((struct host_impl *)host)->pool;
+	uint64_t ns = atomic_load(&p->one_ns);
+	const uint64_t le = atomic_load(&p->last_end);
+	if (atomic_load(&p->timing) && le) /* the stretch since the last job */
+		ns += mono_ns() - le;
+	return (long long)ns;
 }
 
 void srt_host_destroy(struct srt_host *host)

@@ -51,6 +51,14 @@ void srt_host_destroy(struct srt_host *host);
 int srt_host_pool_sleeping(const struct srt_host *host);
 long long srt_host_pool_sleeps(const struct srt_host *host);
 
+/* One-thread time of host's pool, for statistics: with timing on, the submitting thread's
+ * time outside parallel_for calls plus the calls it runs alone (one unit, or a one-thread
+ * pool), i.e. the time the other threads of the pool wait, in ns since timing was switched
+ * on (which resets it; srt_host_pool_one_thread_ns counts up to now). Costs two clock reads
+ * a parallel_for while on. Call both from the thread that calls parallel_for, between calls. */
+void srt_host_pool_timing(const struct srt_host *host, int on);
+long long srt_host_pool_one_thread_ns(const struct srt_host *host);
+
 /* --- process-wide logging, usable by the core as well ------------------------------------ */
 
 /* Messages with level <= this are printed. Default SRT_LOG_WARN; env SHADOWRT_LOG_LEVEL

@@ -121,6 +121,14 @@ def main():
         # the pool's worker sleeps a step: none without workers
         assert q["pool_sleeps_per_step"] >= 0, q
         assert q["threads"] > 1 or q["pool_sleeps_per_step"] == 0, q
+        # the time one thread works while the others wait: a one-thread pool's whole step
+        # (every call runs on it, and so does all between them); with two threads a part of
+        # it (the products run on both)
+        one = q["one_thread_ms_per_step"]
+        if q["threads"] == 1:
+            assert 0.9 * q["step_ms"] <= one <= 1.01 * q["step_ms"], q
+        else:
+            assert 0 < one < q["step_ms"], q
     # the text went to stderr: the same rounds' tokens/s, printed with 2 decimals
     text = re.findall(r"round (\d) threads (\d): prefill 64 tokens [\d.]+ tokens/s; decode depth 64 "
                       r"\(batch 1\) ([\d.]+) tokens/s", p.stderr)

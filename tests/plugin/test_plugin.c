@@ -271,6 +271,34 @@ static double wait_limit_s(void)
 	return s && atof(s) > 0 ? atof(s) : 120.0;
 }
 
+static void sleep_fn(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	(void)ctx, (void)begin, (void)end, (void)tid;
+	struct timespec ts = {0, 3000000};
+	nanosleep(&ts, NULL);
+}
+
+/* The pool's one-thread time counts the caller's stretches between jobs and the jobs it runs
+ * alone (lower bounds only: a loaded machine makes every stretch longer). */
+START_TEST(test_pool_one_thread_time_counts_serial_stretches)
+{
+	char why[256] = "";
+	struct srt_host *h;
+	ck_assert_int_eq(srt_host_create(2, &h, why, sizeof(why)), 0);
+	ck_assert_int_eq(srt_host_pool_one_thread_ns(h), 0); /* off */
+	srt_host_pool_timing(h, 1);
+	h->parallel_for(h, 1, sleep_fn, NULL); /* one unit: on the caller alone, 3 ms */
+	struct timespec ts = {0, 4000000};
+	nanosleep(&ts, NULL); /* a serial stretch of 4 ms */
+	h->parallel_for(h, 2, sleep_fn, NULL); /* both threads: not counted */
+	const long long ns = srt_host_pool_one_thread_ns(h);
+	ck_assert_msg(ns >= 7000000LL, "one-thread time %lld ns, expected >= 7 ms", ns);
+	srt_host_pool_timing(h, 0);
+	ck_assert_int_eq(srt_host_pool_one_thread_ns(h), 0);
+	srt_host_destroy(h);
+}
+END_TEST
+
 /* The spin is bounded: after a job, idle workers go to sleep (no busy-wait forever), and a
  * sleeping pool still wakes for the next job. */
 START_TEST(test_idle_pool_workers_stop_spinning_and_sleep)
@@ -1146,6 +1174,7 @@ static Suite *plugin_suite(void)
 	tcase_add_test(tc, test_many_hosts_each_run_their_own_pool);
 	tcase_add_test(tc, test_parallel_for_back_to_back_jobs_any_spin_budget);
 	tcase_add_test(tc, test_idle_pool_workers_stop_spinning_and_sleep);
+	tcase_add_test(tc, test_pool_one_thread_time_counts_serial_stretches);
 	tcase_add_test(tc, test_host_rejects_bad_spin_budget);
 	suite_add_tcase(s, tc);
 

@@ -64,7 +64,7 @@ struct moe_layer {
 	int32_t layer;
 	int hash;
 	float *norm;              /* [d], owned */
-	float *gate;              /* [E][d], owned (fp32 copy of the bf16 router) */
+	struct srt_weight router; /* [E][d] BF16 or F32, a view into the checkpoint */
 	float *bias;              /* [E], owned; NULL in hash layers */
 	const void *tid2eid;      /* [vocab][k], I32 or I64, borrowed; hash layers only */
 	uint32_t tid_dt;
@@ -213,6 +213,22 @@ static int load_f32(const struct moe_inst *in, const struct srt_weights *w, cons
 	return 0;
 }
 
+/* View the router `name` [rows][cols], BF16 or F32: its logits are EXACT products (gemm.h),
+ * the same bits from a bf16 view as from a float copy, and half the bytes a step reads
+ * while the other threads wait (routing runs on one). */
+static int view_router(const struct srt_weights *w, const char *name, int64_t rows, int64_t cols,
+		       struct srt_weight *q, char *why, size_t why_len)
+{
+	static const uint32_t dts[] = {SRT_DT_BF16, SRT_DT_F32};
+	struct srt_tensor t;
+	int rc = get_tensor(w, name, dts, 2, rows, cols, &t, why, why_len);
+	if (rc)
+		return rc;
+	*q = (struct srt_weight){.type = t.dtype == SRT_DT_BF16 ? SRT_WT_BF16 : SRT_WT_F32,
+				 .rows = (size_t)rows, .cols = (size_t)cols, .data = t.data};
+	return 0;
+}
+
 /*
  * View the weight `<prefix>.weight` of logical shape [rows][cols] and its `<prefix>.scale`:
  * packed FP4 (I8/U8 [rows][cols/2] + UE8M0 [rows][cols/32]), FP8 E4M3 ([rows][cols] + UE8M0
@@ -277,7 +293,6 @@ static int load_qw(const struct srt_weights *w, const char *prefix, int64_t rows
 static void free_layer(const struct srt_host *host, struct moe_layer *l)
 {
 	host->free(l->norm);
-	host->free(l->gate);
 	host->free(l->bias);
 	host->free(l->experts);
 }
@@ -338,7 +353,7 @@ static int load_layer(struct moe_inst *in, const struct srt_plugin_args *args, i
 	if ((rc = load_f32(in, w, name, in->d, -1, &l->norm, why, why_len)))
 		return rc;
 	snprintf(name, sizeof(name), "%s.ffn.gate.weight", pre);
-	if ((rc = load_f32(in, w, name, in->n_exp, in->d, &l->gate, why, why_len)))
+	if ((rc = view_router(w, name, in->n_exp, in->d, &l->router, why, why_len)))
 		return rc;
 	if (l->hash) {
 		snprintf(name, sizeof(name), "%s.ffn.gate.tid2eid", pre);
@@ -515,8 +530,6 @@ static void route_rows(void *ctx, int64_t begin, int64_t end, int tid)
 	const struct moe_layer *l = in->cur;
 	const int64_t d = in->d, E = in->n_exp, k = in->topk;
 	const int ref = in->profile == SRT_PROFILE_REFERENCE;
-	const struct srt_weight gate = {.type = SRT_WT_F32, .rows = (size_t)E, .cols = (size_t)d,
-					.data = l->gate};
 	float scores[E], biased[E];
 	char taken[E];
 	(void)tid;
@@ -529,8 +542,8 @@ static void route_rows(void *ctx, int64_t begin, int64_t end, int tid)
 		srt_rmsnorm_f32w(in->x + (in->row0 + i) * d, xn, (size_t)d, l->norm, in->eps);
 		if (ref)
 			srt_round_bf16_n(xn, (size_t)d);
-		/* logits in fp32 from the bf16 router (its fp32 copy is exact) */
-		srt_gemm_exact(&gate, xn, 1, (size_t)d, scores, (size_t)E, 0, (size_t)E);
+		/* logits in fp32 from the bf16 (or f32) router */
+		srt_gemm_exact(&l->router, xn, 1, (size_t)d, scores, (size_t)E, 0, (size_t)E);
 		for (int64_t e = 0; e < E; e++) {
 			scores[e] = sqrtf(srt_softplus(scores[e]));
 			biased[e] = l->bias ? scores[e] + l->bias[e] : scores[e];

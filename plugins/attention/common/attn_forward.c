@@ -167,7 +167,6 @@ static int cmp_pair(const void *x, const void *y)
 	return a->j < b->j ? -1 : a->j > b->j;
 }
 
-
 /* ---- element-wise pieces ------------------------------------------------------------------- */
 
 /* Weighted RMSNorm in place (reference: fp32 math with the mean of squares exact, -> bf16). */

@@ -678,10 +678,10 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 			xfma[b] = !isint[b] && x_exact_products(xq + b * KB);
 		}
 	}
-	gemv_head_prefetch(w->data, type == SRT_WT_FP8 ? K : K / 2, n0, ntiles);
+	const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
+	gemv_head_prefetch(w->data, rowbytes, n0, ntiles);
 	for (size_t tt = 0; tt < ntiles; tt++) {
 		const size_t n = n0 + 8 * tt;
-		const size_t rowbytes = type == SRT_WT_FP8 ? K : K / 2;
 		const char *pf = tt + 2 < ntiles ? (const char *)w->data + (n + 16) * rowbytes : NULL;
 		const uint8_t *rows[8];
 		for (int t = 0; t < 8; t++)

@@ -1450,21 +1450,22 @@ ATTN_PANEL(pv_panel_avx2, "avx2", ATTN_MA)
 ATTN_PANEL(pv_panel_fma, "avx2,fma", ATTN_FMA)
 #endif
 
+/* srt_attn_ge_indices over n scores, n a multiple of 16; *nan set when one is NaN. */
 __attribute__((target("avx512f"))) static int64_t ge_indices_avx512(const double *score,
 								   int64_t n, double P,
-								   int32_t *idx)
+								   int32_t *idx, int *nan)
 {
 	const __m512d p = _mm512_set1_pd(P);
 	const __m512i step = _mm512_set1_epi32(16);
 	__m512i j = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-	__mmask16 nan = 0;
-	int64_t c = 0, b = 0;
-	for (; b + 16 <= n; b += 16) {
+	__mmask16 un = 0;
+	int64_t c = 0;
+	for (int64_t b = 0; b < n; b += 16) {
 		const __m512d v0 = _mm512_loadu_pd(score + b), v1 = _mm512_loadu_pd(score + b + 8);
 		const __mmask16 m = (__mmask16)(_mm512_cmp_pd_mask(v0, p, _CMP_GE_OQ) |
 						 (_mm512_cmp_pd_mask(v1, p, _CMP_GE_OQ) << 8));
-		nan |= (__mmask16)(_mm512_cmp_pd_mask(v0, v0, _CMP_UNORD_Q) |
-				   (_mm512_cmp_pd_mask(v1, v1, _CMP_UNORD_Q) << 8));
+		un |= (__mmask16)(_mm512_cmp_pd_mask(v0, v0, _CMP_UNORD_Q) |
+				  (_mm512_cmp_pd_mask(v1, v1, _CMP_UNORD_Q) << 8));
 		/* the register form of the compress, then a whole store: it writes idx[c ..
 		 * c + 15] with c <= b, within idx[0 .. n) (the memory form is microcoded on
 		 * some CPUs) */
@@ -1472,22 +1473,19 @@ __attribute__((target("avx512f"))) static int64_t ge_indices_avx512(const double
 		c += __builtin_popcount(m);
 		j = _mm512_add_epi32(j, step);
 	}
-	int bad = nan != 0;
-	for (; b < n; b++) {
-		idx[c] = (int32_t)b;
-		c += score[b] >= P;
-		bad |= score[b] != score[b];
-	}
-	return bad ? -1 : c;
+	*nan = un != 0;
+	return c;
 }
 
 int64_t srt_attn_ge_indices(const double *score, int64_t n, double P, int32_t *idx)
 {
-	if (have_avx512())
-		return ge_indices_avx512(score, n, P, idx);
-	int64_t c = 0;
+	int64_t c = 0, b = 0;
 	int bad = 0;
-	for (int64_t b = 0; b < n; b++) { /* no branch on the data */
+	if (have_avx512()) {
+		b = n / 16 * 16;
+		c = ge_indices_avx512(score, b, P, idx, &bad);
+	}
+	for (; b < n; b++) { /* the rest: no branch on the data */
 		idx[c] = (int32_t)b;
 		c += score[b] >= P;
 		bad |= score[b] != score[b];

@@ -99,13 +99,18 @@ static void decode_row(const struct srt_weight *w, size_t n, size_t k0, size_t l
 		}
 		break;
 	}
+	case SRT_WT_FP8_PAIRED: /* gemm_paired hands the kernels row-major copies */
+		assert(0);
+		break;
 	}
 }
 
 static void check_args(const struct srt_weight *w, size_t ldx, size_t ldy, size_t n0, size_t n1)
 {
 	assert(w && w->data && n0 <= n1 && n1 <= w->rows && ldx >= w->cols && ldy >= n1);
-	assert(w->type != SRT_WT_FP8 || (w->scales && w->cols % KB == 0));
+	assert((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP8_PAIRED) ||
+	       (w->scales && w->cols % KB == 0));
+	assert(w->type != SRT_WT_FP8_PAIRED || srt_weight_fp8_pair_ok(w->rows, w->cols));
 	assert(w->type != SRT_WT_FP4 || (w->scales && w->cols % 32 == 0));
 	(void)w, (void)ldx, (void)ldy, (void)n0, (void)n1;
 }
@@ -201,12 +206,99 @@ static bool run_isa(const struct srt_weight *w, const float *x, const float *xs,
 	}
 }
 
+/* ==== FP8 weights in the decode layout (gemm.h) ================================================ */
+
+int srt_weight_fp8_pair_ok(size_t rows, size_t cols)
+{
+	return rows > 0 && rows % 16 == 0 && cols > 0 && cols % KB == 0 &&
+	       cols <= SRT_FP8_PAIRED_KMAX;
+}
+
+int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weight *out)
+{
+	if (!src || !dst || !out || src->type != SRT_WT_FP8 || !src->data || !src->scales ||
+	    !srt_weight_fp8_pair_ok(src->rows, src->cols))
+		return SRT_EINVAL;
+	const size_t K = src->cols;
+	uint8_t ix[64];
+	for (unsigned pos = 0; pos < 64; pos++)
+		ix[pos] = (uint8_t)srt_fp8_pair_src(pos);
+	for (size_t p = 0; p < src->rows / 2; p++) {
+		const uint8_t *a = (const uint8_t *)src->data + 2 * p * K;
+		uint8_t *o = (uint8_t *)dst + 2 * p * K;
+		for (size_t c = 0; c < K / 32; c++)
+			for (unsigned pos = 0; pos < 64; pos++)
+				o[64 * c + pos] = a[(ix[pos] / 32) * K + 32 * c + ix[pos] % 32];
+	}
+	*out = *src;
+	out->type = SRT_WT_FP8_PAIRED;
+	out->data = dst;
+	return 0;
+}
+
+void srt_weight_fp8_unpair(const struct srt_weight *w, size_t n, size_t r, uint8_t *dst)
+{
+	assert(w->type == SRT_WT_FP8_PAIRED && n % 2 == 0 && r % 2 == 0 && n + r <= w->rows);
+	const size_t K = w->cols;
+	uint8_t ix[64];
+	for (unsigned pos = 0; pos < 64; pos++)
+		ix[pos] = (uint8_t)srt_fp8_pair_src(pos);
+	for (size_t p = 0; p < r / 2; p++) {
+		const uint8_t *g = (const uint8_t *)w->data + (n + 2 * p) * K;
+		uint8_t *o = dst + 2 * p * K;
+		for (size_t c = 0; c < K / 32; c++)
+			for (unsigned pos = 0; pos < 64; pos++)
+				o[(ix[pos] / 32) * K + 32 * c + ix[pos] % 32] = g[64 * c + pos];
+	}
+}
+
+/* srt_gemm_exact (xs NULL) or srt_gemm_ref on a SRT_WT_FP8_PAIRED weight: the AVX512_BF16
+ * kernels read the layout; every other case runs on row-major copies of 16 rows (the group of
+ * 16 that holds each row, so the scales of a copy are one block row of the original's). */
+static void gemm_paired(const struct srt_weight *w, const float *x, const float *xs, size_t m,
+			size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+{
+	size_t n = n0;
+#if defined(SRT_OPS_X86)
+	if (xs && n0 % 2 == 0 && srt_gemm_isa_current() == SRT_GEMM_ISA_AVX512 &&
+	    srt_gemm_bf16dp_usable()) {
+		if (m == 1 && n1 - n0 >= 8) {
+			const size_t nt = (n1 - n0) / 8;
+			if (srt_gemv_ref_avx512bf16(w, x, xs, y, n0, nt))
+				n = n0 + 8 * nt;
+		} else if (m >= 2 && n1 - n0 >= 16) {
+			const size_t ne = n0 + (n1 - n0) / 16 * 16;
+			if (srt_gemmt_ref_avx512bf16(w, x, xs, m, ldx, y, ldy, n0, ne))
+				n = ne;
+		}
+	}
+#endif
+	if (n == n1)
+		return;
+	const size_t K = w->cols, nb = K / KB;
+	_Alignas(64) uint8_t buf[16 * SRT_FP8_PAIRED_KMAX];
+	for (size_t g = n / 16 * 16; g < n1; g += 16) {
+		const struct srt_weight v = {.type = SRT_WT_FP8, .rows = 16, .cols = K, .data = buf,
+					     .scales = w->scales + (g / KB) * nb};
+		srt_weight_fp8_unpair(w, g, 16, buf);
+		const size_t a = n > g ? n - g : 0, e = n1 - g < 16 ? n1 - g : 16;
+		if (xs)
+			srt_gemm_ref(&v, x, xs, m, ldx, y + g, ldy, a, e);
+		else
+			srt_gemm_exact(&v, x, m, ldx, y + g, ldy, a, e);
+	}
+}
+
 /* ==== portable kernels (the definition of every result's bits) ================================ */
 
 void srt_gemm_exact(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
 		    float *y, size_t ldy, size_t n0, size_t n1)
 {
 	check_args(w, ldx, ldy, n0, n1);
+	if (w->type == SRT_WT_FP8_PAIRED) {
+		gemm_paired(w, x, NULL, m, ldx, y, ldy, n0, n1);
+		return;
+	}
 	if (run_isa(w, x, NULL, m, ldx, y, ldy, n0, n1))
 		return;
 	const size_t K = w->cols;
@@ -255,6 +347,10 @@ void srt_gemm_ref(const struct srt_weight *w, const float *xq, const float *xs, 
 {
 	check_args(w, ldx, ldy, n0, n1);
 	assert(w->cols % KB == 0);
+	if (w->type == SRT_WT_FP8_PAIRED) {
+		gemm_paired(w, xq, xs, m, ldx, y, ldy, n0, n1);
+		return;
+	}
 	if (run_isa(w, xq, xs, m, ldx, y, ldy, n0, n1))
 		return;
 	const size_t K = w->cols;
@@ -346,6 +442,7 @@ size_t srt_weight_data_bytes(enum srt_wtype type, size_t rows, size_t cols)
 	case SRT_WT_BF16:
 		return rows * cols * 2;
 	case SRT_WT_FP8:
+	case SRT_WT_FP8_PAIRED:
 		return rows * cols;
 	case SRT_WT_FP4:
 		return rows * cols / 2;
@@ -357,6 +454,7 @@ size_t srt_weight_scale_bytes(enum srt_wtype type, size_t rows, size_t cols)
 {
 	switch (type) {
 	case SRT_WT_FP8:
+	case SRT_WT_FP8_PAIRED:
 		return ceil_div(rows, KB) * ceil_div(cols, KB);
 	case SRT_WT_FP4:
 		return rows * (cols / 32);

@@ -48,6 +48,8 @@ enum srt_wtype {
 	SRT_WT_FP8 = 2,  /* uint8_t E4M3 codes [N][K]; scales UE8M0 [ceil(N/128)][ceil(K/128)] */
 	SRT_WT_FP4 = 3,  /* uint8_t packed E2M1 [N][K/2] (low nibble = even k);
 			  * scales UE8M0 [N][K/32] */
+	SRT_WT_FP8_PAIRED = 4, /* the E4M3 codes of SRT_WT_FP8 in the decode layout below
+				* (srt_weight_fp8_pair makes it); scales as SRT_WT_FP8 */
 };
 
 /* A borrowed view of one weight matrix (typically into a memory-mapped checkpoint). */
@@ -109,6 +111,33 @@ int srt_gemm_set_isa(enum srt_gemm_isa isa);
 
 /* "generic", "avx2", "avx512". */
 const char *srt_gemm_isa_name(enum srt_gemm_isa isa);
+
+/*
+ * FP8 weights in the decode layout (SRT_WT_FP8_PAIRED). Rows go in pairs (2p, 2p + 1), each
+ * pair's 2K bytes contiguous, so rows [n, n + r) of even n still start at byte n·K; within
+ * a pair, each 32 k (k = 32c ..) is one 64-byte group: byte 16l + 8u + w of group c holds
+ * the code of row 2p + l/2 at k = 32c + 16u + 4(l mod 2) + w/2 + (w even ? 8 : 0). That is the
+ * order in which the AVX512_BF16 GEMV of the reference profile consumes them (two table
+ * lookups and two byte unpacks per 64 bytes give its dot products' words; the row-major
+ * layout needs an insert and two more shuffles). The same bits come out of every kernel set,
+ * mode, M and column range as from the SRT_WT_FP8 weight it was made from: the kernels that
+ * do not read the layout natively get row-major copies of 16 rows at a time (slower; only the
+ * reference profile's M = 1 and prefill products on CPUs with AVX512_BF16 + VBMI are native).
+ * Only for rows a multiple of 16 and K a multiple of 128 up to SRT_FP8_PAIRED_KMAX.
+ */
+#define SRT_FP8_PAIRED_KMAX 8192
+
+/* True when an FP8 weight of this shape can be paired. */
+int srt_weight_fp8_pair_ok(size_t rows, size_t cols);
+
+/* *out = src (SRT_WT_FP8, srt_weight_fp8_pair_ok) in the decode layout, its codes in dst
+ * (rows·cols bytes, not overlapping src's; out->scales = src->scales, borrowed). Returns 0,
+ * or SRT_EINVAL (-22) for another type or shape (nothing written). */
+int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weight *out);
+
+/* Rows [n, n + r) of a SRT_WT_FP8_PAIRED weight back in row-major order, r·cols bytes at dst
+ * (n and r even). */
+void srt_weight_fp8_unpair(const struct srt_weight *w, size_t n, size_t r, uint8_t *dst);
 
 /* Bytes of the data and scales arrays of a weight of this type and shape. */
 size_t srt_weight_data_bytes(enum srt_wtype type, size_t rows, size_t cols);

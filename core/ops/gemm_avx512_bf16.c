@@ -231,8 +231,13 @@ static void fp8_arrange(unsigned off, uint8_t *ix)
 	}
 }
 
-static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y,
-		     size_t n0, size_t ntiles)
+/* paired (SRT_WT_FP8_PAIRED, gemm.h): each 64-byte group of a row pair is laid out so that
+ * VPUNPCKLBW / VPUNPCKHBW of its two lookups are the words fp8_arrange's two VPERMI2B make
+ * from a row-major [a 32 | b 32] load: one load and two unpacks in place of a load, an insert
+ * and two VPERMI2B. */
+static inline __attribute__((always_inline)) void
+gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float *xs, float *y, size_t n0,
+	 size_t ntiles, bool paired)
 {
 	const size_t K = w->cols, nb = K / KB;
 	const __m512i tl0 = _mm512_load_si512(tab.fp8_lo), tl1 = _mm512_load_si512(tab.fp8_lo + 64);
@@ -262,15 +267,20 @@ static void gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float 
 							     _MM_HINT_T1);
 				for (int p = 0; p < 4; p++) {
 					const size_t o = b * KB + (size_t)i * 32;
-					const __m512i r = _mm512_inserti64x4(
-						_mm512_castsi256_si512(_mm256_loadu_si256(
-							(const __m256i *)(const void *)(rows[2 * p] + o))),
-						_mm256_loadu_si256((const __m256i *)(const void *)(rows[2 * p + 1] + o)), 1);
+					/* paired: the pair's group 4b + i starts at byte 2·o of its 2K */
+					const __m512i r = paired
+						? _mm512_loadu_si512((const void *)(rows[2 * p] + 2 * o))
+						: _mm512_inserti64x4(
+							_mm512_castsi256_si512(_mm256_loadu_si256(
+								(const __m256i *)(const void *)(rows[2 * p] + o))),
+							_mm256_loadu_si256((const __m256i *)(const void *)(rows[2 * p + 1] + o)), 1);
 					const __m512i lo = _mm512_permutex2var_epi8(tl0, r, tl1);
 					const __m512i hi = _mm512_ternarylogic_epi32(
 						_mm512_permutex2var_epi8(th0, r, th1), r, sgn, 0xF8); /* a | (b & c) */
-					const __m512i w0 = _mm512_permutex2var_epi8(lo, ar0, hi);
-					const __m512i w1 = _mm512_permutex2var_epi8(lo, ar1, hi);
+					const __m512i w0 = paired ? _mm512_unpacklo_epi8(lo, hi)
+								  : _mm512_permutex2var_epi8(lo, ar0, hi);
+					const __m512i w1 = paired ? _mm512_unpackhi_epi8(lo, hi)
+								  : _mm512_permutex2var_epi8(lo, ar1, hi);
 					acc[p] = _mm512_dpbf16_ps(acc[p], as_bh(w0), as_bh(xw[b * 8 + 2 * i]));
 					acc[p] = _mm512_dpbf16_ps(acc[p], as_bh(w1), as_bh(xw[b * 8 + 2 * i + 1]));
 				}
@@ -683,16 +693,20 @@ bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const 
 			     float *y, size_t n0, size_t ntiles)
 {
 	const size_t K = w->cols, nb = K / KB;
-	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4) || K % KB != 0 || K > GEMV_KMAX ||
-	    !srt_gemm_bf16dp_usable())
+	const bool paired = w->type == SRT_WT_FP8_PAIRED;
+	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4 && !paired) || K % KB != 0 ||
+	    K > GEMV_KMAX || (paired && n0 % 2 != 0) || !srt_gemm_bf16dp_usable())
 		return false;
 	_Alignas(64) __m512i xw[GEMV_KMAX / 16]; /* FP8: one per 16 k; FP4: one per 32 */
-	if (w->type == SRT_WT_FP8) {
+	if (w->type != SRT_WT_FP4) {
 		for (size_t b = 0; b < nb; b++)
 			if (!x_exact_products(xq + b * KB))
 				return false;
 		fp8_x_words(xq, K / 16, xw);
-		gemv_fp8(w, xw, xs, y, n0, ntiles);
+		if (paired)
+			gemv_fp8(w, xw, xs, y, n0, ntiles, true);
+		else
+			gemv_fp8(w, xw, xs, y, n0, ntiles, false);
 		return true;
 	}
 	struct fp4_xi xi[GEMV_KMAX / KB];

@@ -54,12 +54,21 @@ static inline void srt_gemm_tile8_scales(const struct srt_weight *w, size_t n, s
 	}
 }
 
+/* Byte pos (< 64) of a SRT_WT_FP8_PAIRED group (gemm.h) holds byte srt_fp8_pair_src(pos) of
+ * [the pair's first row's 32 codes | the second row's 32]. */
+static inline unsigned srt_fp8_pair_src(unsigned pos)
+{
+	const unsigned l = pos / 16, u = (pos / 8) % 2, w = pos % 8;
+	return 32u * (l / 2) + 16u * u + 4u * (l % 2) + w / 2 + (w % 2 ? 0u : 8u);
+}
+
 /* True when the CPU has AVX512_BF16, AVX512_VBMI and AVX512VL and VDPBF16PS rounds as the
  * SDM says (a known-answer test, run once; gemm_avx512_bf16.c). Thread-safe, cached. Call
  * only after cpuid showed AVX-512F. */
 bool srt_gemm_bf16dp_usable(void);
 
-/* M = 1, REFERENCE mode, FP8 or FP4 weights: rows [n0, n0 + 8·ntiles) by AVX512_BF16 dot
+/* M = 1, REFERENCE mode, FP8 (also SRT_WT_FP8_PAIRED from an even n0) or FP4 weights: rows
+ * [n0, n0 + 8·ntiles) by AVX512_BF16 dot
  * products (gemm_avx512_bf16.c). False, touching nothing, unless the CPU has AVX512_BF16 and
  * AVX512_VBMI with the SDM's rounding, K % 128 == 0, K <= 8192 and every activation block
  * passes x_exact_products. */
@@ -75,7 +84,8 @@ bool srt_gemv_ref_avx512bf16(const struct srt_weight *w, const float *xq, const 
 size_t srt_gemv_bf16_avx512bf16(const struct srt_weight *w, const float *x, size_t m, size_t ldx,
 				float *y, size_t ldy, size_t n0, size_t ntiles);
 
-/* M >= 8, REFERENCE mode, FP8 or FP4 weights: gemm_tile_avx512.c's transposed kernel by
+/* M >= 8 (SRT_WT_FP8_PAIRED: M >= 2, n0 even), REFERENCE mode, FP8 or FP4 weights:
+ * gemm_tile_avx512.c's transposed kernel by
  * AVX512_BF16 dot products (gemm_tile_avx512_bf16.c), features [n0, n1), n1 - n0 a multiple
  * of 16. False, touching nothing, unless the CPU has AVX512_BF16, AVX512_VBMI and AVX512VL
  * with the SDM's rounding, K % 128 == 0 and K <= 16384. Blocks failing x_exact_products use
@@ -110,6 +120,8 @@ bool srt_gemm_quant_blk_avx2(const float *x, float *xq, float *xs);
 			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_BF16, ref, x, xs, m, ldx, y, ldy, n0, n1) \
 			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_FP8, ref, x, xs, m, ldx, y, ldy, n0, n1)  \
 			SRT_GEMM_RUN_BY_TYPE_1(run, SRT_WT_FP4, ref, x, xs, m, ldx, y, ldy, n0, n1)  \
+		case SRT_WT_FP8_PAIRED: /* gemm.c's gemm_paired */                              \
+			break;                                                                  \
 		}                                                                               \
 		return false;                                                                   \
 	}

@@ -121,16 +121,42 @@ static inline void weight_words(const float *wt, uint32_t *wb)
 		}
 }
 
-/* Rows [0, mc) (mc <= RC), features [n0, n1) (a multiple of 16), nb <= NBMAX. */
+/* decode_t of a SRT_WT_FP8_PAIRED weight (n even): each 64-byte group of the tile's 8 row
+ * pairs back to [a 32 | b 32] by one VPERMB (inv: gemm.h's layout inverted), the block's 16
+ * rows of 128 codes into a row-major copy, decode_t on that. */
+static inline void decode_paired(const struct srt_weight *w, size_t n, size_t k0,
+				 const uint8_t *inv, float *restrict wt)
+{
+	_Alignas(64) uint8_t rm[TF][KB];
+	const __m512i ix = _mm512_load_si512((const void *)inv);
+	for (size_t q = 0; q < TF / 2; q++) {
+		const uint8_t *g = (const uint8_t *)w->data + (n + 2 * q) * w->cols + 2 * k0;
+		for (size_t i = 0; i < KB / 32; i++) {
+			const __m512i u = _mm512_permutexvar_epi8(
+				ix, _mm512_loadu_si512((const void *)(g + 64 * i)));
+			_mm256_store_si256((__m256i *)(void *)&rm[2 * q][32 * i], _mm512_castsi512_si256(u));
+			_mm256_store_si256((__m256i *)(void *)&rm[2 * q + 1][32 * i],
+					   _mm512_extracti64x4_epi64(u, 1));
+		}
+	}
+	const struct srt_weight v = {.type = SRT_WT_FP8, .rows = TF, .cols = KB, .data = rm};
+	decode_t(&v, SRT_WT_FP8, 0, 0, wt);
+}
+
+/* Rows [0, mc) (mc <= RC), features [n0, n1) (a multiple of 16), nb <= NBMAX; paired: w is
+ * SRT_WT_FP8_PAIRED (type SRT_WT_FP8). */
 static inline __attribute__((always_inline)) void
-chunk_dp(const struct srt_weight *w, int type, const float *x, const float *xs, size_t mc,
-	 size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
+chunk_dp(const struct srt_weight *w, int type, bool paired, const float *x, const float *xs,
+	 size_t mc, size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
 	_Alignas(64) float wt[KB * TF];
 	_Alignas(64) uint32_t wb[KB / 2 * TF];
 	_Alignas(64) uint32_t xw[RC][NS * 8];
 	const size_t K = w->cols, nb = K / KB;
 	uint8_t ex[RC][NBMAX];
+	_Alignas(64) uint8_t inv[64];
+	for (unsigned pos = 0; pos < 64; pos++)
+		inv[srt_fp8_pair_src(pos)] = (uint8_t)pos;
 	for (size_t i = 0; i < mc; i++)
 		for (size_t b = 0; b < nb; b++)
 			ex[i][b] = x_exact_products(x + i * ldx + b * KB);
@@ -141,7 +167,10 @@ chunk_dp(const struct srt_weight *w, int type, const float *x, const float *xs, 
 			for (size_t i = 0; i < mc; i++)
 				act_words(x + i * ldx + k0, xw[i]);
 			for (size_t n = ng; n < ne; n += TF) {
-				decode_t(w, type, n, k0, wt);
+				if (paired)
+					decode_paired(w, n, k0, inv, wt);
+				else
+					decode_t(w, type, n, k0, wt);
 				weight_words(wt, wb);
 				__m512 sb[KB / 32];
 				tile_scales_t(w, type, n, b, sb);
@@ -170,17 +199,20 @@ chunk_dp(const struct srt_weight *w, int type, const float *x, const float *xs, 
 bool srt_gemmt_ref_avx512bf16(const struct srt_weight *w, const float *xq, const float *xs,
 			      size_t m, size_t ldx, float *y, size_t ldy, size_t n0, size_t n1)
 {
-	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4) || w->cols % KB != 0 ||
+	const bool paired = w->type == SRT_WT_FP8_PAIRED;
+	if ((w->type != SRT_WT_FP8 && w->type != SRT_WT_FP4 && !paired) || w->cols % KB != 0 ||
 	    w->cols / KB > NBMAX || (n1 - n0) % TF != 0 || w->cols * TF >= ((size_t)1 << 31) ||
-	    !srt_gemm_bf16dp_usable())
+	    (paired && n0 % 2 != 0) || !srt_gemm_bf16dp_usable())
 		return false;
 	const size_t nb = w->cols / KB;
 	for (size_t i0 = 0; i0 < m; i0 += RC) {
 		const size_t mc = m - i0 < RC ? m - i0 : RC;
-		if (w->type == SRT_WT_FP8)
-			chunk_dp(w, SRT_WT_FP8, xq + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
+		if (paired)
+			chunk_dp(w, SRT_WT_FP8, true, xq + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
+		else if (w->type == SRT_WT_FP8)
+			chunk_dp(w, SRT_WT_FP8, false, xq + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
 		else
-			chunk_dp(w, SRT_WT_FP4, xq + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
+			chunk_dp(w, SRT_WT_FP4, false, xq + i0 * ldx, xs + i0 * nb, mc, ldx, y + i0 * ldy, ldy, n0, n1);
 	}
 	return true;
 }

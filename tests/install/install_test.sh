@@ -35,9 +35,11 @@ for h in ops ops/fp ops/quant ops/rope ops/norm ops/hadamard ops/gemm ops/act; d
 done
 [ ! -e "$prefix/include/shadowrt/ops/gemm_isa.h" ] || fail "internal header gemm_isa.h installed"
 # only the public API is exported (no ISA kernels, no helpers)
-if nm -D --defined-only "$so" | awk '{print $3}' | grep -v '^SHADOWRT_OPS_1$' | grep -qv '^srt_[a-z0-9_]*@@SHADOWRT_OPS_1$'; then
-	fail "$so exports symbols outside SHADOWRT_OPS_1: $(nm -D --defined-only "$so" | grep -v SHADOWRT_OPS_1)"
+if nm -D --defined-only "$so" | awk '{print $3}' | grep -Ev '^SHADOWRT_OPS_1(\.1)?$' | grep -Eqv '^srt_[a-z0-9_]*@@SHADOWRT_OPS_1(\.1)?$'; then
+	fail "$so exports symbols outside SHADOWRT_OPS_1 and 1.1: $(nm -D --defined-only "$so" | grep -Ev 'SHADOWRT_OPS_1(\.1)?$')"
 fi
+nm -D --defined-only "$so" | grep -q 'srt_weight_fp8_pair@@SHADOWRT_OPS_1\.1$' || fail "$so lacks srt_weight_fp8_pair@@SHADOWRT_OPS_1.1"
+nm -D --defined-only "$so" | grep -q 'srt_gemm_ref@@SHADOWRT_OPS_1$' || fail "$so moved srt_gemm_ref out of SHADOWRT_OPS_1"
 nm -D --defined-only "$so" | grep -q 'srt_gemmk' && fail "$so exports the internal srt_gemmk_* kernels"
 
 # pkg-config must point into the temporary prefix, whatever CMAKE_INSTALL_PREFIX was.
@@ -60,7 +62,7 @@ ${CC:-cc} -std=c11 -Wall -Wextra -Werror $sdk_cflags -o "$tmp/sdk_check" "$src/t
 case "$sdk_cflags" in *"$src"*) fail "shadowrt-ops cflags point into the source tree: $sdk_cflags" ;; esac
 ldd "$tmp/sdk_check" | grep -q "$(cd "$prefix/$libdir" && pwd -P)/libshadowrt-ops.so.1\|$prefix/$libdir/libshadowrt-ops.so.1" ||
 	fail "sdk_check does not load the installed library: $(ldd "$tmp/sdk_check")"
-"$tmp/sdk_check" | grep -q '^sdk ok 100 ' || fail "sdk_check did not run"
+"$tmp/sdk_check" | grep -q '^sdk ok 101 ' || fail "sdk_check did not run"
 
 # The example, copied away from the source tree so only installed headers can be found.
 cp -R "$src/examples/hello-plugin" "$tmp/hello"

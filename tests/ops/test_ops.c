@@ -602,6 +602,9 @@ static void make_weight(struct wtest *t, enum srt_wtype type, size_t N, size_t K
 				t->deq[n * K + k] = srt_fp4_e2m1_to_f32(srt_fp4_get(t->data, n * K + k)) *
 						    srt_e8m0_to_f32(t->scales[n * (K / 32) + k / 32]);
 		break;
+	case SRT_WT_FP8_PAIRED: /* made from an FP8 one (srt_weight_fp8_pair) */
+		ck_abort_msg("make_weight: pair an SRT_WT_FP8 weight instead");
+		break;
 	}
 	t->w = (struct srt_weight){type, N, K, t->data, (type >= SRT_WT_FP8) ? t->scales : NULL};
 	free(src);
@@ -853,6 +856,105 @@ START_TEST(gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m)
 	free(xq);
 	free(y0);
 	free(y1);
+}
+END_TEST
+
+/* SRT_WT_FP8_PAIRED (gemm.h): the layout is the one gemm.h describes (checked here from its
+ * words, byte by byte), unpairs back to the row-major codes, refuses shapes it does not take,
+ * and every kernel set gives the FP8 weight's bits on it: both modes, M = 1 (the decode
+ * kernel) to 130 (two prefill row chunks), column ranges on and off the pairs and tiles,
+ * ordinary and extreme activations (the kernels' exactness fallbacks). */
+START_TEST(gemm_fp8_paired_layout_gives_the_row_major_bits_in_every_kernel_set)
+{
+	static const size_t Ms[] = {1, 2, 3, 8, 17, 130};
+	static const size_t ranges[][2] = {{0, 272}, {16, 256}, {2, 270}, {1, 271}, {8, 40}, {0, 8},
+					   {4, 10}};
+	enum { N = 272, K = 384, MMAX = 130 };
+	const enum srt_gemm_isa best = srt_gemm_isa_best();
+	struct wtest t;
+	make_raw_weight(&t, SRT_WT_FP8, N, K, false);
+	uint8_t *pd = malloc((size_t)N * K), *back = malloc((size_t)N * K);
+	struct srt_weight pw;
+	ck_assert_int_eq(srt_weight_fp8_pair(&t.w, pd, &pw), 0);
+	ck_assert_int_eq(pw.type, SRT_WT_FP8_PAIRED);
+	ck_assert_ptr_eq(pw.data, pd);
+	ck_assert_ptr_eq(pw.scales, t.scales);
+	const uint8_t *c = t.data;
+	for (size_t p = 0; p < N / 2; p++)
+		for (size_t g = 0; g < K / 32; g++)
+			for (size_t l = 0; l < 4; l++)
+				for (size_t u = 0; u < 2; u++)
+					for (size_t w = 0; w < 8; w++) {
+						const size_t row = 2 * p + l / 2,
+							     k = 32 * g + 16 * u + 4 * (l % 2) + w / 2 + (w % 2 ? 0 : 8);
+						ck_assert_uint_eq(pd[2 * p * K + 64 * g + 16 * l + 8 * u + w],
+								  c[row * K + k]);
+					}
+	srt_weight_fp8_unpair(&pw, 0, N, back);
+	ck_assert_int_eq(memcmp(back, t.data, (size_t)N * K), 0);
+	memset(back, 0, (size_t)N * K);
+	srt_weight_fp8_unpair(&pw, 130, 6, back);
+	ck_assert_int_eq(memcmp(back, c + 130 * K, 6 * K), 0);
+	/* shapes it refuses */
+	struct srt_weight bad = t.w;
+	bad.rows = 40;
+	ck_assert_int_eq(srt_weight_fp8_pair(&bad, pd, &pw), SRT_EINVAL);
+	bad = t.w;
+	bad.cols = 8320;
+	ck_assert_int_eq(srt_weight_fp8_pair(&bad, pd, &pw), SRT_EINVAL);
+	bad = t.w;
+	bad.type = SRT_WT_FP4;
+	ck_assert_int_eq(srt_weight_fp8_pair(&bad, pd, &pw), SRT_EINVAL);
+	ck_assert_int_eq(srt_weight_fp8_pair(&t.w, pd, &pw), 0);
+
+	float *x = malloc(sizeof(float) * MMAX * K), *xq = malloc(sizeof(float) * MMAX * K);
+	float *xs = malloc(sizeof(float) * MMAX * K / 128);
+	float *y0 = malloc(sizeof(float) * MMAX * N), *y1 = malloc(sizeof(float) * MMAX * N);
+	for (int wide = 0; wide < 2; wide++) {
+		for (size_t i = 0; i < (size_t)MMAX * K; i++) {
+			x[i] = i % 97 == 0 ? -0.0f : frand() * (float)(1 + i % 5);
+			if (wide)
+				x[i] *= ldexpf(1.0f, (int)((i / 128) * 37 % 266) - 140);
+		}
+		for (size_t m = 0; m < MMAX; m++)
+			srt_gemm_quant_row(x + m * K, K, xq + m * K, xs + m * (K / 128));
+		if (wide) /* any floats as "quantized" activations in some rows */
+			memcpy(xq + 3 * K, x + 3 * K, sizeof(float) * 20 * K);
+		for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
+			ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
+			for (size_t mi = 0; mi < N_OF(Ms); mi++)
+				for (size_t ri = 0; ri < N_OF(ranges); ri++) {
+					const size_t M = Ms[mi], n0 = ranges[ri][0], n1 = ranges[ri][1];
+					if (M > 17 && ri > 1)
+						continue; /* the long M once or twice is enough */
+					for (int mode = 0; mode < 2; mode++) {
+						memset(y0, 0x7F, sizeof(float) * MMAX * N);
+						memset(y1, 0x7F, sizeof(float) * MMAX * N);
+						if (mode == 0) {
+							srt_gemm_exact(&t.w, x, M, K, y0, N, n0, n1);
+							srt_gemm_exact(&pw, x, M, K, y1, N, n0, n1);
+						} else {
+							srt_gemm_ref(&t.w, xq, xs, M, K, y0, N, n0, n1);
+							srt_gemm_ref(&pw, xq, xs, M, K, y1, N, n0, n1);
+						}
+						for (size_t i = 0; i < M * N; i++)
+							ck_assert_msg(same_float(y0[i], y1[i]),
+								      "%s wide %d mode %d M %zu [%zu, %zu): y[%zu][%zu] %a paired, %a row-major",
+								      srt_gemm_isa_name((enum srt_gemm_isa)isa), wide,
+								      mode, M, n0, n1, i / N, i % N, y1[i], y0[i]);
+					}
+				}
+		}
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+	free(x);
+	free(xq);
+	free(xs);
+	free(y0);
+	free(y1);
+	free(pd);
+	free(back);
+	free_weight(&t);
 }
 END_TEST
 
@@ -1367,6 +1469,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_results_are_bitwise_identical_for_chunked_and_one_shot_runs);
 	tcase_add_test(tc, gemm_reference_on_prepared_activations_equals_convenience_call);
 	tcase_add_test(tc, gemm_every_kernel_set_is_bitwise_identical_to_generic_for_every_m);
+	tcase_add_test(tc, gemm_fp8_paired_layout_gives_the_row_major_bits_in_every_kernel_set);
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
 	tcase_add_test(tc, gemv_fp4_integer_sums_match_generic_at_their_fit_boundary);
 	tcase_add_test(tc, gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations);

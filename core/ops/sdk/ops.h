@@ -32,7 +32,7 @@
  *   SRT_PROFILE_F32        no rounding and no fake-quant: SRT_GEMM_EXACT everywhere.
  *
  * Versioning: the soname is libshadowrt-ops.so.1; symbols carry the version node
- * SHADOWRT_OPS_1. A changed result of an existing function is a new major version (a plugin
+ * SHADOWRT_OPS_1 (1.0) or SHADOWRT_OPS_1.1 (1.1: srt_weight_fp8_pair*). A changed result of an existing function is a new major version (a plugin
  * that compares against the built-ins must know); new functions come as new minor nodes.
  */
 #ifndef SHADOWRT_OPS_H
@@ -47,14 +47,14 @@
 #include "ops/rope.h"
 
 #define SRT_OPS_VERSION_MAJOR 1
-#define SRT_OPS_VERSION_MINOR 0
+#define SRT_OPS_VERSION_MINOR 1
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 /*
- * The library's version as major * 100 + minor (100 for 1.0), to check at run time that the
+ * The library's version as major * 100 + minor (101 for 1.1), to check at run time that the
  * loaded library is at least the one a plugin was built against:
  *     srt_ops_version() >= SRT_OPS_VERSION_MAJOR * 100 + SRT_OPS_VERSION_MINOR
  */

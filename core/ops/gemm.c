@@ -5,6 +5,9 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #include "ops/fp.h"
 #include "ops/gemm_isa.h"
@@ -214,6 +217,15 @@ int srt_weight_fp8_pair_ok(size_t rows, size_t cols)
 	       cols <= SRT_FP8_PAIRED_KMAX;
 }
 
+int srt_weight_fp8_pair_native(void)
+{
+#if defined(SRT_OPS_X86)
+	return srt_gemm_isa_current() == SRT_GEMM_ISA_AVX512 && srt_gemm_bf16dp_usable();
+#else
+	return 0;
+#endif
+}
+
 int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weight *out)
 {
 	if (!src || !dst || !out || src->type != SRT_WT_FP8 || !src->data || !src->scales ||
@@ -234,6 +246,64 @@ int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weig
 	out->type = SRT_WT_FP8_PAIRED;
 	out->data = dst;
 	return 0;
+}
+
+int srt_weight_fp8_pair_all(struct srt_weight *const *ws, size_t n, struct srt_fp8_block *b)
+{
+	const size_t huge = (size_t)2 << 20;
+	size_t total = 0;
+	b->base = NULL;
+	b->len = 0;
+	for (size_t i = 0; i < n; i++)
+		if (ws[i]->type == SRT_WT_FP8 && srt_weight_fp8_pair_ok(ws[i]->rows, ws[i]->cols))
+			total += ws[i]->rows * ws[i]->cols; /* multiples of 16 * 128 bytes */
+	if (total == 0)
+		return 0;
+	total = (total + huge - 1) / huge * huge;
+	uint8_t *a;
+#if defined(__linux__)
+	uint8_t *m = mmap(NULL, total + huge, PROT_READ | PROT_WRITE,
+			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return SRT_ENOMEM;
+	a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
+	if (a > m) /* the unaligned head and tail go back */
+		munmap(m, (size_t)(a - m));
+	if (m + total + huge > a + total)
+		munmap(a + total, (size_t)(m + total + huge - (a + total)));
+#ifdef MADV_HUGEPAGE
+	madvise(a, total, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+#endif
+#else
+	if (!(a = aligned_alloc(huge, total)))
+		return SRT_ENOMEM;
+#endif
+	size_t off = 0;
+	for (size_t i = 0; i < n; i++)
+		if (ws[i]->type == SRT_WT_FP8 && srt_weight_fp8_pair_ok(ws[i]->rows, ws[i]->cols)) {
+			const struct srt_weight src = *ws[i];
+			srt_weight_fp8_pair(&src, a + off, ws[i]);
+			off += src.rows * src.cols;
+		}
+#if defined(__linux__)
+	mprotect(a, total, PROT_READ);
+#endif
+	b->base = a;
+	b->len = total;
+	return 0;
+}
+
+void srt_fp8_block_free(struct srt_fp8_block *b)
+{
+	if (!b || !b->base)
+		return;
+#if defined(__linux__)
+	munmap(b->base, b->len);
+#else
+	free(b->base);
+#endif
+	b->base = NULL;
+	b->len = 0;
 }
 
 void srt_weight_fp8_unpair(const struct srt_weight *w, size_t n, size_t r, uint8_t *dst)

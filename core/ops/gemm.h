@@ -130,10 +130,29 @@ const char *srt_gemm_isa_name(enum srt_gemm_isa isa);
 /* True when an FP8 weight of this shape can be paired. */
 int srt_weight_fp8_pair_ok(size_t rows, size_t cols);
 
+/* True when the kernel set in use reads SRT_WT_FP8_PAIRED natively (AVX-512 with AVX512_BF16
+ * and VBMI): the layout only pays there; elsewhere every product copies rows back. */
+int srt_weight_fp8_pair_native(void);
+
 /* *out = src (SRT_WT_FP8, srt_weight_fp8_pair_ok) in the decode layout, its codes in dst
  * (rows·cols bytes, not overlapping src's; out->scales = src->scales, borrowed). Returns 0,
  * or SRT_EINVAL (-22) for another type or shape (nothing written). */
 int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weight *out);
+
+/* Memory that holds paired weights (srt_weight_fp8_pair_all); all zero = none. */
+struct srt_fp8_block {
+	void *base;
+	size_t len;
+};
+
+/* Each of ws[0 .. n) that is SRT_WT_FP8 of a shape srt_weight_fp8_pair_ok takes, paired in
+ * place of its view, all into one new block b of anonymous memory: 2 MiB aligned and advised
+ * onto transparent huge pages before the first write (a decode streams every byte once per
+ * token; on 4 KiB pages the layout's gain is lost to TLB misses), read-only once written.
+ * Returns 0 (b all zero when no weight qualified), or SRT_ENOMEM (-12) with the weights
+ * unchanged. Free with srt_fp8_block_free once no weight points into it. */
+int srt_weight_fp8_pair_all(struct srt_weight *const *ws, size_t n, struct srt_fp8_block *b);
+void srt_fp8_block_free(struct srt_fp8_block *b);
 
 /* Rows [n, n + r) of a SRT_WT_FP8_PAIRED weight back in row-major order, r·cols bytes at dst
  * (n and r even). */

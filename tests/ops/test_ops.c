@@ -906,6 +906,32 @@ START_TEST(gemm_fp8_paired_layout_gives_the_row_major_bits_in_every_kernel_set)
 	bad.type = SRT_WT_FP4;
 	ck_assert_int_eq(srt_weight_fp8_pair(&bad, pd, &pw), SRT_EINVAL);
 	ck_assert_int_eq(srt_weight_fp8_pair(&t.w, pd, &pw), 0);
+	/* several at once into one block: the eligible ones only, the same bytes */
+	{
+		struct srt_weight a = t.w, b = t.w, c = t.w, e = t.w;
+		b.rows = 40;               /* not a multiple of 16: stays */
+		c.type = SRT_WT_FP4;       /* not FP8: stays */
+		e.rows = 128;              /* the first 128 rows */
+		struct srt_weight *ws[4] = {&a, &b, &c, &e};
+		struct srt_fp8_block blk = {0};
+		ck_assert_int_eq(srt_weight_fp8_pair_all(ws, 4, &blk), 0);
+		ck_assert_ptr_nonnull(blk.base);
+		ck_assert_uint_eq((uintptr_t)blk.base % (2u << 20), 0);
+		ck_assert_uint_ge(blk.len, (size_t)(N + 128) * K);
+		ck_assert_int_eq(a.type, SRT_WT_FP8_PAIRED);
+		ck_assert_int_eq(e.type, SRT_WT_FP8_PAIRED);
+		ck_assert_int_eq(b.type, SRT_WT_FP8);
+		ck_assert_ptr_eq(b.data, t.data);
+		ck_assert_int_eq(c.type, SRT_WT_FP4);
+		ck_assert_int_eq(memcmp(a.data, pd, (size_t)N * K), 0);
+		ck_assert_int_eq(memcmp(e.data, pd, (size_t)128 * K), 0);
+		srt_fp8_block_free(&blk);
+		ck_assert_ptr_null(blk.base);
+		struct srt_weight *none[1] = {&b};
+		ck_assert_int_eq(srt_weight_fp8_pair_all(none, 1, &blk), 0);
+		ck_assert_ptr_null(blk.base);
+		srt_fp8_block_free(&blk);
+	}
 
 	float *x = malloc(sizeof(float) * MMAX * K), *xq = malloc(sizeof(float) * MMAX * K);
 	float *xs = malloc(sizeof(float) * MMAX * K / 128);

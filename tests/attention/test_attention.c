@@ -71,8 +71,10 @@ static void teardown(void)
 /* ---- instances ---------------------------------------------------------------------------- */
 
 struct opts {
-	const char *kv, *ix;
+	const char *kv, *ix, *fp8;
 };
+
+static const char *opt_fp8; /* option fp8_layout of the instances try_inst makes (NULL: auto) */
 
 static const char *opt_cb(void *ctx, const char *key)
 {
@@ -81,6 +83,8 @@ static const char *opt_cb(void *ctx, const char *key)
 		return o->kv;
 	if (!strcmp(key, "index_dtype"))
 		return o->ix;
+	if (!strcmp(key, "fp8_layout"))
+		return o->fp8;
 	return NULL;
 }
 
@@ -101,6 +105,7 @@ static int try_inst(int layer, uint32_t profile, const char *kv, const char *ix,
 		return rc;
 	o.kv = kv;
 	o.ix = ix;
+	o.fp8 = opt_fp8;
 	memset(&a, 0, sizeof(a));
 	a.struct_size = sizeof(a);
 	a.model = &F.cfg;
@@ -675,6 +680,50 @@ START_TEST(test_results_do_not_depend_on_the_thread_count)
 }
 END_TEST
 
+/* Option fp8_layout: the FP8 matrices paired for the decode GEMV (gemm.h's
+ * SRT_WT_FP8_PAIRED) give the row-major views' bits, over prefill chunks and decode steps, in
+ * both profiles; a value it does not know is refused by name. */
+START_TEST(test_fp8_layout_paired_equals_rows_bitwise)
+{
+	const int layer = _i;
+	const int32_t dec = 6; /* decode steps after the prefill */
+	int64_t d = F.cfg.hidden_size;
+	float *x = inputs(700 + _i, T), *yr = malloc(T * d * 4), *yp = malloc(T * d * 4);
+	static const uint32_t profiles[2] = {SRT_PROFILE_REFERENCE, SRT_PROFILE_F32};
+	for (int pi = 0; pi < 2; pi++) {
+		struct srt_instance *in[2];
+		float *y[2] = {yr, yp};
+		for (int k = 0; k < 2; k++) {
+			opt_fp8 = k ? "paired" : "rows";
+			in[k] = inst(layer, profiles[pi], NULL, NULL);
+			const struct srt_attn *a = attn_of(in[k]);
+			ck_assert_int_eq(a->fp8_paired, k);
+			ck_assert_int_eq(a->lw[0].wq_a.type, k ? SRT_WT_FP8_PAIRED : SRT_WT_FP8);
+			ck_assert_int_eq(a->lw[0].wq_b.type, k ? SRT_WT_FP8_PAIRED : SRT_WT_FP8);
+			ck_assert(k ? a->lw[0].fp8_block.base != NULL : a->lw[0].fp8_block.base == NULL);
+			struct seq s;
+			seq_init(&s, in[k], 3);
+			run_chunks(in[k], layer, &s, 0, T - dec, 200, x, y[k]);
+			run_chunks(in[k], layer, &s, T - dec, dec, 1, x + (T - dec) * d, y[k] + (T - dec) * d);
+			seq_free(&s);
+			srt_instance_destroy(in[k]);
+		}
+		ck_assert_msg(!memcmp(yr, yp, T * d * 4), "%s profile %u: paired and row-major FP8 "
+			      "weights differ", plugin_of(layer), profiles[pi]);
+	}
+	char why[512] = "";
+	struct srt_instance *bad = NULL;
+	opt_fp8 = "columns";
+	ck_assert_int_eq(try_inst(layer, SRT_PROFILE_REFERENCE, NULL, NULL, 1, &bad, why, sizeof(why)),
+			 SRT_EINVAL);
+	ck_assert_msg(strstr(why, "fp8_layout") && strstr(why, "columns"), "%s", why);
+	opt_fp8 = NULL;
+	free(x);
+	free(yr);
+	free(yp);
+}
+END_TEST
+
 /* DeepSeek-V4-Flash shapes, declaration only: the FlashMLA-sized entries of spec section 8. */
 START_TEST(test_flash_shapes_declare_584_byte_fp8_entries_and_68_byte_fp4_keys)
 {
@@ -728,6 +777,7 @@ static Suite *attention_suite(void)
 			    2);
 	tcase_add_test(tc, test_errors_name_the_missing_page_layer_and_weights);
 	tcase_add_loop_test(tc, test_results_do_not_depend_on_the_thread_count, 0, 2);
+	tcase_add_loop_test(tc, test_fp8_layout_paired_equals_rows_bitwise, 1, 4);
 	tcase_add_test(tc, test_flash_shapes_declare_584_byte_fp8_entries_and_68_byte_fp4_keys);
 	suite_add_tcase(s, tc);
 	if (tfx_have_numpy_ref()) {

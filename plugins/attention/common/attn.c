@@ -12,6 +12,7 @@
 #include "attn_dot.h"
 #include "attn_util.h"
 #include "ops/fp.h"
+#include "ops/gemm.h"
 #include "ops/quant.h"
 #include "ops/rope.h"
 
@@ -139,6 +140,20 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 	}
 	if (rc)
 		return rc;
+	{
+		/* auto: paired where it pays, the reference profile on a kernel set that reads
+		 * the layout natively (the f32 profile's products would copy rows back) */
+		const char *v = option(args, "fp8_layout");
+		if (!v || !strcmp(v, "auto"))
+			a->fp8_paired = a->ref && srt_weight_fp8_pair_native();
+		else if (!strcmp(v, "paired") || !strcmp(v, "rows"))
+			a->fp8_paired = !strcmp(v, "paired");
+		else {
+			srt_attn_why(why, why_len, "%s: option fp8_layout: '%s' is not one of auto, "
+				     "paired, rows", a->name, v);
+			return SRT_EINVAL;
+		}
+	}
 	if (m->head_dim <= m->qk_rope_head_dim || (m->head_dim - m->qk_rope_head_dim) % 64 ||
 	    m->qk_rope_head_dim % 2 || m->qk_rope_head_dim > 256 || m->head_dim > 1024) {
 		srt_attn_why(why, why_len, "%s: head_dim %d with qk_rope_head_dim %d: the nope part "
@@ -442,6 +457,18 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		    (rc = load_comp(&ld, "indexer.compressor.", 4, (int)idim, &lw->icomp)))
 			return rc;
 	}
+	if (a->fp8_paired) {
+		/* iwq_b is all zeros (no FP8 weight) outside CSA; wo_a8 only where its per-group
+		 * views (attn_forward.c's woa_f32) stay whole groups of 16 rows */
+		struct srt_weight *ws[6] = {&lw->wq_a, &lw->wq_b, &lw->wkv, &lw->wo_b, &lw->iwq_b,
+					    &lw->wo_a8};
+		const size_t nw = lw->wo_a8_ok && ol % 16 == 0 ? 6 : 5;
+		if (srt_weight_fp8_pair_all(ws, nw, &lw->fp8_block)) {
+			srt_attn_why(why, why_len, "%s: layer %d: out of memory for the paired FP8 "
+				     "weights (option fp8_layout = rows avoids the copy)", a->name, L);
+			return SRT_ENOMEM;
+		}
+	}
 	return 0;
 }
 
@@ -470,6 +497,7 @@ void srt_attn_destroy(struct srt_attn *a)
 					srt_attn_tm_free(h, &l->wo_a[g]);
 			h->free(l->wo_a);
 			srt_attn_tm_free(h, &l->iwp);
+			srt_fp8_block_free(&l->fp8_block);
 			free_comp(h, &l->comp);
 			free_comp(h, &l->icomp);
 		}

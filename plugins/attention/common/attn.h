@@ -94,6 +94,10 @@ struct srt_attn_lw {
 	struct srt_attn_comp icomp;  /* ratio 4: the indexer's compressor */
 	struct srt_weight iwq_b;     /* ratio 4: indexer query projection */
 	struct srt_attn_tm iwp;      /* ratio 4: weights_proj [index_n_heads][dim], tiled */
+	/* option fp8_layout: the layer's FP8 matrices (wq_a, wq_b, wkv, wo_a8, wo_b, iwq_b) paired
+	 * for the decode GEMV (gemm.h's SRT_WT_FP8_PAIRED) in this block, in place of views into
+	 * the checkpoint; NULL when they stay row-major */
+	struct srt_fp8_block fp8_block;
 };
 
 struct srt_attn {
@@ -102,6 +106,7 @@ struct srt_attn {
 	const char *name;                 /* "swa", "csa", "hca" (static) */
 	int ratio;
 	int ref;                          /* 1: reference profile, 0: f32 */
+	int fp8_paired;                   /* option fp8_layout resolved: pair the FP8 matrices */
 	uint32_t P;                       /* page tokens */
 	int32_t *layers;                  /* [n_layers], host->alloc'ed */
 	uint32_t n_layers;

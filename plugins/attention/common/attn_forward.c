@@ -1595,8 +1595,8 @@ static void woa_f32(struct fwd *f, size_t g, size_t n0, size_t n1, float *ones)
 	size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
 	size_t G = (size_t)m->o_groups, ol = (size_t)m->o_lora_rank, gk = H * hd / G;
 	const struct srt_weight *w8 = &f->lw->wo_a8;
-	const struct srt_weight wg = {
-		.type = SRT_WT_FP8, .rows = ol, .cols = gk,
+	const struct srt_weight wg = { /* FP8, or paired (attn.c; whole pairs: ol % 16 == 0) */
+		.type = w8->type, .rows = ol, .cols = gk,
 		.data = (const uint8_t *)w8->data + g * ol * gk,
 		.scales = w8->scales + (g * ol / 128) * (gk / 128)};
 	/* srt_gemm_ref with activation scales of 1 (in the thread's unused tile buffer): per

@@ -40,6 +40,8 @@
 	static const struct srt_plugin_option attn_opts_kv[] = {                                 \
 		{"kv_dtype", "auto|bf16|fp8|f32", "auto",                                        \
 		 "KV entry format (auto: fp8 in the reference profile, f32 in f32)"},            \
+		{"fp8_layout", "auto|paired|rows", "auto",                                       \
+		 "FP8 weights copied into the decode GEMV's layout (auto: reference on AVX512_BF16)"}, \
 		{NULL, NULL, NULL, NULL},                                                        \
 	};                                                                                       \
 	static const struct srt_plugin_option attn_opts_csa[] = {                                \
@@ -47,6 +49,8 @@
 		 "KV entry format (auto: fp8 in the reference profile, f32 in f32)"},            \
 		{"index_dtype", "auto|bf16|fp8|fp4|f32", "auto",                                 \
 		 "indexer key format (auto: fp4 in reference, f32 in f32; else kv_dtype)"},       \
+		{"fp8_layout", "auto|paired|rows", "auto",                                       \
+		 "FP8 weights copied into the decode GEMV's layout (auto: reference on AVX512_BF16)"}, \
 		{NULL, NULL, NULL, NULL},                                                        \
 	};                                                                                       \
 	static const struct srt_plugin_desc attn_desc = {                                        \

@@ -71,6 +71,7 @@ struct moe_layer {
 	int64_t tid_rows;
 	struct srt_weight *experts; /* [E][3]: w1, w2, w3 (views into the checkpoint) */
 	struct srt_weight shared[3];  /* w1, w2, w3 */
+	struct srt_fp8_block fp8_block; /* option fp8_layout: the shared expert, paired (gemm.h) */
 };
 
 /* One group of rows that go through the same expert. */
@@ -83,6 +84,7 @@ struct moe_group {
 struct moe_inst {
 	const struct srt_host *host;
 	int profile;
+	int fp8_paired; /* option fp8_layout resolved */
 	int64_t d, inter, n_exp, topk;
 	float route_scale, limit, eps;
 	int32_t n_layers;
@@ -295,6 +297,7 @@ static void free_layer(const struct srt_host *host, struct moe_layer *l)
 	host->free(l->norm);
 	host->free(l->bias);
 	host->free(l->experts);
+	srt_fp8_block_free(&l->fp8_block);
 }
 
 static void free_scratch(struct moe_inst *in)
@@ -394,6 +397,14 @@ static int load_layer(struct moe_inst *in, const struct srt_plugin_args *args, i
 		if ((rc = load_qw(w, name, rows, cols, &l->shared[j], why, why_len)))
 			return rc;
 	}
+	/* the shared expert runs for every token: its FP8 matrices in the decode GEMV's layout
+	 * (the routed experts stay views: a copy of them all would double their memory) */
+	struct srt_weight *ws[3] = {&l->shared[0], &l->shared[1], &l->shared[2]};
+	if (in->fp8_paired && srt_weight_fp8_pair_all(ws, 3, &l->fp8_block)) {
+		set_why(why, why_len, "layer %d: out of memory for the paired FP8 shared expert "
+			"(option fp8_layout = rows avoids the copy)", L);
+		return SRT_ENOMEM;
+	}
 	return 0;
 }
 
@@ -443,6 +454,18 @@ static int moe_create(const struct srt_host *host, const struct srt_plugin_args 
 	memset(in, 0, sizeof(*in));
 	in->host = host;
 	in->profile = (int)args->profile;
+	{
+		const char *v = args->option ? args->option(args->option_ctx, "fp8_layout") : NULL;
+		if (!v || !strcmp(v, "auto"))
+			in->fp8_paired = in->profile == SRT_PROFILE_REFERENCE && srt_weight_fp8_pair_native();
+		else if (!strcmp(v, "paired") || !strcmp(v, "rows"))
+			in->fp8_paired = !strcmp(v, "paired");
+		else {
+			set_why(why, why_len, "option fp8_layout: '%s' is not one of auto, paired, rows", v);
+			rc = SRT_EINVAL;
+			goto out_free;
+		}
+	}
 	in->d = m->hidden_size;
 	in->inter = m->moe_intermediate_size;
 	in->n_exp = m->n_routed_experts;
@@ -1024,6 +1047,9 @@ static const struct srt_moe_vtable moe_vtable = {
 
 /* Options read from the plugin's runtime-config section (srt_plugin_desc.options). */
 static const struct srt_plugin_option moe_options[] = {
+	{"fp8_layout", "auto|paired|rows", "auto",
+	 "the shared expert's FP8 weights copied into the decode GEMV's layout (auto: reference "
+	 "profile on AVX512_BF16)"},
 	{NULL, NULL, NULL, NULL},
 };
 

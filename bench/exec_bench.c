@@ -205,8 +205,12 @@ static json_t *stats_json(const double *v, int n)
 
 /* --- options --------------------------------------------------------------------------- */
 
+#define MAXSETS 64
+
 struct opts {
 	const char *model;
+	const char *sets[MAXSETS]; /* --set SECTION.KEY=VALUE */
+	int nsets;
 	int prompt, steps, runs, warmup, batch, profile, json;
 	int threads[MAXT], nthreads;
 	int depths[MAXD], ndepths;
@@ -241,6 +245,9 @@ static void usage(FILE *f)
 		"                      each phase streams per step and their GB/s over its time,\n"
 		"                      how often a worker of the thread pool slept a step, and the\n"
 		"                      time one thread worked while the others waited\n"
+		"  --set SECTION.KEY=VALUE  a runtime-config key over the built-in default, as\n"
+		"                      shadowrt's --set (repeatable; e.g. A/B a plugin option:\n"
+		"                      --set attention.csa.fp8_layout=rows)\n"
 		"  --json              one JSON object on stdout with every figure (rounds, best,\n"
 		"                      median, bytes, ratios, profiles); the text goes to stderr\n"
 		"  --help              this text\n");
@@ -291,6 +298,12 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				fprintf(stderr, "exec_bench: --clock %s: expected wall or cpu\n", v);
 				return -1;
 			}
+		} else if (!strcmp(a, "--set")) {
+			if (o->nsets == MAXSETS) {
+				fprintf(stderr, "exec_bench: more than %d --set options\n", MAXSETS);
+				return -1;
+			}
+			o->sets[o->nsets++] = v;
 		} else if (!strcmp(a, "--model")) {
 			o->model = v;
 		} else if (!strcmp(a, "--prompt")) {
@@ -810,6 +823,10 @@ int main(int argc, char **argv)
 		tout = stderr;
 	const char *model = o.model;
 	char dir[4096], exe[4096], err[2048];
+	if (srt_runtime_config_set_overrides(o.sets, (size_t)o.nsets, err, sizeof(err))) {
+		fprintf(stderr, "exec_bench: %s\n", err);
+		return 2;
+	}
 	if (!model) {
 		/* <build>/bin/exec_bench -> <build>/models/small */
 		ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);

@@ -231,6 +231,18 @@ static void fp8_arrange(unsigned off, uint8_t *ix)
 	}
 }
 
+static inline __m512i load64(const uint8_t *p)
+{
+	return _mm512_loadu_si512((const void *)p);
+}
+
+/* [a 32 bytes | b 32 bytes] */
+static inline __m512i load_32_32(const uint8_t *a, const uint8_t *b)
+{
+	return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)a)),
+				  _mm256_loadu_si256((const __m256i *)(const void *)b), 1);
+}
+
 /* paired (SRT_WT_FP8_PAIRED, gemm.h): each 64-byte group of a row pair is laid out so that
  * VPUNPCKLBW / VPUNPCKHBW of its two lookups are the words fp8_arrange's two VPERMI2B make
  * from a row-major [a 32 | b 32] load: one load and two unpacks in place of a load, an insert
@@ -268,12 +280,8 @@ gemv_fp8(const struct srt_weight *w, const __m512i *xw, const float *xs, float *
 				for (int p = 0; p < 4; p++) {
 					const size_t o = b * KB + (size_t)i * 32;
 					/* paired: the pair's group 4b + i starts at byte 2·o of its 2K */
-					const __m512i r = paired
-						? _mm512_loadu_si512((const void *)(rows[2 * p] + 2 * o))
-						: _mm512_inserti64x4(
-							_mm512_castsi256_si512(_mm256_loadu_si256(
-								(const __m256i *)(const void *)(rows[2 * p] + o))),
-							_mm256_loadu_si256((const __m256i *)(const void *)(rows[2 * p + 1] + o)), 1);
+					const __m512i r = paired ? load64(rows[2 * p] + 2 * o)
+								 : load_32_32(rows[2 * p] + o, rows[2 * p + 1] + o);
 					const __m512i lo = _mm512_permutex2var_epi8(tl0, r, tl1);
 					const __m512i hi = _mm512_ternarylogic_epi32(
 						_mm512_permutex2var_epi8(th0, r, th1), r, sgn, 0xF8); /* a | (b & c) */

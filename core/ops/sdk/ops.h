@@ -18,7 +18,8 @@
  *   - Thread safety: every function is reentrant and keeps no state, except the process-wide
  *     kernel choice of srt_gemm_set_isa (set it before threads start, or never).
  *   - Memory: nothing is allocated except by srt_gemm (its quantized activations, freed
- *     before it returns); every pointer argument is borrowed for the call.
+ *     before it returns) and srt_weight_fp8_pair_all (the block it returns, freed by
+ *     srt_fp8_block_free); every pointer argument is borrowed for the call.
  *   - Errors: preconditions (sizes that are not multiples of a block, NaN codes) are asserted
  *     programmer errors; srt_gemm returns SRT_ENOMEM when its scratch allocation fails.
  *   - Determinism: results depend neither on the number of rows, column ranges and threads

@@ -262,8 +262,9 @@ int srt_weight_fp8_pair_all(struct srt_weight *const *ws, size_t n, struct srt_f
 	total = (total + huge - 1) / huge * huge;
 	uint8_t *a;
 #if defined(__linux__)
-	uint8_t *m = mmap(NULL, total + huge, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	/* reserved (no MAP_NORESERVE): a copy the machine cannot hold fails here, not later */
+	uint8_t *m = mmap(NULL, total + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			  -1, 0);
 	if (m == MAP_FAILED)
 		return SRT_ENOMEM;
 	a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));

@@ -147,7 +147,7 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 		if (!v || !strcmp(v, "auto"))
 			a->fp8_paired = a->ref && srt_weight_fp8_pair_native();
 		else if (!strcmp(v, "paired") || !strcmp(v, "rows"))
-			a->fp8_paired = !strcmp(v, "paired");
+			a->fp8_paired = a->fp8_must = !strcmp(v, "paired");
 		else {
 			srt_attn_why(why, why_len, "%s: option fp8_layout: '%s' is not one of auto, "
 				     "paired, rows", a->name, v);
@@ -463,7 +463,8 @@ static int load_layer(struct srt_attn *a, const struct srt_weights *w, int32_t L
 		struct srt_weight *ws[6] = {&lw->wq_a, &lw->wq_b, &lw->wkv, &lw->wo_b, &lw->iwq_b,
 					    &lw->wo_a8};
 		const size_t nw = lw->wo_a8_ok && ol % 16 == 0 ? 6 : 5;
-		if (srt_weight_fp8_pair_all(ws, nw, &lw->fp8_block)) {
+		/* no memory for the copy: auto keeps the checkpoint's views (same bits) */
+		if (srt_weight_fp8_pair_all(ws, nw, &lw->fp8_block) && a->fp8_must) {
 			srt_attn_why(why, why_len, "%s: layer %d: out of memory for the paired FP8 "
 				     "weights (option fp8_layout = rows avoids the copy)", a->name, L);
 			return SRT_ENOMEM;

@@ -107,6 +107,7 @@ struct srt_attn {
 	int ratio;
 	int ref;                          /* 1: reference profile, 0: f32 */
 	int fp8_paired;                   /* option fp8_layout resolved: pair the FP8 matrices */
+	int fp8_must;                     /* ... and fail without memory for it (explicit paired) */
 	uint32_t P;                       /* page tokens */
 	int32_t *layers;                  /* [n_layers], host->alloc'ed */
 	uint32_t n_layers;

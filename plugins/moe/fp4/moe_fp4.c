@@ -84,7 +84,7 @@ struct moe_group {
 struct moe_inst {
 	const struct srt_host *host;
 	int profile;
-	int fp8_paired; /* option fp8_layout resolved */
+	int fp8_paired, fp8_must; /* option fp8_layout resolved; must: explicit paired */
 	int64_t d, inter, n_exp, topk;
 	float route_scale, limit, eps;
 	int32_t n_layers;
@@ -400,7 +400,8 @@ static int load_layer(struct moe_inst *in, const struct srt_plugin_args *args, i
 	/* the shared expert runs for every token: its FP8 matrices in the decode GEMV's layout
 	 * (the routed experts stay views: a copy of them all would double their memory) */
 	struct srt_weight *ws[3] = {&l->shared[0], &l->shared[1], &l->shared[2]};
-	if (in->fp8_paired && srt_weight_fp8_pair_all(ws, 3, &l->fp8_block)) {
+	/* no memory for the copy: auto keeps the checkpoint's views (same bits) */
+	if (in->fp8_paired && srt_weight_fp8_pair_all(ws, 3, &l->fp8_block) && in->fp8_must) {
 		set_why(why, why_len, "layer %d: out of memory for the paired FP8 shared expert "
 			"(option fp8_layout = rows avoids the copy)", L);
 		return SRT_ENOMEM;
@@ -457,11 +458,13 @@ static int moe_create(const struct srt_host *host, const struct srt_plugin_args 
 	{
 		const char *v = args->option ? args->option(args->option_ctx, "fp8_layout") : NULL;
 		if (!v || !strcmp(v, "auto"))
-			in->fp8_paired = in->profile == SRT_PROFILE_REFERENCE && srt_weight_fp8_pair_native();
+			in->fp8_paired = in->profile == SRT_PROFILE_REFERENCE &&
+					 srt_weight_fp8_pair_native();
 		else if (!strcmp(v, "paired") || !strcmp(v, "rows"))
-			in->fp8_paired = !strcmp(v, "paired");
+			in->fp8_paired = in->fp8_must = !strcmp(v, "paired");
 		else {
-			set_why(why, why_len, "option fp8_layout: '%s' is not one of auto, paired, rows", v);
+			set_why(why, why_len, "option fp8_layout: '%s' is not one of auto, paired, rows",
+				v);
 			rc = SRT_EINVAL;
 			goto out_free;
 		}

@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "data/golden.h"
 #include "ops/act.h"
@@ -931,6 +934,34 @@ START_TEST(gemm_fp8_paired_layout_gives_the_row_major_bits_in_every_kernel_set)
 		ck_assert_int_eq(srt_weight_fp8_pair_all(none, 1, &blk), 0);
 		ck_assert_ptr_null(blk.base);
 		srt_fp8_block_free(&blk);
+		/* no room for the block (a child process with its address space capped just
+		 * above what it maps): SRT_ENOMEM, the weights untouched */
+		a = t.w;
+		struct srt_weight *one[1] = {&a};
+		fflush(NULL);
+		const pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0) {
+			FILE *st = fopen("/proc/self/status", "r");
+			char line[256];
+			unsigned long long vm_kb = 0;
+			while (st && fgets(line, sizeof line, st))
+				if (sscanf(line, "VmSize: %llu kB", &vm_kb) == 1)
+					break;
+			if (st)
+				fclose(st);
+			const struct rlimit lim = {(rlim_t)(vm_kb + 1024) * 1024,
+						   (rlim_t)(vm_kb + 1024) * 1024};
+			if (!vm_kb || setrlimit(RLIMIT_AS, &lim))
+				_exit(3);
+			const int rc = srt_weight_fp8_pair_all(one, 1, &blk);
+			_exit(rc == SRT_ENOMEM && blk.base == NULL && a.type == SRT_WT_FP8 &&
+				      a.data == t.data ? 0 : 1);
+		}
+		int status = 0;
+		ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+		ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			      "pair_all with no room: child status %d", status);
 	}
 
 	float *x = malloc(sizeof(float) * MMAX * K), *xq = malloc(sizeof(float) * MMAX * K);

@@ -226,6 +226,19 @@ int srt_weight_fp8_pair_native(void)
 #endif
 }
 
+int srt_weight_fp8_layout_option(const char *value, int reference, int *pair, int *must)
+{
+	if (!value || !strcmp(value, "auto")) {
+		*pair = reference && srt_weight_fp8_pair_native();
+		*must = 0;
+	} else if (!strcmp(value, "paired") || !strcmp(value, "rows")) {
+		*pair = *must = !strcmp(value, "paired");
+	} else {
+		return SRT_EINVAL;
+	}
+	return 0;
+}
+
 int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weight *out)
 {
 	if (!src || !dst || !out || src->type != SRT_WT_FP8 || !src->data || !src->scales ||

@@ -134,6 +134,12 @@ int srt_weight_fp8_pair_ok(size_t rows, size_t cols);
  * and VBMI): the layout only pays there; elsewhere every product copies rows back. */
 int srt_weight_fp8_pair_native(void);
 
+/* A plugin's option fp8_layout (NULL = "auto"): *pair = whether to pair its FP8 weights,
+ * *must = whether to fail without memory for the copy. auto: pair in the reference profile
+ * (`reference` nonzero) where srt_weight_fp8_pair_native, must not; paired: pair, must; rows:
+ * neither. Returns 0, or SRT_EINVAL (-22) for another value (nothing written). */
+int srt_weight_fp8_layout_option(const char *value, int reference, int *pair, int *must);
+
 /* *out = src (SRT_WT_FP8, srt_weight_fp8_pair_ok) in the decode layout, its codes in dst
  * (rows·cols bytes, not overlapping src's; out->scales = src->scales, borrowed). Returns 0,
  * or SRT_EINVAL (-22) for another type or shape (nothing written). */

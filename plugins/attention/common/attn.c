@@ -144,11 +144,7 @@ static int declare(struct srt_attn *a, const struct srt_plugin_args *args, char 
 		/* auto: paired where it pays, the reference profile on a kernel set that reads
 		 * the layout natively (the f32 profile's products would copy rows back) */
 		const char *v = option(args, "fp8_layout");
-		if (!v || !strcmp(v, "auto"))
-			a->fp8_paired = a->ref && srt_weight_fp8_pair_native();
-		else if (!strcmp(v, "paired") || !strcmp(v, "rows"))
-			a->fp8_paired = a->fp8_must = !strcmp(v, "paired");
-		else {
+		if (srt_weight_fp8_layout_option(v, a->ref, &a->fp8_paired, &a->fp8_must)) {
 			srt_attn_why(why, why_len, "%s: option fp8_layout: '%s' is not one of auto, "
 				     "paired, rows", a->name, v);
 			return SRT_EINVAL;

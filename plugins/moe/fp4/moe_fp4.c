@@ -457,12 +457,8 @@ static int moe_create(const struct srt_host *host, const struct srt_plugin_args 
 	in->profile = (int)args->profile;
 	{
 		const char *v = args->option ? args->option(args->option_ctx, "fp8_layout") : NULL;
-		if (!v || !strcmp(v, "auto"))
-			in->fp8_paired = in->profile == SRT_PROFILE_REFERENCE &&
-					 srt_weight_fp8_pair_native();
-		else if (!strcmp(v, "paired") || !strcmp(v, "rows"))
-			in->fp8_paired = in->fp8_must = !strcmp(v, "paired");
-		else {
+		if (srt_weight_fp8_layout_option(v, in->profile == SRT_PROFILE_REFERENCE,
+						 &in->fp8_paired, &in->fp8_must)) {
 			set_why(why, why_len, "option fp8_layout: '%s' is not one of auto, paired, rows",
 				v);
 			rc = SRT_EINVAL;

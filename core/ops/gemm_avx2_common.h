@@ -23,8 +23,10 @@
  * each row a stream of its own that the hardware prefetchers pick up late; on the short
  * matrices of a decode step (an expert's 256 KiB, or half of it per thread) that cost 5-9 %
  * of the read rate. So a call first prefetches its first two tiles (at most 32 KiB): rows
- * n0 .. n0 + 15, rowbytes each, of [ntiles] tiles. Only a hint: no result depends on it. */
-static inline void gemv_head_prefetch(const void *data, size_t rowbytes, size_t n0, size_t ntiles)
+ * n0 .. n0 + 15, rowbytes each, of [ntiles] tiles. Only a hint: no result depends on it.
+ * Inlined always: GCC's IPA pure-const pass takes a function of prefetches alone for a const
+ * one and deletes the calls it did not inline (tests/attention/check_prefetch.sh). */
+static inline __attribute__((always_inline)) void gemv_head_prefetch(const void *data, size_t rowbytes, size_t n0, size_t ntiles)
 {
 	const char *p = (const char *)data + n0 * rowbytes;
 	size_t bytes = (ntiles < 2 ? ntiles : 2) * 8 * rowbytes;

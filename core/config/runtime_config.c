@@ -415,7 +415,7 @@ static const char *const rc_sections[] = {"runtime", "attention", "moe",     "re
 static const char *const rc_runtime_keys[] = {"plugin_dirs", "threads", "profile", "model",
 					      "prefill_chunk", "weights"};
 static const char *const rc_cache_keys[] = {"page_size", "write_policy", "prefetch",
-					    "tenant_salt"};
+					    "tenant_salt", "l1_pages"};
 static const char *const rc_sampling_keys[] = {"temperature", "top_p", "seed",
 					       "max_new_tokens"};
 
@@ -707,8 +707,18 @@ static int rc_apply(struct rc_store *st, struct srt_runtime_config *c,
 			c->tenant_salt = v;
 			return 0;
 		}
-		RC_FAIL(e, "unknown key%s (expected page_size, write_policy, prefetch or "
-			"tenant_salt)", rc_dym(dym, sizeof(dym), k, rc_cache_keys,
+		if (!strcmp(k, "l1_pages")) {
+			if (!strcmp(v, "hugepages"))
+				c->l1_huge = 1;
+			else if (!strcmp(v, "heap"))
+				c->l1_huge = 0;
+			else
+				RC_FAIL(e, "'%s' is not a way to hold the L1 cache pages (expected "
+					"hugepages or heap)", v);
+			return 0;
+		}
+		RC_FAIL(e, "unknown key%s (expected page_size, write_policy, prefetch, "
+			"tenant_salt or l1_pages)", rc_dym(dym, sizeof(dym), k, rc_cache_keys,
 					       RC_NELEM(rc_cache_keys)));
 	}
 	if (!strcmp(s, "sampling")) {
@@ -838,6 +848,7 @@ static void rc_defaults(struct srt_runtime_config *c)
 	c->write_policy = SRT_WRITE_THROUGH;
 	c->write_after_hits = 2;
 	c->prefetch = 1;
+	c->l1_huge = 1;
 	c->tenant_salt = "";
 	c->temperature = 0;
 	c->top_p = 1;

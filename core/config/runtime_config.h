@@ -12,7 +12,7 @@
  *               + free options (path, host, port, max_bytes, ...)
  *   [cache]     page_size = 256   write_policy = write_through|write_through_after_N|write_back
  *               (write_through_after_N: N >= 1 hits before the copy; _after_2 is the usual one)
- *               prefetch = on|off   tenant_salt = <string>
+ *               prefetch = on|off   tenant_salt = <string>   l1_pages = hugepages|heap
  *   [sampling]  temperature = 0.7   top_p = 0.95   seed = 42   max_new_tokens = 128
  *
  * A plugin is named by its bare name ("csa": found in the plugin directories) or by a path to
@@ -104,6 +104,9 @@ struct srt_runtime_config {
 	uint32_t write_after_hits; /* N of write_through_after_N (2 unless set) */
 	int prefetch;     /* 0/1 */
 	const char *tenant_salt; /* "" when not set */
+	/* l1_pages: hugepages (1, default) = the engine's L1 KV pages from 2 MiB slabs on
+	 * transparent huge pages (exec/l1pages.h); heap (0) = one malloc per page */
+	int l1_huge;
 
 	/* [sampling] */
 	double temperature; /* >= 0; 0 = greedy */

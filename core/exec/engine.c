@@ -21,6 +21,7 @@
 #include "config/model_config.h"
 #include "config/runtime_config.h"
 #include "exec/identity.h"
+#include "exec/l1pages.h"
 #include "ops/fp.h"
 #include "ops/gemm.h"
 #include "ops/norm.h"
@@ -65,6 +66,7 @@ struct srt_engine {
 	struct srt_tmgr *tmgr;
 	int use_tiers;
 	const struct srt_rdx_allocator *page_alloc; /* opts.page_alloc, or NULL */
+	struct srt_l1_pages *l1; /* without page_alloc and with [cache] l1_pages = hugepages */
 	uint32_t n_pools;
 	uint32_t P;
 	int profile, chunk, threads;
@@ -470,8 +472,16 @@ static int open_plugins(struct srt_engine *e, char *err, size_t errlen)
 	if (e->remat)
 		e->rpol = (struct srt_rdx_remat_policy){.cost = remat_cost_cb, .ctx = &e->rg,
 							.token_cost = e->rg.layers};
+	const struct srt_rdx_allocator *alloc = e->page_alloc ? e->page_alloc : &zero_allocator;
+	if (!e->page_alloc && e->rc.l1_huge) {
+		if (!(e->l1 = srt_l1_pages_create(1))) {
+			seterr(err, errlen, "out of memory (L1 page slabs)");
+			return SRT_ENOMEM;
+		}
+		alloc = srt_l1_pages_allocator(e->l1);
+	}
 	struct srt_rdx_config cc = {.page_tokens = e->P, .budgets = budgets,
-				    .alloc = e->page_alloc ? e->page_alloc : &zero_allocator,
+				    .alloc = alloc,
 				    .mem = SRT_MEM_HOST, .remat = e->remat};
 	char why[1024];
 	if (e->use_tiers && (e->rc.tiers[SRT_TIER_L2].enabled || e->rc.tiers[SRT_TIER_L3].enabled)) {
@@ -590,6 +600,7 @@ void srt_engine_close(struct srt_engine *e)
 		srt_engine_seq_free(e->live);
 	srt_rdx_cache_destroy(e->cache);
 	srt_tier_stack_close(e->tiers);
+	srt_l1_pages_destroy(e->l1); /* after the cache and the tiers: they free pages */
 	for (int i = 0; i < e->n_attn; i++) {
 		srt_instance_destroy(e->attn[i].inst);
 		free(e->attn[i].layers);

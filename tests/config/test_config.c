@@ -412,6 +412,7 @@ START_TEST(default_runtime_config_has_the_documented_values)
 	ck_assert_uint_eq(c.page_size, 256);
 	ck_assert_int_eq(c.n_plugin_dirs, 0);
 	ck_assert_int_eq(c.weights_huge, 1);
+	ck_assert_int_eq(c.l1_huge, 1);
 	srt_runtime_config_free(&c);
 }
 END_TEST
@@ -519,6 +520,7 @@ START_TEST(runtime_config_errors_name_file_line_and_key)
 	expect_rc_error("[sampling]\ntop_p = 1.5\n", ":2: [sampling] top_p", "(0, 1]");
 	expect_rc_error("[runtime]\nprofile = fast\n", ":2:", "reference or f32");
 	expect_rc_error("[runtime]\nweights = huge\n", ":2: [runtime] weights", "hugepages or mmap");
+	expect_rc_error("[cache]\nl1_pages = thp\n", ":2: [cache] l1_pages", "hugepages or heap");
 	expect_rc_error("[cache]\npage_size = 256\n\npage_size = 512\n", ":4: key 'page_size' in [cache] is given twice",
 			"line 2");
 	expect_rc_error("[cache]\nprefetch = on\n[sampling]\nseed = 1\n[cache]\n", ":5: section [cache] appears again",

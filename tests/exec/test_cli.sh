@@ -23,6 +23,13 @@ grep -q "tokens/s" "$T/err1" || fail "no timing printed"
 "$BIN" generate --model "$MODEL" --prompt "hello shadowrt" --max-new-tokens 5 --no-eos \
 	--chunk 3 --threads 2 -q >"$T/out2"
 cmp -s "$T/out1" "$T/out2" || fail "greedy output depends on chunk/threads: $(cat "$T/out1") vs $(cat "$T/out2")"
+# the L1 pages from the heap instead of huge-page slabs: the same logits, bit for bit
+"$BIN" generate --model "$MODEL" --prompt "hello shadowrt" --max-new-tokens 5 --no-eos \
+	--threads 1 --set cache.l1_pages=heap --logits "$T/lg_heap.f32" -q >"$T/out3"
+cmp -s "$T/lg.f32" "$T/lg_heap.f32" || fail "logits differ with cache.l1_pages=heap"
+"$BIN" generate --model "$MODEL" --prompt "x" --set cache.l1_pages=thp >/dev/null 2>"$T/err3" &&
+	fail "cache.l1_pages=thp accepted"
+grep -q "hugepages or heap" "$T/err3" || fail "l1_pages error: $(cat "$T/err3")"
 
 cd "$T"   # run keeps its L3 files in ./shadowrt-cache
 "$BIN" run --model "$MODEL" --turns 2 --conversations 2 --reply-tokens 4 --no-tiers >"$T/run" 2>&1 ||

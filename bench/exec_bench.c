@@ -211,6 +211,10 @@ struct opts {
 	const char *model;
 	const char *sets[MAXSETS]; /* --set SECTION.KEY=VALUE */
 	int nsets;
+	/* --ab SECTION.KEY=A,B: "SECTION.KEY=A" and "SECTION.KEY=B", one engine of each per
+	 * thread count (nvar = 2), else nvar = 1 */
+	char ab[2][512];
+	int nvar;
 	int prompt, steps, runs, warmup, batch, profile, json;
 	int threads[MAXT], nthreads;
 	int depths[MAXD], ndepths;
@@ -248,6 +252,12 @@ static void usage(FILE *f)
 		"  --set SECTION.KEY=VALUE  a runtime-config key over the built-in default, as\n"
 		"                      shadowrt's --set (repeatable; e.g. A/B a plugin option:\n"
 		"                      --set attention.csa.fp8_layout=rows)\n"
+		"  --ab SECTION.KEY=A,B  A/B in one run: an engine with the key at A and one at B\n"
+		"                      for each thread count (over the --set keys), their rounds\n"
+		"                      interleaved (B first in every other round), and B/A of\n"
+		"                      every decode rate: the median of the per-round ratios (a\n"
+		"                      paired comparison, load shifts hit both) and of the rates\n"
+		"                      (e.g. --ab cache.l1_pages=heap,hugepages)\n"
 		"  --json              one JSON object on stdout with every figure (rounds, best,\n"
 		"                      median, bytes, ratios, profiles); the text goes to stderr\n"
 		"  --help              this text\n");
@@ -273,7 +283,7 @@ static int parse_list(const char *s, int *out, int max, int lo)
 
 static int parse_args(int argc, char **argv, struct opts *o)
 {
-	*o = (struct opts){.prompt = 256, .steps = 8, .runs = 3, .warmup = 4, .batch = 1,
+	*o = (struct opts){.prompt = 256, .steps = 8, .runs = 3, .warmup = 4, .batch = 1, .nvar = 1,
 			   .threads = {1, 2}, .nthreads = 2, .depths = {2048}, .ndepths = 1};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -304,6 +314,16 @@ static int parse_args(int argc, char **argv, struct opts *o)
 				return -1;
 			}
 			o->sets[o->nsets++] = v;
+		} else if (!strcmp(a, "--ab")) {
+			const char *eq = strchr(v, '='), *comma = eq ? strchr(eq, ',') : NULL;
+			if (!eq || eq == v || !comma || comma == eq + 1 || !comma[1] ||
+			    strlen(v) >= sizeof(o->ab[0]) - 1) {
+				fprintf(stderr, "exec_bench: --ab %s: expected SECTION.KEY=A,B\n", v);
+				return -1;
+			}
+			snprintf(o->ab[0], sizeof(o->ab[0]), "%.*s", (int)(comma - v), v);
+			snprintf(o->ab[1], sizeof(o->ab[1]), "%.*s%s", (int)(eq + 1 - v), v, comma + 1);
+			o->nvar = 2;
 		} else if (!strcmp(a, "--model")) {
 			o->model = v;
 		} else if (!strcmp(a, "--prompt")) {
@@ -342,6 +362,10 @@ static int parse_args(int argc, char **argv, struct opts *o)
 			return -1;
 		}
 		i += takes;
+	}
+	if (o->nvar == 2 && o->nsets == MAXSETS) {
+		fprintf(stderr, "exec_bench: --ab needs room for one more --set\n");
+		return -1;
 	}
 	if (o->prompt < 1 || o->steps < 1 || o->runs < 1 || o->runs > MAXR || o->warmup < 0 ||
 	    o->batch < 1 || o->batch > 16) {
@@ -588,6 +612,8 @@ static int profile(struct srt_engine *e, struct live *l, int depth, int steps, f
 
 struct tstate {
 	struct srt_engine *e;
+	int threads, var; /* its thread count, its --ab variant (0 without --ab) */
+	char label[600];  /* "threads N" or "threads N [SECTION.KEY=V]" */
 	double bw;
 	uint64_t wb;
 	struct live deep[MAXD];
@@ -597,26 +623,84 @@ struct tstate {
 	uint64_t kvr_short, kvr[MAXD];  /* KV read per decode step (kv_read_bytes) */
 };
 
-static int run(const struct opts *o, const char *model)
+/* Open engine i of run(): thread count o->threads[i % nthreads], --ab variant i / nthreads
+ * (its SECTION.KEY=V after the --set keys). */
+static int open_engine(const struct opts *o, const char *model, int i, struct tstate *s)
 {
 	char err[2048];
-	struct tstate *ts = calloc((size_t)o->nthreads, sizeof(*ts));
+	s->threads = o->threads[i % o->nthreads];
+	s->var = i / o->nthreads;
+	if (o->nvar == 2) {
+		const char *sets[MAXSETS + 1];
+		for (int k = 0; k < o->nsets; k++)
+			sets[k] = o->sets[k];
+		sets[o->nsets] = o->ab[s->var];
+		if (srt_runtime_config_set_overrides(sets, (size_t)o->nsets + 1, err, sizeof(err))) {
+			fprintf(stderr, "exec_bench: --ab %s: %s\n", o->ab[s->var], err);
+			return -1;
+		}
+		snprintf(s->label, sizeof(s->label), "threads %d [%s]", s->threads, o->ab[s->var]);
+	} else {
+		snprintf(s->label, sizeof(s->label), "threads %d", s->threads);
+	}
+	struct srt_engine_opts eo = {.model = model, .threads = s->threads, .profile = -1};
+	if (srt_engine_open(&eo, &s->e, err, sizeof(err))) {
+		fprintf(stderr, "exec_bench: %s\n", err);
+		return -1;
+	}
+	s->wb = srt_engine_decode_weight_bytes(s->e);
+	s->kvr_short = (uint64_t)o->batch * kv_read_bytes(s->e, (uint64_t)o->prompt);
+	for (int d = 0; d < o->ndepths; d++)
+		s->kvr[d] = kv_read_bytes(s->e, (uint64_t)o->depths[d]);
+	return 0;
+}
+
+/* --ab: B / A of each thread count's decode rates (median of the per-round ratios, and the
+ * ratio of the medians), printed and as JSON. */
+static json_t *ab_summary(const struct opts *o, const struct tstate *ts)
+{
+	json_t *jr = json_array();
+	fprintf(tout, "\nA/B: B = [%s] over A = [%s], decode tokens/s:\n", o->ab[1], o->ab[0]);
+	for (int t = 0; t < o->nthreads; t++) {
+		const struct tstate *A = &ts[t], *B = &ts[o->nthreads + t];
+		for (int d = 0; d <= o->ndepths; d++) {
+			double r[MAXR];
+			for (int k = 0; k < o->runs; k++)
+				r[k] = B->dc[d][k] / A->dc[d][k];
+			const double mr = median(r, o->runs);
+			const double rm = median(B->dc[d], o->runs) / median(A->dc[d], o->runs);
+			int wins = 0;
+			for (int k = 0; k < o->runs; k++)
+				wins += r[k] > 1.0;
+			const int depth = d ? o->depths[d - 1] : o->prompt;
+			fprintf(tout, "  threads %d, depth %6d%s: B/A %.3f (median of %d rounds; B faster "
+				"in %d), medians %.2f / %.2f = %.3f\n", A->threads, depth,
+				d ? "" : " (short)", mr, o->runs, wins, median(B->dc[d], o->runs),
+				median(A->dc[d], o->runs), rm);
+			json_t *jrounds = json_array();
+			for (int k = 0; k < o->runs; k++)
+				json_array_append_new(jrounds, json_real(r[k]));
+			json_array_append_new(jr, json_pack("{s:i, s:i, s:f, s:f, s:o}", "threads",
+							    A->threads, "depth", depth,
+							    "median_round_ratio", mr, "ratio_of_medians",
+							    rm, "round_ratios", jrounds));
+		}
+	}
+	return json_pack("{s:s, s:s, s:o}", "a", o->ab[0], "b", o->ab[1], "decode", jr);
+}
+
+static int run(const struct opts *o, const char *model)
+{
+	const int ne = o->nthreads * o->nvar; /* engines: [variant][thread count] */
+	struct tstate *ts = calloc((size_t)ne, sizeof(*ts));
 	float *lg = NULL;
-	json_t *jth = NULL, *jprof = NULL; /* --json: the threads' figures, the profiles */
+	json_t *jth = NULL, *jprof = NULL, *jab = NULL; /* --json: threads, profiles, A/B */
 	int rc = 1;
 	if (!ts)
 		return 1;
-	for (int t = 0; t < o->nthreads; t++) {
-		struct srt_engine_opts eo = {.model = model, .threads = o->threads[t], .profile = -1};
-		if (srt_engine_open(&eo, &ts[t].e, err, sizeof(err))) {
-			fprintf(stderr, "exec_bench: %s\n", err);
+	for (int i = 0; i < ne; i++)
+		if (open_engine(o, model, i, &ts[i]))
 			goto out;
-		}
-		ts[t].wb = srt_engine_decode_weight_bytes(ts[t].e);
-		ts[t].kvr_short = (uint64_t)o->batch * kv_read_bytes(ts[t].e, (uint64_t)o->prompt);
-		for (int d = 0; d < o->ndepths; d++)
-			ts[t].kvr[d] = kv_read_bytes(ts[t].e, (uint64_t)o->depths[d]);
-	}
 	size_t V = (size_t)srt_engine_model(ts[0].e)->vocab_size;
 	if (!(lg = malloc(sizeof(float) * V * 16)))
 		goto out;
@@ -624,33 +708,33 @@ static int run(const struct opts *o, const char *model)
 	       "clock\n", model, srt_profile_name(srt_engine_profile(ts[0].e)),
 	       srt_engine_chunk(ts[0].e), (double)ts[0].wb / 1048576.0,
 	       bench_clock == CLOCK_MONOTONIC ? "wall" : "process CPU-time");
-	for (int t = 0; t < o->nthreads; t++)
-		ts[t].bw = read_bandwidth(o->threads[t]);
+	for (int i = 0; i < ne; i++) /* per thread count; the variants share it */
+		ts[i].bw = i < o->nthreads ? read_bandwidth(ts[i].threads) : ts[i % o->nthreads].bw;
 
-	/* the deep sequences, prefilled once per thread count */
+	/* the deep sequences, prefilled once per engine */
 	int more = o->steps * (o->runs + 2) + o->warmup;
 	for (int d = 0; d < o->ndepths; d++)
-		for (int t = 0; t < o->nthreads; t++) {
-			fprintf(stderr, "exec_bench: prefilling depth %d with %d threads...\n",
-				o->depths[d], o->threads[t]);
-			if (live_open(ts[t].e, &ts[t].deep[d], o->depths[d], more, 1000 + d,
-				      &ts[t].deep_pf[d], lg))
+		for (int i = 0; i < ne; i++) {
+			fprintf(stderr, "exec_bench: prefilling depth %d, %s...\n", o->depths[d],
+				ts[i].label);
+			if (live_open(ts[i].e, &ts[i].deep[d], o->depths[d], more, 1000 + d,
+				      &ts[i].deep_pf[d], lg))
 				goto out;
-			fprintf(tout, "threads %d: prefill of the depth-%d sequence %.1f tokens/s, KV %.2f MiB\n",
-			       o->threads[t], o->depths[d], ts[t].deep_pf[d],
-			       (double)ts[t].deep[d].kv / 1048576.0);
+			fprintf(tout, "%s: prefill of the depth-%d sequence %.1f tokens/s, KV %.2f MiB\n",
+			       ts[i].label, o->depths[d], ts[i].deep_pf[d],
+			       (double)ts[i].deep[d].kv / 1048576.0);
 		}
 	/* warm-up: decode steps on each engine (first-touch of weights, scratch growth) */
-	for (int t = 0; t < o->nthreads && o->warmup > 0; t++) {
+	for (int i = 0; i < ne && o->warmup > 0; i++) {
 		struct live l;
 		double pf, r;
-		if (live_open(ts[t].e, &l, o->prompt, o->warmup, 999, &pf, lg) ||
-		    decode_steps(ts[t].e, &l, 1, o->warmup, lg, &r)) {
+		if (live_open(ts[i].e, &l, o->prompt, o->warmup, 999, &pf, lg) ||
+		    decode_steps(ts[i].e, &l, 1, o->warmup, lg, &r)) {
 			live_close(&l);
 			goto out;
 		}
 		for (int d = 0; d < o->ndepths; d++)
-			if (decode_steps(ts[t].e, &ts[t].deep[d], 1, 1, lg, &r)) {
+			if (decode_steps(ts[i].e, &ts[i].deep[d], 1, 1, lg, &r)) {
 				live_close(&l);
 				goto out;
 			}
@@ -658,8 +742,9 @@ static int run(const struct opts *o, const char *model)
 	}
 
 	for (int r = 0; r < o->runs; r++) {
-		for (int t = 0; t < o->nthreads; t++) {
-			struct tstate *s = &ts[t];
+		for (int k = 0; k < ne; k++) {
+			/* with --ab, variant B goes first in odd rounds */
+			struct tstate *s = &ts[o->nvar == 2 && r % 2 ? (k + o->nthreads) % ne : k];
 			struct live sh[16];
 			double rate;
 			memset(sh, 0, sizeof(sh));
@@ -684,8 +769,8 @@ static int run(const struct opts *o, const char *model)
 			s->dc[0][r] = rate;
 			/* a batched step reads the weights once and every sequence's KV */
 			s->ratio[0][r] = rate / o->batch * (double)(s->wb + s->kvr_short) / s->bw;
-			fprintf(tout, "round %d threads %d: prefill %d tokens %.1f tokens/s; decode depth %d "
-			       "(batch %d) %.2f tokens/s", r + 1, o->threads[t], o->prompt, s->pf[r],
+			fprintf(tout, "round %d %s: prefill %d tokens %.1f tokens/s; decode depth %d "
+			       "(batch %d) %.2f tokens/s", r + 1, s->label, o->prompt, s->pf[r],
 			       o->prompt, o->batch, rate);
 			for (int d = 0; d < o->ndepths; d++) {
 				if (decode_steps(s->e, &s->deep[d], 1, o->steps, lg, &rate))
@@ -700,32 +785,36 @@ static int run(const struct opts *o, const char *model)
 	}
 	for (int t = 0; t < o->nthreads; t++) {
 		double bw = read_bandwidth(o->threads[t]);
-		if (bw > ts[t].bw) { /* the best read rate seen: the ratios only get smaller */
-			for (int d = 0; d <= o->ndepths; d++)
-				for (int r = 0; r < o->runs; r++)
-					ts[t].ratio[d][r] *= ts[t].bw / bw;
-			ts[t].bw = bw;
+		for (int i = t; i < ne; i += o->nthreads) {
+			if (bw > ts[i].bw) { /* the best read rate seen: the ratios only get smaller */
+				for (int d = 0; d <= o->ndepths; d++)
+					for (int r = 0; r < o->runs; r++)
+						ts[i].ratio[d][r] *= ts[i].bw / bw;
+				ts[i].bw = bw;
+			}
 		}
 	}
 
 	jth = json_array();
 	fprintf(tout, "\nsummary, best / median of %d interleaved rounds:\n", o->runs);
-	for (int t = 0; t < o->nthreads; t++) {
-		struct tstate *s = &ts[t];
+	for (int i = 0; i < ne; i++) {
+		struct tstate *s = &ts[i];
 		json_t *jdec = json_array(), *jdeep = json_array();
 		for (int d = 0; d < o->ndepths; d++)
 			json_array_append_new(jdeep, json_pack("{s:i, s:f, s:I}", "depth", o->depths[d],
-							       "tokens_per_s", ts[t].deep_pf[d],
-							       "kv_held_bytes", (json_int_t)ts[t].deep[d].kv));
-		json_t *jt = json_pack("{s:i, s:f, s:{s:i, s:o}, s:o, s:o}", "threads", o->threads[t],
+							       "tokens_per_s", s->deep_pf[d],
+							       "kv_held_bytes", (json_int_t)s->deep[d].kv));
+		json_t *jt = json_pack("{s:i, s:f, s:{s:i, s:o}, s:o, s:o}", "threads", s->threads,
 				       "read_bandwidth_bytes_per_s", s->bw, "prefill", "tokens",
 				       o->prompt, "tokens_per_s", stats_json(s->pf, o->runs),
 				       "deep_prefill", jdeep, "decode", jdec);
+		if (o->nvar == 2)
+			json_object_set_new(jt, "variant", json_string(o->ab[s->var]));
 		json_array_append_new(jth, jt);
 		fprintf(tout,
-			"threads %d (read bandwidth %.2f GB/s, best read pattern and pass, before and "
+			"%s (read bandwidth %.2f GB/s, best read pattern and pass, before and "
 			"after):\n",
-			o->threads[t], s->bw / 1e9);
+			s->label, s->bw / 1e9);
 		fprintf(tout, "  prefill %d tokens: %.1f / %.1f tokens/s\n", o->prompt, best(s->pf, o->runs),
 		       median(s->pf, o->runs));
 		for (int d = 0; d <= o->ndepths; d++) {
@@ -750,33 +839,38 @@ static int run(const struct opts *o, const char *model)
 				json_object_set_new(jd, "of_short_median", json_real(md / m0));
 			json_array_append_new(jdec, jd);
 		}
-		if (t > 0) {
-			const double xp = median(s->pf, o->runs) / median(ts[0].pf, o->runs);
-			const double xd = median(s->dc[0], o->runs) / median(ts[0].dc[0], o->runs);
+		if (i % o->nthreads > 0) { /* against the first thread count of its variant */
+			const struct tstate *f = &ts[i - i % o->nthreads];
+			const double xp = median(s->pf, o->runs) / median(f->pf, o->runs);
+			const double xd = median(s->dc[0], o->runs) / median(f->dc[0], o->runs);
 			fprintf(tout, "  threads %d / threads %d (medians): prefill %.2fx, short decode %.2fx\n",
-				o->threads[t], o->threads[0], xp, xd);
+				s->threads, f->threads, xp, xd);
 			json_object_set_new(jt, "vs_first_medians",
-					    json_pack("{s:i, s:f, s:f}", "threads", o->threads[0],
+					    json_pack("{s:i, s:f, s:f}", "threads", f->threads,
 						      "prefill", xp, "short_decode", xd));
 		}
 	}
+	if (o->nvar == 2)
+		jab = ab_summary(o, ts);
 	jprof = json_array();
 	if (o->profile) {
 		nprofs = 0;
 		dl_iterate_phdr(find_prof, NULL);
 		fprintf(tout, "\n");
-		for (int t = 0; t < o->nthreads; t++) {
+		for (int i = 0; i < ne; i++) {
 			struct live l;
 			double pf, r;
-			if (live_open(ts[t].e, &l, o->prompt, o->steps + 1, 2000 + t, &pf, lg) ||
-			    decode_steps(ts[t].e, &l, 1, 1, lg, &r) ||
-			    profile(ts[t].e, &l, o->prompt, o->steps, lg, jprof)) {
+			if (o->nvar == 2)
+				fprintf(tout, "  [%s]\n", o->ab[ts[i].var]);
+			if (live_open(ts[i].e, &l, o->prompt, o->steps + 1, 2000 + i, &pf, lg) ||
+			    decode_steps(ts[i].e, &l, 1, 1, lg, &r) ||
+			    profile(ts[i].e, &l, o->prompt, o->steps, lg, jprof)) {
 				live_close(&l);
 				goto out;
 			}
 			live_close(&l);
 			for (int d = 0; d < o->ndepths; d++)
-				if (profile(ts[t].e, &ts[t].deep[d], o->depths[d], o->steps, lg, jprof))
+				if (profile(ts[i].e, &ts[i].deep[d], o->depths[d], o->steps, lg, jprof))
 					goto out;
 		}
 	}
@@ -789,6 +883,10 @@ static int run(const struct opts *o, const char *model)
 			(json_int_t)ts[0].wb, "prompt", o->prompt, "steps", o->steps, "runs", o->runs,
 			"batch", o->batch, "threads", jth, "profiles", jprof);
 		jth = jprof = NULL;
+		if (root && jab) {
+			json_object_set_new(root, "ab", jab);
+			jab = NULL;
+		}
 		if (!root || json_dumpf(root, stdout, JSON_INDENT(2)) || fputc('\n', stdout) == EOF) {
 			fprintf(stderr, "exec_bench: could not write the JSON report\n");
 			json_decref(root);
@@ -800,12 +898,13 @@ static int run(const struct opts *o, const char *model)
 out:
 	json_decref(jth);
 	json_decref(jprof);
-	for (int t = 0; t < o->nthreads; t++) {
+	json_decref(jab);
+	for (int i = 0; i < ne; i++) {
 		for (int d = 0; d < o->ndepths; d++)
-			if (ts[t].deep[d].s || ts[t].deep[d].tok)
-				live_close(&ts[t].deep[d]);
-		if (ts[t].e)
-			srt_engine_close(ts[t].e);
+			if (ts[i].deep[d].s || ts[i].deep[d].tok)
+				live_close(&ts[i].deep[d]);
+		if (ts[i].e)
+			srt_engine_close(ts[i].e);
 	}
 	free(ts);
 	free(lg);

@@ -9,7 +9,9 @@ Runs the real exec_bench (1 and 2 threads, a short and a deep sequence, --profil
 - every best / median against its rounds, every bandwidth share against tokens/s, the bytes
   per step and the read bandwidth of the same run;
 - a profile per (threads, depth) whose phases add up to the step time;
-- the text report went to stderr, with the same per-round tokens/s.
+- the text report went to stderr, with the same per-round tokens/s;
+- --ab: one engine per (variant, thread count), the variants' order alternating by round, and
+  every B/A the median of the per-round ratios of the rates in the same report.
 usage: test_exec_bench_json.py EXEC_BENCH TINY_MODEL_DIR
 """
 import glob
@@ -136,7 +138,47 @@ def main():
     for rnd, th, rate in text:
         t = next(t for t in d["threads"] if t["threads"] == int(th))
         assert f"{t['decode'][0]['tokens_per_s']['rounds'][int(rnd) - 1]:.2f}" == rate
-    print("exec_bench --json: consistent with the text report and the hand count")
+    check_ab(exe, model)
+    print("exec_bench --json: consistent with the text report and the hand count; --ab pairs "
+          "its rounds")
+
+
+def check_ab(exe, model):
+    """--ab: an engine per (variant, thread count), B first in the odd rounds, and each B/A
+    the median of the per-round ratios of the same run's rates; a bad value is refused."""
+    p = subprocess.run([exe, "--model", model, "--prompt", "64", "--depths", "200", "--runs",
+                        "3", "--steps", "2", "--warmup", "0", "--threads", "1,2", "--json",
+                        "--ab", "cache.l1_pages=heap,hugepages"],
+                       capture_output=True, text=True, check=True)
+    d = json.loads(p.stdout)
+    a, b = "cache.l1_pages=heap", "cache.l1_pages=hugepages"
+    assert [(t["threads"], t["variant"]) for t in d["threads"]] == \
+        [(1, a), (2, a), (1, b), (2, b)], d["threads"]
+    assert d["ab"]["a"] == a and d["ab"]["b"] == b
+    rows = {(r["threads"], r["depth"]): r for r in d["ab"]["decode"]}
+    assert set(rows) == {(1, 64), (1, 200), (2, 64), (2, 200)}, sorted(rows)
+    for (th, dep), r in rows.items():
+        ta = next(t for t in d["threads"] if t["threads"] == th and t["variant"] == a)
+        tb = next(t for t in d["threads"] if t["threads"] == th and t["variant"] == b)
+        xa = next(x for x in ta["decode"] if x["depth"] == dep)["tokens_per_s"]
+        xb = next(x for x in tb["decode"] if x["depth"] == dep)["tokens_per_s"]
+        ratios = [vb / va for va, vb in zip(xa["rounds"], xb["rounds"])]
+        assert all(abs(x - y) <= 1e-9 * y for x, y in zip(r["round_ratios"], ratios)), r
+        assert abs(r["median_round_ratio"] - statistics.median(ratios)) <= 1e-9
+        want = xb["median"] / xa["median"]
+        assert abs(r["ratio_of_medians"] - want) <= 1e-9 * want
+    # the rounds' order in the text: A then B in round 1, B then A in round 2
+    order = re.findall(r"round (\d) threads (\d) \[cache\.l1_pages=(\w+)\]", p.stderr)
+    assert order[:4] == [("1", "1", "heap"), ("1", "2", "heap"), ("1", "1", "hugepages"),
+                         ("1", "2", "hugepages")], order
+    assert order[4:8] == [("2", "1", "hugepages"), ("2", "2", "hugepages"), ("2", "1", "heap"),
+                          ("2", "2", "heap")], order
+    assert "A/B: B = [cache.l1_pages=hugepages] over A = [cache.l1_pages=heap]" in p.stderr
+    bad = subprocess.run([exe, "--model", model, "--depths", "none", "--ab",
+                          "cache.l1_pages=heap,thp"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "hugepages or heap" in bad.stderr, bad.stderr
+    bad = subprocess.run([exe, "--ab", "cache.l1_pages=heap"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "SECTION.KEY=A,B" in bad.stderr, bad.stderr
 
 
 if __name__ == "__main__":

@@ -912,8 +912,7 @@ int srt_ck_open(const char *path, struct srt_ckpt **out, char *err, size_t errle
 
 #define CK_HUGE ((size_t)2 << 20)
 
-/* The kernel's transparent huge page mode allows MADV_HUGEPAGE ("always" or "madvise"). */
-static int thp_usable(void)
+int srt_ck_thp_usable(void)
 {
 	char buf[128] = "";
 	FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
@@ -976,7 +975,7 @@ int srt_ck_to_hugepages(struct srt_ckpt *ck, char *note, size_t note_len)
 	for (size_t i = 0; i < ck->n_files; i++)
 		if (!ck->files[i].borrowed && !ck->files[i].huge_len)
 			total += ck->files[i].size;
-	if (!thp_usable()) {
+	if (!srt_ck_thp_usable()) {
 		snprintf(note, note_len, "weights stay mapped from their files: transparent huge "
 			 "pages are off (/sys/kernel/mm/transparent_hugepage/enabled)");
 		return 0;

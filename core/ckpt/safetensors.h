@@ -75,6 +75,9 @@ void srt_ck_close(struct srt_ckpt *ck); /* NULL is a no-op; tensor views die wit
  * number of files moved; note says what was done and why.
  */
 int srt_ck_to_hugepages(struct srt_ckpt *ck, char *note, size_t note_len);
+/* The kernel's transparent huge page mode allows MADV_HUGEPAGE ("always" or "madvise" in
+ * /sys/kernel/mm/transparent_hugepage/enabled). */
+int srt_ck_thp_usable(void);
 
 size_t srt_ck_count(const struct srt_ckpt *ck);
 /* Tensors in name order; i < srt_ck_count(). The view and its data live until close. */

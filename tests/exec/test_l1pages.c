@@ -16,6 +16,7 @@
 
 #include <shadowrt/plugin.h>
 
+#include "ckpt/safetensors.h"
 #include "exec/l1pages.h"
 #include "radix/radix.h"
 
@@ -151,21 +152,9 @@ static int vma_has_hg(const void *addr)
 	return hg;
 }
 
-static int thp_madvise_allowed(void)
-{
-	char buf[128] = "";
-	FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
-	if (!fp)
-		return 0;
-	size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
-	fclose(fp);
-	buf[n] = 0;
-	return strstr(buf, "[never]") == NULL && (strstr(buf, "[always]") || strstr(buf, "[madvise]"));
-}
-
 START_TEST(test_huge_slabs_are_advised)
 {
-	if (!thp_madvise_allowed())
+	if (!srt_ck_thp_usable())
 		return; /* the kernel refuses MADV_HUGEPAGE: nothing to see */
 	for (int huge = 0; huge <= 1; huge++) {
 		struct srt_l1_pages *lp = srt_l1_pages_create(huge);

@@ -16,6 +16,7 @@
 
 #include <jansson.h>
 
+#include "ops/hugemap.h"
 #include "plugin/host.h"
 #include "tier/sha256.h"
 
@@ -910,7 +911,7 @@ int srt_ck_open(const char *path, struct srt_ckpt **out, char *err, size_t errle
 
 /* ---- huge pages ---------------------------------------------------------------------------- */
 
-#define CK_HUGE ((size_t)2 << 20)
+#define CK_HUGE SRT_HUGE_BYTES
 
 int srt_ck_thp_usable(void)
 {
@@ -945,16 +946,9 @@ static int file_to_huge(struct srt_ckpt *ck, uint32_t fi)
 {
 	struct ck_file *f = &ck->files[fi];
 	const size_t len = (f->size + CK_HUGE - 1) / CK_HUGE * CK_HUGE;
-	uint8_t *m = mmap(NULL, len + CK_HUGE, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
+	uint8_t *a = srt_map_huge_aligned(len, 1, 0);
+	if (!a)
 		return -1;
-	uint8_t *a = (uint8_t *)(((uintptr_t)m + CK_HUGE - 1) & ~(uintptr_t)(CK_HUGE - 1));
-	if (a > m) /* the unaligned head and tail go back */
-		munmap(m, (size_t)(a - m));
-	if (m + len + CK_HUGE > a + len)
-		munmap(a + len, (size_t)(m + len + CK_HUGE - (a + len)));
-	madvise(a, len, MADV_HUGEPAGE);
 	memcpy(a, f->map, f->size);
 	mprotect(a, len, PROT_READ);
 	for (size_t i = 0; i < ck->n_ents; i++) {

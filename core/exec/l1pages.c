@@ -9,9 +9,10 @@
 
 #include <shadowrt/plugin.h>
 
+#include "ops/hugemap.h"
 #include "radix/radix.h"
 
-#define L1_ALIGN ((size_t)2 << 20) /* slab alignment and size unit: one huge page */
+#define L1_ALIGN SRT_HUGE_BYTES /* slab alignment and size unit: one huge page */
 #define L1_MAXCLS 64               /* page sizes (the radix cache has at most 64 pools) */
 #define L1_MAXK 64                 /* pages a slab of large pages may hold */
 
@@ -104,19 +105,12 @@ static struct l1_slab *slab_map(struct srt_l1_pages *lp, size_t ci)
 	struct l1_slab *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;
-	uint8_t *m = mmap(NULL, c->slab_len + L1_ALIGN, PROT_READ | PROT_WRITE,
-			  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED) {
+	/* advised onto huge pages (a hint), reserved: no memory -> SRT_ENOMEM here */
+	uint8_t *a = srt_map_huge_aligned(c->slab_len, lp->huge, 1);
+	if (!a) {
 		free(s);
 		return NULL;
 	}
-	uint8_t *a = (uint8_t *)round_up((uintptr_t)m, L1_ALIGN);
-	if (a > m) /* the unaligned head and the tail go back */
-		munmap(m, (size_t)(a - m));
-	if (m + c->slab_len + L1_ALIGN > a + c->slab_len)
-		munmap(a + c->slab_len, (size_t)(m + c->slab_len + L1_ALIGN - (a + c->slab_len)));
-	if (lp->huge)
-		madvise(a, c->slab_len, MADV_HUGEPAGE); /* only a hint: refused, pages stay 4 KiB */
 	*s = (struct l1_slab){.base = a, .len = c->slab_len, .cls = ci,
 			      .npages = c->slab_len / c->bytes};
 	size_t at = slab_upper(lp, a);

@@ -11,6 +11,7 @@
 
 #include "ops/fp.h"
 #include "ops/gemm_isa.h"
+#include "ops/hugemap.h"
 #include "ops/quant.h"
 #include "shadowrt/plugin.h"
 
@@ -239,6 +240,13 @@ int srt_weight_fp8_layout_option(const char *value, int reference, int *pair, in
 	return 0;
 }
 
+/* ix[pos] = srt_fp8_pair_src(pos) (gemm_isa.h): row ix / 32, k ix % 32 of a pair's 32 k. */
+static void pair_ix(uint8_t ix[64])
+{
+	for (unsigned pos = 0; pos < 64; pos++)
+		ix[pos] = (uint8_t)srt_fp8_pair_src(pos);
+}
+
 int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weight *out)
 {
 	if (!src || !dst || !out || src->type != SRT_WT_FP8 || !src->data || !src->scales ||
@@ -246,8 +254,7 @@ int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weig
 		return SRT_EINVAL;
 	const size_t K = src->cols;
 	uint8_t ix[64];
-	for (unsigned pos = 0; pos < 64; pos++)
-		ix[pos] = (uint8_t)srt_fp8_pair_src(pos);
+	pair_ix(ix);
 	for (size_t p = 0; p < src->rows / 2; p++) {
 		const uint8_t *a = (const uint8_t *)src->data + 2 * p * K;
 		uint8_t *o = (uint8_t *)dst + 2 * p * K;
@@ -263,7 +270,7 @@ int srt_weight_fp8_pair(const struct srt_weight *src, void *dst, struct srt_weig
 
 int srt_weight_fp8_pair_all(struct srt_weight *const *ws, size_t n, struct srt_fp8_block *b)
 {
-	const size_t huge = (size_t)2 << 20;
+	const size_t huge = SRT_HUGE_BYTES;
 	size_t total = 0;
 	b->base = NULL;
 	b->len = 0;
@@ -276,18 +283,8 @@ int srt_weight_fp8_pair_all(struct srt_weight *const *ws, size_t n, struct srt_f
 	uint8_t *a;
 #if defined(__linux__)
 	/* reserved (no MAP_NORESERVE): a copy the machine cannot hold fails here, not later */
-	uint8_t *m = mmap(NULL, total + huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-			  -1, 0);
-	if (m == MAP_FAILED)
+	if (!(a = srt_map_huge_aligned(total, 1, 1)))
 		return SRT_ENOMEM;
-	a = (uint8_t *)(((uintptr_t)m + huge - 1) & ~(uintptr_t)(huge - 1));
-	if (a > m) /* the unaligned head and tail go back */
-		munmap(m, (size_t)(a - m));
-	if (m + total + huge > a + total)
-		munmap(a + total, (size_t)(m + total + huge - (a + total)));
-#ifdef MADV_HUGEPAGE
-	madvise(a, total, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
-#endif
 #else
 	if (!(a = aligned_alloc(huge, total)))
 		return SRT_ENOMEM;
@@ -325,8 +322,7 @@ void srt_weight_fp8_unpair(const struct srt_weight *w, size_t n, size_t r, uint8
 	assert(w->type == SRT_WT_FP8_PAIRED && n % 2 == 0 && r % 2 == 0 && n + r <= w->rows);
 	const size_t K = w->cols;
 	uint8_t ix[64];
-	for (unsigned pos = 0; pos < 64; pos++)
-		ix[pos] = (uint8_t)srt_fp8_pair_src(pos);
+	pair_ix(ix);
 	for (size_t p = 0; p < r / 2; p++) {
 		const uint8_t *g = (const uint8_t *)w->data + (n + 2 * p) * K;
 		uint8_t *o = dst + 2 * p * K;

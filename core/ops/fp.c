@@ -5,6 +5,11 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(SRT_OPS_X86)
+#include "ops/fp_isa.h"
+#include "ops/gemm.h"
+#endif
+
 static inline uint32_t f2u(float f)
 {
 	uint32_t u;
@@ -57,6 +62,12 @@ void srt_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n)
 
 void srt_round_bf16_n(float *x, size_t n)
 {
+#if defined(SRT_OPS_X86)
+	if (n >= 16 && srt_gemm_isa_current() >= SRT_GEMM_ISA_AVX512) {
+		srt_round_bf16_avx512(x, n);
+		return;
+	}
+#endif
 	for (size_t i = 0; i < n; i++)
 		x[i] = srt_round_bf16(x[i]);
 }

@@ -6,6 +6,11 @@
 
 #include "ops/fp.h"
 
+#if defined(SRT_OPS_X86)
+#include "ops/fp_isa.h"
+#include "ops/gemm.h"
+#endif
+
 /* max |x| over the block; NaN if any element is NaN (torch's amax propagates NaN). */
 static float block_amax(const float *x, size_t n)
 {
@@ -139,6 +144,17 @@ void srt_quant_fp4(const float *x, size_t n, uint8_t *packed, uint8_t *scales)
 void srt_quant_fp4_fake(const float *x, float *y, size_t n)
 {
 	assert(n % SRT_QUANT_FP4_BLOCK == 0);
+#if defined(SRT_OPS_X86)
+	if (srt_gemm_isa_current() >= SRT_GEMM_ISA_AVX512) {
+		for (size_t b = 0; b < n / SRT_QUANT_FP4_BLOCK; b++) {
+			const float *xb = x + b * SRT_QUANT_FP4_BLOCK;
+			const float s = scale_from_amax(srt_amax_avx512(xb, SRT_QUANT_FP4_BLOCK),
+							SRT_QUANT_FP4_AMAX_FLOOR, fp4_max_inv, true);
+			srt_fp4_fake_avx512(xb, y + b * SRT_QUANT_FP4_BLOCK, SRT_QUANT_FP4_BLOCK, s);
+		}
+		return;
+	}
+#endif
 	for (size_t b = 0; b < n / SRT_QUANT_FP4_BLOCK; b++) {
 		const float *xb = x + b * SRT_QUANT_FP4_BLOCK;
 		float *yb = y + b * SRT_QUANT_FP4_BLOCK;

@@ -346,6 +346,78 @@ START_TEST(fp4_fake_quant_matches_reference_and_scale_floor)
 }
 END_TEST
 
+/*
+ * The array forms srt_round_bf16_n and srt_quant_fp4_fake at this CPU's kernels (AVX-512:
+ * fp_avx512.c) against the portable loops (SRT_GEMM_ISA_GENERIC), bitwise, on hostile floats:
+ * random bit patterns (NaN, infinities, subnormals), bf16 and E2M1 ties, the E2M1 grid's
+ * edges (0.25, 0.75, 1, 6 times a power of two and their neighbours), lengths that leave a
+ * partial vector, and FP4 blocks with a NaN (scale NaN: every element NaN) or an infinity.
+ */
+static uint32_t xs32(uint32_t *st)
+{
+	uint32_t x = *st;
+	x ^= x << 13;
+	x ^= x >> 17;
+	x ^= x << 5;
+	return *st = x;
+}
+
+START_TEST(round_bf16_and_fp4_fake_arrays_equal_the_portable_loops_bitwise)
+{
+	enum { N = 32 * 97 };
+	static float x[N], a[N], b[N];
+	static const float edge[] = {0.25f, 0.75f, 1.0f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f, 6.0f, 0.5f};
+	uint32_t st = 0x9E3779B9u;
+	for (size_t i = 0; i < N; i++) {
+		const uint32_t r = xs32(&st);
+		switch (i % 4) {
+		case 0: /* any bits */
+			x[i] = u2f(r);
+			break;
+		case 1: /* a bf16 tie or its neighbours */
+			x[i] = u2f((r & 0xFFFF0000u) | (0x7FFFu + r % 3u));
+			break;
+		case 2: { /* an E2M1 edge times a power of two, or one ulp off it */
+			const float e = ldexpf(edge[r % 10], (int)(r >> 8 & 15) - 8);
+			x[i] = u2f(f2u(e) + (r >> 12 & 2u) - 1u) * ((r >> 16 & 1u) ? -1.0f : 1.0f);
+			break;
+		}
+		default: /* ordinary values over a wide range */
+			x[i] = ldexpf((float)(r & 0xFFFF) / 65536.0f - 0.5f, (int)(r >> 16 & 63) - 32);
+		}
+	}
+	for (size_t b0 = 0; b0 < N; b0 += 32 * 7) /* some blocks with a NaN or an infinity */
+		x[b0 + 5] = b0 % 3 ? u2f(0x7FC00001u) : -INFINITY;
+	const enum srt_gemm_isa was = srt_gemm_isa_current();
+	if (was < SRT_GEMM_ISA_AVX512)
+		fprintf(stderr, "array forms: no AVX-512 here, the portable loops run on both sides\n");
+	for (size_t n = 1; n <= 70; n++) { /* partial vectors */
+		memcpy(a, x + 3 * n, n * sizeof(float));
+		memcpy(b, x + 3 * n, n * sizeof(float));
+		srt_round_bf16_n(a, n);
+		ck_assert_int_eq(srt_gemm_set_isa(SRT_GEMM_ISA_GENERIC), 0);
+		srt_round_bf16_n(b, n);
+		ck_assert_int_eq(srt_gemm_set_isa(was), 0);
+		ck_assert_msg(memcmp(a, b, n * sizeof(float)) == 0, "srt_round_bf16_n, n = %zu", n);
+	}
+	memcpy(a, x, sizeof x);
+	srt_round_bf16_n(a, N);
+	for (size_t i = 0; i < N; i++)
+		ck_assert_msg(f2u(a[i]) == f2u(srt_round_bf16(x[i])), "bf16 of %#x", f2u(x[i]));
+	srt_quant_fp4_fake(x, a, N);
+	ck_assert_int_eq(srt_gemm_set_isa(SRT_GEMM_ISA_GENERIC), 0);
+	srt_quant_fp4_fake(x, b, N);
+	ck_assert_int_eq(srt_gemm_set_isa(was), 0);
+	size_t nan_blocks = 0;
+	for (size_t i = 0; i < N; i++) {
+		ck_assert_msg(f2u(a[i]) == f2u(b[i]), "fp4 fake of %#x (element %zu): %#x vs %#x", f2u(x[i]),
+			      i, f2u(a[i]), f2u(b[i]));
+		nan_blocks += i % 32 == 0 && isnan(a[i]);
+	}
+	ck_assert_uint_gt(nan_blocks, 0); /* the NaN blocks were hit */
+}
+END_TEST
+
 START_TEST(weight_fp8_quant_uses_one_pow2_scale_per_128x128_block_with_partial_edges)
 {
 	enum { R = 200, C = 300 }; /* 2 x 3 blocks, last ones partial */
@@ -1506,6 +1578,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, act_quant_scale_is_amax_over_448_rounded_up_with_floor);
 	tcase_add_test(tc, kv_fake_quant_blocks_of_64_on_nope_and_bf16_on_rope_dims);
 	tcase_add_test(tc, fp4_fake_quant_matches_reference_and_scale_floor);
+	tcase_add_test(tc, round_bf16_and_fp4_fake_arrays_equal_the_portable_loops_bitwise);
 	tcase_add_test(tc, weight_fp8_quant_uses_one_pow2_scale_per_128x128_block_with_partial_edges);
 	tcase_add_test(tc, weight_fp4_quant_uses_pow2_scale_per_32_along_k);
 	suite_add_tcase(s, tc);

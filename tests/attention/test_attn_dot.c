@@ -1090,6 +1090,81 @@ START_TEST(div_bf16_equals_the_scalar_expression_bitwise)
 }
 END_TEST
 
+/*
+ * The query's per-head steps (phase A5) against their scalar definitions, bitwise:
+ * srt_attn_sumsq_bf16 either declines or gives the sequential double sum of bf16(q²) (it
+ * must take the common case on AVX-512, and decline where an order would change the sum: one
+ * square of 1 among squares of 2^-54, which the sequential loop drops and lane sums keep);
+ * srt_attn_scale_bf16 gives bf16(q·r); srt_attn_hadamard_d gives attn_forward.c's double
+ * butterflies, for n = 8 .. 1024 and both profiles.
+ */
+static double sumsq_seq(const float *q, size_t n)
+{
+	double ss = 0;
+	for (size_t i = 0; i < n; i++)
+		ss += srt_round_bf16(q[i] * q[i]);
+	return ss;
+}
+
+static void hadamard_def(float *x, size_t n, int ref)
+{
+	double y[1024];
+	for (size_t i = 0; i < n; i++)
+		y[i] = x[i];
+	for (size_t h = 1; h < n; h *= 2)
+		for (size_t i = 0; i < n; i += 2 * h)
+			for (size_t j = i; j < i + h; j++) {
+				const double u = y[j], v = y[j + h];
+				y[j] = u + v;
+				y[j + h] = u - v;
+			}
+	const double sc = pow((double)n, -0.5);
+	for (size_t i = 0; i < n; i++)
+		x[i] = ref ? srt_round_bf16((float)y[i] * (float)sc) : (float)(y[i] * sc);
+}
+
+START_TEST(query_head_steps_equal_their_scalar_definitions_bitwise)
+{
+	static float q[1024], a[1024], b[1024];
+	size_t taken = 0;
+	for (size_t n = 16; n <= 512; n += 16) {
+		for (size_t i = 0; i < n; i++) { /* magnitudes within 2^±8, as a query head's */
+			const float w = wide();
+			q[i] = srt_round_bf16(ldexpf(frexpf(w, &(int){0}), (int)(rng >> 20 & 15) - 7));
+		}
+		double ss = -1;
+		if (srt_attn_sumsq_bf16(q, n, &ss)) {
+			taken++;
+			ck_assert_msg(ss == sumsq_seq(q, n), "n %zu: %a vs %a", n, ss, sumsq_seq(q, n));
+		}
+		memcpy(a, q, n * sizeof(float));
+		srt_attn_scale_bf16(a, n, 0.3711f);
+		for (size_t i = 0; i < n; i++)
+			ck_assert(same(a[i], srt_round_bf16(q[i] * 0.3711f)));
+	}
+	if (srt_attn_hadamard_d(a, 16, 1)) /* AVX-512 here: the vector sum must run */
+		ck_assert_uint_eq(taken, 32);
+	/* an order-dependent sum is declined (or equals the sequential one) */
+	q[0] = 1.0f;
+	for (size_t i = 1; i < 32; i++)
+		q[i] = 0x1p-27f;
+	double ss = -1;
+	ck_assert(sumsq_seq(q, 32) == 1.0);
+	ck_assert(!srt_attn_sumsq_bf16(q, 32, &ss) || ss == 1.0);
+	q[3] = NAN;
+	ck_assert(!srt_attn_sumsq_bf16(q, 32, &ss) || ss == 1.0);
+	for (size_t n = 8; n <= 1024; n *= 2)
+		for (int ref = 0; ref < 2; ref++) {
+			for (size_t i = 0; i < n; i++)
+				a[i] = b[i] = ref ? srt_round_bf16(wide()) : wide();
+			hadamard_def(b, n, ref);
+			if (!srt_attn_hadamard_d(a, n, ref))
+				continue;
+			ck_assert_msg(memcmp(a, b, n * sizeof(float)) == 0, "hadamard n %zu ref %d", n, ref);
+		}
+}
+END_TEST
+
 /* srt_attn_bf16_qpairs: the strided pairs of each head, zeros past nh. */
 START_TEST(qpairs_equals_the_strided_pairs_of_each_head)
 {
@@ -1454,6 +1529,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, bf16_row_equals_the_scalar_widening_bitwise);
 	tcase_add_test(tc, div_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, qpairs_equals_the_strided_pairs_of_each_head);
+	tcase_add_test(tc, query_head_steps_equal_their_scalar_definitions_bitwise);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -18,6 +18,7 @@
 #include "attn_dot.h"
 
 #include <assert.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -2505,4 +2506,125 @@ void srt_attn_pv_bf16(size_t nh, const uint32_t *const *pp, const uint32_t *vp, 
 			}
 			y[h][c] = s;
 		}
+}
+
+/* ---- the query's per-head steps (phase A5) ----------------------------------------------------- */
+
+#ifdef ATTN_X86
+/*
+ * Σ bf16(q[i]²) over 16 lanes into two double sums, with the largest and the smallest nonzero
+ * exponent field of the squares. Every square is a bf16 number, so a multiple of the ulp of the
+ * smallest nonzero one, 2^(emin - 134); when the total stays below 2^53 of those units (n ·
+ * 2^(emax - 126) <= 2^(emin - 81)) no partial sum in any order rounds, and these sums equal the
+ * sequential double loop's.
+ */
+__attribute__((target("avx512f,avx512bw"))) static int sumsq_bf16_avx512(const float *q, size_t n,
+									double *ss)
+{
+	__m512d s0 = _mm512_setzero_pd(), s1 = _mm512_setzero_pd();
+	__m512i emax = _mm512_setzero_si512(), emin = _mm512_set1_epi32(255);
+	for (size_t i = 0; i < n; i += 16) {
+		const __m512 v = _mm512_loadu_ps(q + i);
+		const __m512 sq = round_bf16_v16(_mm512_mul_ps(v, v));
+		const __m512i u = _mm512_castps_si512(sq);
+		const __m512i e = _mm512_srli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), 23);
+		emax = _mm512_max_epi32(emax, e);
+		emin = _mm512_mask_min_epi32(emin, _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7FFFFFFF)),
+					     emin, e);
+		s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(sq)));
+		s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sq), 1))));
+	}
+	const int hi = _mm512_reduce_max_epi32(emax), lo = _mm512_reduce_min_epi32(emin);
+	int lg = 0;
+	while (((size_t)1 << lg) < n)
+		lg++;
+	/* no NaN or infinity, no subnormal square, the spread within the bound (all zeros: lo 255) */
+	if (hi == 255 || lo == 0 || (lo <= hi && hi - lo > 45 - lg))
+		return 0;
+	*ss = _mm512_reduce_add_pd(_mm512_add_pd(s0, s1));
+	return 1;
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void scale_bf16_avx512(float *q, size_t n, float r)
+{
+	const __m512 rv = _mm512_set1_ps(r);
+	for (size_t i = 0; i < n; i += 16)
+		_mm512_storeu_ps(q + i, round_bf16_v16(_mm512_mul_ps(_mm512_loadu_ps(q + i), rv)));
+}
+
+/* y := x's 8 lanes after the butterfly of stride h < 8 (m: the lanes j with j & h, which take
+ * u - v = t - y; the others u + v = y + t), t the lanes swapped at distance h */
+__attribute__((target("avx512f"))) static inline __m512d butterfly8(__m512d y, int h)
+{
+	const __m512d t = h == 1 ? _mm512_permute_pd(y, 0x55)
+			  : h == 2 ? _mm512_permutex_pd(y, 0x4E)
+				   : _mm512_shuffle_f64x2(y, y, 0x4E);
+	const __mmask8 m = h == 1 ? 0xAA : h == 2 ? 0xCC : 0xF0;
+	return _mm512_mask_sub_pd(_mm512_add_pd(y, t), m, t, y);
+}
+
+__attribute__((target("avx512f"))) static void hadamard_avx512(float *x, size_t n, int ref)
+{
+	__m512d y[1024 / 8];
+	const size_t nv = n / 8;
+	for (size_t v = 0; v < nv; v++)
+		y[v] = _mm512_cvtps_pd(_mm256_loadu_ps(x + 8 * v));
+	for (int h = 1; h < 8; h *= 2)
+		for (size_t v = 0; v < nv; v++)
+			y[v] = butterfly8(y[v], h);
+	for (size_t hv = 1; hv < nv; hv *= 2)
+		for (size_t i = 0; i < nv; i += 2 * hv)
+			for (size_t j = i; j < i + hv; j++) {
+				const __m512d u = y[j], w = y[j + hv];
+				y[j] = _mm512_add_pd(u, w);
+				y[j + hv] = _mm512_sub_pd(u, w);
+			}
+	const double sc = pow((double)n, -0.5);
+	for (size_t v = 0; v < nv; v++) {
+		const __m256 f = ref ? _mm256_mul_ps(_mm512_cvtpd_ps(y[v]), _mm256_set1_ps((float)sc))
+				     : _mm512_cvtpd_ps(_mm512_mul_pd(y[v], _mm512_set1_pd(sc)));
+		_mm256_storeu_ps(x + 8 * v, f);
+	}
+}
+#endif
+
+int srt_attn_sumsq_bf16(const float *q, size_t n, double *ss)
+{
+#ifdef ATTN_X86
+	if (n % 16 == 0 && have_avx512())
+		return sumsq_bf16_avx512(q, n, ss);
+#endif
+	(void)q;
+	(void)n;
+	(void)ss;
+	return 0;
+}
+
+void srt_attn_scale_bf16(float *q, size_t n, float r)
+{
+#ifdef ATTN_X86
+	if (n % 16 == 0 && have_avx512()) {
+		scale_bf16_avx512(q, n, r);
+		return;
+	}
+#endif
+	for (size_t i = 0; i < n; i++)
+		q[i] = q[i] * r;
+	srt_round_bf16_n(q, n);
+}
+
+int srt_attn_hadamard_d(float *x, size_t n, int ref)
+{
+#ifdef ATTN_X86
+	if (n >= 8 && n <= 1024 && (n & (n - 1)) == 0 && have_avx512()) {
+		hadamard_avx512(x, n, ref);
+		if (ref)
+			srt_round_bf16_n(x, n);
+		return 1;
+	}
+#endif
+	(void)x;
+	(void)n;
+	(void)ref;
+	return 0;
 }

@@ -193,9 +193,10 @@ static void head_norm(float *q, size_t n, double eps, int ref)
 {
 	double ss = 0;
 	if (ref) {
-		/* bf16(q·q) summed in order; the roundings by the library's vector loop */
+		/* bf16(q·q) summed in order (in any order where no sum rounds: vectorised); the
+		 * roundings by the library's vector loop */
 		float sq[256];
-		for (size_t i0 = 0; i0 < n; i0 += 256) {
+		for (size_t i0 = srt_attn_sumsq_bf16(q, n, &ss) ? n : 0; i0 < n; i0 += 256) {
 			const size_t len = n - i0 < 256 ? n - i0 : 256;
 			for (size_t i = 0; i < len; i++)
 				sq[i] = q[i0 + i] * q[i0 + i];
@@ -205,9 +206,7 @@ static void head_norm(float *q, size_t n, double eps, int ref)
 		}
 		float mean = srt_round_bf16((float)(ss / (double)n));
 		float r = srt_round_bf16(1.0f / sqrtf(srt_round_bf16(mean + (float)eps)));
-		for (size_t i = 0; i < n; i++)
-			q[i] = q[i] * r;
-		srt_round_bf16_n(q, n);
+		srt_attn_scale_bf16(q, n, r);
 	} else {
 		for (size_t i = 0; i < n; i++)
 			ss += (double)q[i] * q[i];
@@ -266,6 +265,8 @@ static void rope_row(const struct fwd *f, int64_t r, float *x, int inverse)
 /* Normalized Walsh-Hadamard transform, exact in double then scaled (n <= 1024). */
 static void hadamard(float *x, size_t n, int ref)
 {
+	if (srt_attn_hadamard_d(x, n, ref))
+		return;
 	double y[1024];
 	for (size_t i = 0; i < n; i++)
 		y[i] = x[i];

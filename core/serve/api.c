@@ -253,8 +253,8 @@ int srt_api_parse(const struct srt_api_ctx *ctx, int chat, const char *body, siz
 	json_t *v;
 	int have_prompt = 0;
 	json_object_foreach(root, k, v) {
-		double d;
-		long long i;
+		double d = 0; /* set by get_number before use; GCC -O3 cannot see it */
+		long long i = 0;
 		if (!strcmp(k, "model")) {
 			if (!json_is_string(v)) {
 				bad(e, 400, "invalid_type", "model", "'model' must be a string");

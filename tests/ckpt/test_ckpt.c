@@ -250,7 +250,7 @@ static long dead_pid(void)
 START_TEST(next_write_removes_temporary_files_of_killed_writers)
 {
 	char *dir = tmpdir();
-	char dead[128], live[128], other[128], sub[128], inner[192];
+	char dead[512], live[512], other[512], sub[512], inner[640];
 	long dp = dead_pid();
 	snprintf(dead, sizeof(dead), "%s/.model.safetensors.tmp.%ld", dir, dp);
 	snprintf(live, sizeof(live), "%s/.model.safetensors.tmp.%ld", dir, (long)getppid());

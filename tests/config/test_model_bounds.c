@@ -48,8 +48,10 @@ static char *flash_with(const char *key, const char *repl, const char *extra)
 			found = 1;
 			strcat(out, repl);
 			strcat(out, "\n");
-		} else {
-			strncat(out, s, n);
+		} else { /* the line as it is (cap leaves room: out never outgrows t) */
+			const size_t ol = strlen(out);
+			memcpy(out + ol, s, n);
+			out[ol + n] = '\0';
 		}
 		s += n;
 	}

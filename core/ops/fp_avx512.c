@@ -11,20 +11,8 @@
  */
 #include "ops/fp_isa.h"
 
-#include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
-
-/* srt_round_bf16 of 16 floats */
-static inline __m512 round_bf16_16(__m512 v)
-{
-	__m512i u = _mm512_castps_si512(v);
-	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-	u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-	u = _mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u));
-	return _mm512_mask_mov_ps(_mm512_castsi512_ps(u), _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q),
-				  _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-}
 
 /* lanes [0, n - i) of a 16-lane step at i: all 16 but in the last step */
 static inline __mmask16 tail16(size_t n, size_t i)
@@ -36,7 +24,7 @@ void srt_round_bf16_avx512(float *x, size_t n)
 {
 	for (size_t i = 0; i < n; i += 16) {
 		const __mmask16 m = tail16(n, i);
-		_mm512_mask_storeu_ps(x + i, m, round_bf16_16(_mm512_maskz_loadu_ps(m, x + i)));
+		_mm512_mask_storeu_ps(x + i, m, srt_round_bf16_v16(_mm512_maskz_loadu_ps(m, x + i)));
 	}
 }
 

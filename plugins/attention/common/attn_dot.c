@@ -2525,7 +2525,7 @@ __attribute__((target("avx512f,avx512bw"))) static int sumsq_bf16_avx512(const f
 	__m512i emax = _mm512_setzero_si512(), emin = _mm512_set1_epi32(255);
 	for (size_t i = 0; i < n; i += 16) {
 		const __m512 v = _mm512_loadu_ps(q + i);
-		const __m512 sq = round_bf16_v16(_mm512_mul_ps(v, v));
+		const __m512 sq = srt_round_bf16_v16(_mm512_mul_ps(v, v));
 		const __m512i u = _mm512_castps_si512(sq);
 		const __m512i e = _mm512_srli_epi32(_mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)), 23);
 		emax = _mm512_max_epi32(emax, e);
@@ -2549,7 +2549,7 @@ __attribute__((target("avx512f,avx512bw"))) static void scale_bf16_avx512(float 
 {
 	const __m512 rv = _mm512_set1_ps(r);
 	for (size_t i = 0; i < n; i += 16)
-		_mm512_storeu_ps(q + i, round_bf16_v16(_mm512_mul_ps(_mm512_loadu_ps(q + i), rv)));
+		_mm512_storeu_ps(q + i, srt_round_bf16_v16(_mm512_mul_ps(_mm512_loadu_ps(q + i), rv)));
 }
 
 /* y := x's 8 lanes after the butterfly of stride h < 8 (m: the lanes j with j & h, which take

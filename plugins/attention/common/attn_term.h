@@ -9,6 +9,8 @@
 
 #include <immintrin.h>
 
+#include "ops/fp_isa.h" /* srt_round_bf16_v16, _num: the 16-lane forms, shared with core/ops */
+
 /* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
 __attribute__((target("avx2"))) static inline __m256 round_bf16_v8(__m256 x)
 {
@@ -29,29 +31,12 @@ __attribute__((target("avx2"))) static inline __m256 ix_term8(__m256 f, __m256 w
 	return round_bf16_v8(_mm256_mul_ps(r, w));
 }
 
-/* round_bf16_v8 on 16 floats without the NaN fix: right for every lane but NaN ones (±inf
- * stay ±inf), which get any value. */
-__attribute__((target("avx512f"))) static inline __m512 round_bf16_v16_num(__m512 x)
-{
-	__m512i u = _mm512_castps_si512(x);
-	const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
-	u = _mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF)));
-	return _mm512_castsi512_ps(_mm512_and_si512(u, _mm512_set1_epi32((int)0xFFFF0000u)));
-}
-
-/* round_bf16_v8 on 16 floats (AVX-512F): the same operations lane by lane. */
-__attribute__((target("avx512f"))) static inline __m512 round_bf16_v16(__m512 x)
-{
-	return _mm512_mask_mov_ps(round_bf16_v16_num(x), _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q),
-				  _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
-}
-
 /* ix_term8 on 16 floats without NaN (±inf allowed): the first rounding needs no NaN fix, the
  * second keeps it (w may be anything, and inf · 0 is NaN). Lanes holding NaN get any value. */
 __attribute__((target("avx512f"))) static inline __m512 ix_term16_num(__m512 f, __m512 w)
 {
-	const __m512 r = _mm512_max_ps(round_bf16_v16_num(f), _mm512_setzero_ps());
-	return round_bf16_v16(_mm512_mul_ps(r, w));
+	const __m512 r = _mm512_max_ps(srt_round_bf16_v16_num(f), _mm512_setzero_ps());
+	return srt_round_bf16_v16(_mm512_mul_ps(r, w));
 }
 
 #endif

@@ -63,8 +63,13 @@ void srt_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n)
 void srt_round_bf16_n(float *x, size_t n)
 {
 #if defined(SRT_OPS_X86)
-	if (n >= 16 && srt_gemm_isa_current() >= SRT_GEMM_ISA_AVX512) {
+	const enum srt_gemm_isa isa = srt_gemm_isa_current();
+	if (n >= 16 && isa >= SRT_GEMM_ISA_AVX512) {
 		srt_round_bf16_avx512(x, n);
+		return;
+	}
+	if (n >= 8 && isa >= SRT_GEMM_ISA_AVX2) {
+		srt_round_bf16_avx2(x, n);
 		return;
 	}
 #endif

@@ -1127,7 +1127,7 @@ START_TEST(query_head_steps_equal_their_scalar_definitions_bitwise)
 {
 	static float q[1024], a[1024], b[1024];
 	size_t taken = 0;
-	for (size_t n = 16; n <= 512; n += 16) {
+	for (size_t n = 8; n <= 512; n += 8) {
 		for (size_t i = 0; i < n; i++) { /* magnitudes within 2^±8, as a query head's */
 			const float w = wide();
 			q[i] = srt_round_bf16(ldexpf(frexpf(w, &(int){0}), (int)(rng >> 20 & 15) - 7));
@@ -1142,8 +1142,8 @@ START_TEST(query_head_steps_equal_their_scalar_definitions_bitwise)
 		for (size_t i = 0; i < n; i++)
 			ck_assert(same(a[i], srt_round_bf16(q[i] * 0.3711f)));
 	}
-	if (srt_attn_hadamard_d(a, 16, 1)) /* AVX-512 here: the vector sum must run */
-		ck_assert_uint_eq(taken, 32);
+	if (srt_attn_hadamard_d(a, 16, 1)) /* a vector set here: the vector sum must run */
+		ck_assert_uint_ge(taken, 32); /* n % 16 == 0 on AVX-512, all 64 on AVX2 */
 	/* an order-dependent sum is declined (or equals the sequential one) */
 	q[0] = 1.0f;
 	for (size_t i = 1; i < 32; i++)
@@ -1153,7 +1153,7 @@ START_TEST(query_head_steps_equal_their_scalar_definitions_bitwise)
 	ck_assert(!srt_attn_sumsq_bf16(q, 32, &ss) || ss == 1.0);
 	q[3] = NAN;
 	ck_assert(!srt_attn_sumsq_bf16(q, 32, &ss) || ss == 1.0);
-	for (size_t n = 8; n <= 1024; n *= 2)
+	for (size_t n = 4; n <= 1024; n *= 2)
 		for (int ref = 0; ref < 2; ref++) {
 			for (size_t i = 0; i < n; i++)
 				a[i] = b[i] = ref ? srt_round_bf16(wide()) : wide();

@@ -739,7 +739,7 @@ __attribute__((target("avx2"))) static void div_bf16_avx2(const float *x, float 
 {
 	const __m256 dv = _mm256_set1_ps(d);
 	for (size_t i = 0; i < n; i += 8)
-		_mm256_storeu_ps(y + i, round_bf16_v8(_mm256_div_ps(_mm256_loadu_ps(x + i), dv)));
+		_mm256_storeu_ps(y + i, srt_round_bf16_v8(_mm256_div_ps(_mm256_loadu_ps(x + i), dv)));
 }
 #endif
 
@@ -816,7 +816,7 @@ __attribute__((target("avx512f,avx2"))) static inline __m512d ix_sum8(__m512d to
 
 __attribute__((target("avx512f,avx2"))) static inline void ix_store8(double *out, __m512d tot)
 {
-	_mm512_storeu_pd(out, _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot))));
+	_mm512_storeu_pd(out, _mm512_cvtps_pd(srt_round_bf16_v8(_mm512_cvtpd_ps(tot))));
 }
 
 __attribute__((target("avx512f,avx2"))) static size_t ix_score_avx512(const double *qk,
@@ -2586,6 +2586,83 @@ __attribute__((target("avx512f"))) static void hadamard_avx512(float *x, size_t 
 		_mm256_storeu_ps(x + 8 * v, f);
 	}
 }
+
+/* sumsq_bf16_avx512 over 8 lanes (n % 8 == 0) */
+__attribute__((target("avx2"))) static int sumsq_bf16_avx2(const float *q, size_t n, double *ss)
+{
+	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF);
+	__m256d s0 = _mm256_setzero_pd(), s1 = _mm256_setzero_pd();
+	__m256i emax = _mm256_setzero_si256(), emin = _mm256_set1_epi32(255);
+	for (size_t i = 0; i < n; i += 8) {
+		const __m256 v = _mm256_loadu_ps(q + i);
+		const __m256 sq = srt_round_bf16_v8(_mm256_mul_ps(v, v));
+		const __m256i a = _mm256_and_si256(_mm256_castps_si256(sq), mag);
+		const __m256i e = _mm256_srli_epi32(a, 23);
+		emax = _mm256_max_epi32(emax, e);
+		/* zeros (either sign) keep 255 */
+		emin = _mm256_min_epi32(emin, _mm256_blendv_epi8(e, _mm256_set1_epi32(255),
+								 _mm256_cmpeq_epi32(a, _mm256_setzero_si256())));
+		s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(sq)));
+		s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(sq, 1)));
+	}
+	_Alignas(32) int32_t mx[8], mn[8];
+	_mm256_store_si256((__m256i *)(void *)mx, emax);
+	_mm256_store_si256((__m256i *)(void *)mn, emin);
+	int hi = 0, lo = 255;
+	for (int l = 0; l < 8; l++) {
+		hi = mx[l] > hi ? mx[l] : hi;
+		lo = mn[l] < lo ? mn[l] : lo;
+	}
+	int lg = 0;
+	while (((size_t)1 << lg) < n)
+		lg++;
+	if (hi == 255 || lo == 0 || (lo <= hi && hi - lo > 45 - lg))
+		return 0;
+	/* no order rounds: any combination of the lanes is the sequential sum */
+	_Alignas(32) double t[4];
+	_mm256_store_pd(t, _mm256_add_pd(s0, s1));
+	*ss = (t[0] + t[1]) + (t[2] + t[3]);
+	return 1;
+}
+
+__attribute__((target("avx2"))) static void scale_bf16_avx2(float *q, size_t n, float r)
+{
+	const __m256 rv = _mm256_set1_ps(r);
+	for (size_t i = 0; i < n; i += 8)
+		_mm256_storeu_ps(q + i, srt_round_bf16_v8(_mm256_mul_ps(_mm256_loadu_ps(q + i), rv)));
+}
+
+/* butterfly8 on 4 lanes: stride h = 1 (adjacent lanes) or 2 (the halves) */
+__attribute__((target("avx2"))) static inline __m256d butterfly4(__m256d y, int h)
+{
+	const __m256d t = h == 1 ? _mm256_permute_pd(y, 0x5) : _mm256_permute4x64_pd(y, 0x4E);
+	return h == 1 ? _mm256_blend_pd(_mm256_add_pd(y, t), _mm256_sub_pd(t, y), 0xA)
+		      : _mm256_blend_pd(_mm256_add_pd(y, t), _mm256_sub_pd(t, y), 0xC);
+}
+
+/* hadamard_avx512 on 4 doubles a register (n a power of two in [4, 1024]) */
+__attribute__((target("avx2"))) static void hadamard_avx2(float *x, size_t n, int ref)
+{
+	__m256d y[1024 / 4];
+	const size_t nv = n / 4;
+	for (size_t v = 0; v < nv; v++)
+		y[v] = _mm256_cvtps_pd(_mm_loadu_ps(x + 4 * v));
+	for (size_t v = 0; v < nv; v++)
+		y[v] = butterfly4(butterfly4(y[v], 1), 2);
+	for (size_t hv = 1; hv < nv; hv *= 2)
+		for (size_t i = 0; i < nv; i += 2 * hv)
+			for (size_t j = i; j < i + hv; j++) {
+				const __m256d u = y[j], w = y[j + hv];
+				y[j] = _mm256_add_pd(u, w);
+				y[j + hv] = _mm256_sub_pd(u, w);
+			}
+	const double sc = pow((double)n, -0.5);
+	for (size_t v = 0; v < nv; v++) {
+		const __m128 f = ref ? _mm_mul_ps(_mm256_cvtpd_ps(y[v]), _mm_set1_ps((float)sc))
+				     : _mm256_cvtpd_ps(_mm256_mul_pd(y[v], _mm256_set1_pd(sc)));
+		_mm_storeu_ps(x + 4 * v, f);
+	}
+}
 #endif
 
 int srt_attn_sumsq_bf16(const float *q, size_t n, double *ss)
@@ -2593,6 +2670,8 @@ int srt_attn_sumsq_bf16(const float *q, size_t n, double *ss)
 #ifdef ATTN_X86
 	if (n % 16 == 0 && have_avx512())
 		return sumsq_bf16_avx512(q, n, ss);
+	if (n % 8 == 0 && have_avx2())
+		return sumsq_bf16_avx2(q, n, ss);
 #endif
 	(void)q;
 	(void)n;
@@ -2607,6 +2686,10 @@ void srt_attn_scale_bf16(float *q, size_t n, float r)
 		scale_bf16_avx512(q, n, r);
 		return;
 	}
+	if (n % 8 == 0 && have_avx2()) {
+		scale_bf16_avx2(q, n, r);
+		return;
+	}
 #endif
 	for (size_t i = 0; i < n; i++)
 		q[i] = q[i] * r;
@@ -2618,6 +2701,12 @@ int srt_attn_hadamard_d(float *x, size_t n, int ref)
 #ifdef ATTN_X86
 	if (n >= 8 && n <= 1024 && (n & (n - 1)) == 0 && have_avx512()) {
 		hadamard_avx512(x, n, ref);
+		if (ref)
+			srt_round_bf16_n(x, n);
+		return 1;
+	}
+	if (n >= 4 && n <= 1024 && (n & (n - 1)) == 0 && have_avx2()) {
+		hadamard_avx2(x, n, ref);
 		if (ref)
 			srt_round_bf16_n(x, n);
 		return 1;

@@ -254,13 +254,14 @@ void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k,
 /*
  * The query's per-head steps in the reference profile (attn_forward.c's head_norm, hadamard).
  * srt_attn_sumsq_bf16: *ss := Σ_i bf16(q[i]²) in double, the bits of the sequential loop,
- * and 1, when AVX-512 runs, n % 16 == 0 and no order of the sum can round (all squares finite
- * and within 45 - log2(n) binades of each other); else 0 and *ss untouched.
+ * and 1, when AVX-512 (n % 16 == 0) or AVX2 (n % 8 == 0) runs and no order of the sum can
+ * round (all squares finite and within 45 - log2(n) binades of each other); else 0 and *ss
+ * untouched.
  * srt_attn_scale_bf16: q[i] := bf16(q[i] · r).
  * srt_attn_hadamard_d: x := the normalized Walsh-Hadamard transform of attn_forward.c's
  * hadamard (butterflies in double in its order, then (float)y · (float)n^-1/2 and bf16 with
- * `ref`, else (float)(y · n^-1/2)), the same bits, and 1 when AVX-512 runs and n is a power of
- * two in [8, 1024]; else 0 and x untouched.
+ * `ref`, else (float)(y · n^-1/2)), the same bits, and 1 when AVX-512 (n a power of two in
+ * [8, 1024]) or AVX2 (in [4, 1024]) runs; else 0 and x untouched.
  */
 int srt_attn_sumsq_bf16(const float *q, size_t n, double *ss);
 void srt_attn_scale_bf16(float *q, size_t n, float r);

@@ -554,9 +554,9 @@ ix_score16(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *
 	const __m512d tot0 = tot[0], tot1 = tot[1];
 	/* the float score, as a double, into the good lanes' places */
 	_mm512_mask_storeu_pd(out, (__mmask8)good,
-			      _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot0))));
+			      _mm512_cvtps_pd(srt_round_bf16_v8(_mm512_cvtpd_ps(tot0))));
 	_mm512_mask_storeu_pd(out + 8, (__mmask8)(good >> 8),
-			      _mm512_cvtps_pd(round_bf16_v8(_mm512_cvtpd_ps(tot1))));
+			      _mm512_cvtps_pd(srt_round_bf16_v8(_mm512_cvtpd_ps(tot1))));
 	return (size_t)__builtin_popcount(good);
 }
 
@@ -753,7 +753,7 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 		return;
 	for (size_t hf = 0; hf < 2; hf++) {
 		float o[8];
-		_mm256_storeu_ps(o, round_bf16_v8(_mm256_set_m128(_mm256_cvtpd_ps(tot[hf][1]),
+		_mm256_storeu_ps(o, srt_round_bf16_v8(_mm256_set_m128(_mm256_cvtpd_ps(tot[hf][1]),
 								  _mm256_cvtpd_ps(tot[hf][0]))));
 		for (size_t i = 0; i < 8 && 8 * hf + i < n; i++)
 			*out[8 * hf + i] = (double)o[i];

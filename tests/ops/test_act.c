@@ -3,8 +3,9 @@
  * and act.h's srt_silu, bit for bit: a sweep of every 2^7-th float of magnitude below 2^8
  * (SRT_ACT_EXHAUSTIVE=1: every one)
  * (both signs: the vector lanes and the library's lanes past 88), the special values, every
- * tail length, in place and out of place; on an AVX-512 CPU the vector kernels must be the
- * ones that ran, and SRT_GEMM_ISA=generic's loop must give the same bits.
+ * tail length, in place and out of place; on an AVX-512 CPU and on an AVX2 CPU with FMA the
+ * vector kernels (each set) must be the ones that ran, and SRT_GEMM_ISA=generic's loop must
+ * give the same bits.
  */
 #include <check.h>
 #include <float.h>
@@ -80,8 +81,18 @@ static size_t sweep(void)
 
 START_TEST(expf_and_silu_arrays_have_the_scalar_bits_on_a_sweep)
 {
-	if (srt_gemm_isa_current() == SRT_GEMM_ISA_AVX512)
-		ck_assert_msg(srt_expf_vector(), "AVX-512 CPU, glibc: the vector kernels should run");
+	/* each vector set this CPU has (AVX2 with FMA: 8 lanes; AVX-512: 16) */
+	const enum srt_gemm_isa was = srt_gemm_isa_current();
+	__builtin_cpu_init();
+	for (int isa = SRT_GEMM_ISA_AVX2; isa <= SRT_GEMM_ISA_AVX512; isa++) {
+		if (srt_gemm_set_isa((enum srt_gemm_isa)isa) != 0)
+			continue;
+		if (isa == SRT_GEMM_ISA_AVX512 || __builtin_cpu_supports("fma"))
+			ck_assert_msg(srt_expf_vector(), "%s CPU, glibc: the vector kernels should run",
+				      srt_gemm_isa_name((enum srt_gemm_isa)isa));
+		ck_assert_uint_eq(sweep(), 0);
+	}
+	ck_assert_int_eq(srt_gemm_set_isa(was), 0);
 	ck_assert_uint_eq(sweep(), 0);
 }
 END_TEST

@@ -346,13 +346,25 @@ static int mhc_embed(void *inst, int32_t n_rows, const float *h, float *X)
 
 /* mu[nmix] = (fn . x) * r for the flattened row x[S d]; with `raw` (one-row calls), the dot
  * products fn_k . x were computed already (raw[k]) and x . x is raw[nmix]. */
-static void mixes(const struct mhc_inst *in, const float *fn, int64_t nmix, const float *x,
-		  const float *raw, float *mu)
+MHC_CLONES static void mixes(const struct mhc_inst *in, const float *fn, int64_t nmix,
+			     const float *x, const float *raw, float *mu)
 {
 	int64_t n = in->S * in->d;
+	float dots[MHC_MAX_MIX];
+	if (!raw) { /* 8 dot products a pass over x (dotr: each with dot()'s operations) */
+		int64_t k = 0;
+		for (; k + 8 <= nmix; k += 8) {
+			const float *a[8];
+			for (int j = 0; j < 8; j++)
+				a[j] = fn + (k + j) * n;
+			dotr(a, x, n, dots + k, 8);
+		}
+		for (; k < nmix; k++)
+			dots[k] = dot(fn + k * n, x, n);
+	}
 	float r = 1.0f / sqrtf((raw ? raw[nmix] : dot(x, x, n)) / (float)n + in->norm_eps);
 	for (int64_t k = 0; k < nmix; k++)
-		mu[k] = (raw ? raw[k] : dot(fn + k * n, x, n)) * r;
+		mu[k] = (raw ? raw[k] : dots[k]) * r;
 }
 
 /* One-row calls, per task k: in->dots[k] = fn_k . x (k < nd), x . x (k = nd), the same dot

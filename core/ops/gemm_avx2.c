@@ -526,51 +526,22 @@ struct fp4_xi {
 	float f[4];                      /* 2^(e_s - 1) */
 };
 
-/* 2^e as a float, -126 <= e <= 127. */
-static inline float pow2f(int e)
-{
-	const uint32_t u = (uint32_t)(127 + e) << 23;
-	float f;
-	memcpy(&f, &u, sizeof f);
-	return f;
-}
-
 /* Block x (128 activations) as struct fp4_xi, or false where some sub-block does not fit.
  * The bytes of 32 X, packed in k order (packssdw and packsswb interleave 4-k groups of the
  * two 128-bit lanes: vpermd undoes that), are split into even and odd k by one vpshufb per
  * lane and one vpermq. */
 GEMV_TARGET static bool fp4_int_block(const float *x, struct fp4_xi *o)
 {
-	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF);
 	const __m256i ord = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 	const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
 					    0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
 	const __m256i m127 = _mm256_set1_epi16(127);
 	for (int s = 0; s < 4; s++) {
-		__m256 v[4];
-		__m256i a = _mm256_setzero_si256();
-		for (int i = 0; i < 4; i++) {
-			v[i] = _mm256_loadu_ps(x + 32 * s + 8 * i);
-			a = _mm256_max_epi32(a, _mm256_and_si256(_mm256_castps_si256(v[i]), mag));
-		}
-		__m128i m = _mm_max_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-		m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-		m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
-		/* the bits of the largest |x| (NaN and Inf above all finite values: e > 90) */
-		const uint32_t amax = (uint32_t)_mm_cvtsi128_si32(m);
-		const int e = amax ? (int)(amax >> 23) - 127 - 13 : 0;
-		if (e < -100 || e > 90)
+		__m256i X[4];
+		int e;
+		if (!fp4_sub_fit(x + 32 * s, X, &e))
 			return false;
-		const __m256 up = _mm256_set1_ps(pow2f(-e)), dn = _mm256_set1_ps(pow2f(e));
-		__m256i X[4], sum = _mm256_setzero_si256(), bad = _mm256_setzero_si256();
-		for (int i = 0; i < 4; i++) {
-			X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], up));
-			bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
-				_mm256_mul_ps(_mm256_cvtepi32_ps(X[i]), dn), v[i], _CMP_NEQ_UQ)));
-			sum = _mm256_add_epi32(sum, X[i]);
-		}
-		if (!_mm256_testz_si256(bad, bad))
-			return false;
+		const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3]));
 		/* |X| < 2^14: words without saturation, Xh and Xl bytes without saturation */
 		const __m256i p = _mm256_packs_epi32(X[0], X[1]), q = _mm256_packs_epi32(X[2], X[3]);
 		const __m256i hl[2] = {

@@ -107,6 +107,53 @@ static inline bool x_exact_products(const float *x)
 	return _mm256_testz_si256(bad, bad);
 }
 
+/* 2^e as a float, -126 <= e <= 127. */
+static inline float pow2f(int e)
+{
+	const uint32_t u = (uint32_t)(127 + e) << 23;
+	float f;
+	memcpy(&f, &u, sizeof f);
+	return f;
+}
+
+/*
+ * Whether the 32 REFERENCE activations at x (E4M3 values, unscaled) "fit": they are integers
+ * X times one power of two 2^e with |X| < 2^14, e the exponent of the largest |x| minus 13,
+ * -100 <= e <= 90, and (float)X·2^e gives every x back (all zeros, either sign: X = 0 at
+ * e = 0). Then each product x·w with an E2M1 value w is an integer multiple of 2^(e-1) and
+ * every partial sum of the 32 is below 32·6·2^14·2^e < 2^24·2^(e-1): exact in float32 in any
+ * order, so every summation order gives gemm.h's bits (+0 for a zero sum: the lanes start
+ * at +0). On true, X[0..4) hold X in k order and *e_out the exponent. The integer GEMV
+ * (gemm_avx2.c) and the prefill kernel's exact blocks (gemm_tile_avx2.c) use it.
+ */
+static inline bool fp4_sub_fit(const float *x, __m256i *X, int *e_out)
+{
+	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF);
+	__m256 v[4];
+	__m256i a = _mm256_setzero_si256();
+	for (int i = 0; i < 4; i++) {
+		v[i] = _mm256_loadu_ps(x + 8 * i);
+		a = _mm256_max_epi32(a, _mm256_and_si256(_mm256_castps_si256(v[i]), mag));
+	}
+	__m128i m = _mm_max_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+	m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
+	m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
+	/* the bits of the largest |x| (NaN and Inf above all finite values: e > 90) */
+	const uint32_t amax = (uint32_t)_mm_cvtsi128_si32(m);
+	const int e = amax ? (int)(amax >> 23) - 127 - 13 : 0;
+	if (e < -100 || e > 90)
+		return false;
+	const __m256 up = _mm256_set1_ps(pow2f(-e)), dn = _mm256_set1_ps(pow2f(e));
+	__m256i bad = _mm256_setzero_si256();
+	for (int i = 0; i < 4; i++) {
+		X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], up));
+		bad = _mm256_or_si256(bad, _mm256_castps_si256(_mm256_cmp_ps(
+			_mm256_mul_ps(_mm256_cvtepi32_ps(X[i]), dn), v[i], _CMP_NEQ_UQ)));
+	}
+	*e_out = e;
+	return _mm256_testz_si256(bad, bad);
+}
+
 /* The REFERENCE FP8 factors sa·sb of a GEMV tile's 8 rows for K block b: sa the block's
  * activation scale, sb the UE8M0 scale of each row's 128x128 block (row t's block row starts
  * at scales[srow[t]]). */

@@ -33,6 +33,16 @@
  *    every caller up to a separately compiled copy of the whole kernel. It runs only after
  *    __builtin_cpu_supports("fma") said yes; rows whose block fails the check multiply then
  *    add.
+ *  - REFERENCE FP4 blocks whose sums are exact (both rows of a register block fit
+ *    fp4_sub_fit in all 4 sub-blocks: every partial sum of a sub-block is exact, in any
+ *    order): the 8-lane reduction of each 32-wide sub-block is the costly part of the
+ *    layout above (4 vectors of products, then 9 shuffles and adds per row and 8 features).
+ *    Such rows and the tile's weights are packed a second way instead, "by pairs": vector v
+ *    of a block holds k = 2v, 2v + 1 of each sub-block s in lanes 2s, 2s + 1 (for the
+ *    weights, the 4 bytes v, 16 + v, 32 + v, 48 + v of the row's block), so one accumulator
+ *    per row and feature runs over the whole block, and one round of hadd, shuffles and
+ *    128-bit permutes gives all 4 sub-block sums of 8 features. The sums are the same
+ *    numbers (exact), so the same bits; the epilogue is unchanged.
  * Output features past the last full tile go to srt_gemmk_avx2 (same bits); fewer than 8
  * features, M < 2 and f32/bf16 with K % 8 != 0 are left to the caller.
  */
@@ -52,6 +62,7 @@
 #define WST (NV * 8) /* floats from one feature's decoded block to the next */
 #define XST KB       /* floats from one packed activation row to the next */
 #define RC 64        /* activation rows per chunk: 32 KiB packed, one weight decode per chunk */
+#define PAIRS_MIN 12 /* register blocks of fitting FP4 rows that pay for a second decode */
 
 /* The lane order of packed activations and decoded weights: register lane p holds the
  * products of k = 8v + LANE[p]. Products are lane-wise, so each accumulator lane still sums
@@ -256,6 +267,94 @@ rows_blk(const float *wbuf, int type, bool ref, const float *x, const float *sa,
 	}
 }
 
+/* The tile's REFERENCE FP4 block b (k0) "by pairs" into wbuf[t][v][8]: lanes 2s, 2s + 1 of
+ * vector v are the code values of k = 32s + 2v, 32s + 2v + 1 (the low and high nibble of
+ * byte 16s + v of the row's 64 bytes). */
+static inline void decode_tile_pairs(const struct srt_weight *w, size_t n, size_t k0,
+				     float *restrict wbuf)
+{
+	const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+	for (size_t t = 0; t < NT; t++) {
+		const uint8_t *src = (const uint8_t *)w->data + ((n + t) * w->cols + k0) / 2;
+		__m128i q[4];
+		for (int i = 0; i < 4; i++)
+			q[i] = _mm_loadu_si128((const __m128i *)(const void *)(src + 16 * i));
+		/* byte v of each sub-block side by side: dword v = bytes v, 16+v, 32+v, 48+v */
+		const __m128i a = _mm_unpacklo_epi8(q[0], q[1]), b = _mm_unpackhi_epi8(q[0], q[1]);
+		const __m128i c = _mm_unpacklo_epi8(q[2], q[3]), d = _mm_unpackhi_epi8(q[2], q[3]);
+		_Alignas(16) uint8_t dw[64];
+		_mm_store_si128((__m128i *)(void *)dw, _mm_unpacklo_epi16(a, c));
+		_mm_store_si128((__m128i *)(void *)(dw + 16), _mm_unpackhi_epi16(a, c));
+		_mm_store_si128((__m128i *)(void *)(dw + 32), _mm_unpacklo_epi16(b, d));
+		_mm_store_si128((__m128i *)(void *)(dw + 48), _mm_unpackhi_epi16(b, d));
+		for (size_t v = 0; v < NV; v++)
+			_mm256_store_ps(wbuf + t * WST + v * 8, fp4x8_shifts(dw + 4 * v, shifts));
+	}
+}
+
+/* One row's 128 activations "by pairs" (decode_tile_pairs' lanes) into dst[16][8]. */
+static inline void pack_pairs(const float *src, float *dst)
+{
+	for (size_t v = 0; v < NV; v++) {
+		const __m128d lo = _mm_loadh_pd(_mm_load_sd((const double *)(const void *)(src + 2 * v)),
+						(const double *)(const void *)(src + 32 + 2 * v));
+		const __m128d hi = _mm_loadh_pd(_mm_load_sd((const double *)(const void *)(src + 64 + 2 * v)),
+						(const double *)(const void *)(src + 96 + 2 * v));
+		_mm256_store_ps(dst + v * 8, _mm256_set_m128(_mm_castpd_ps(hi), _mm_castpd_ps(lo)));
+	}
+}
+
+/* Packed "by pairs" rows [0, R) of one tile and FP4 block b (every sub-block fits): the 4
+ * sub-block sums of the 8 features, then rows_blk's FP4 epilogue. fused: the CPU has FMA
+ * (the products and sums are exact either way). */
+static inline __attribute__((always_inline)) void
+rows_blk_pairs(const float *wbuf, const float *x, const float *sa, float *y, size_t ldy,
+	       bool first, const __m256 *sb, int R, bool fused)
+{
+	__m256 p[RB][4]; /* hadd of features (0,1), (2,3), (4,5), (6,7) */
+	for (int half = 0; half < 2; half++) {
+		const float *wp[4];
+		for (int q = 0; q < 4; q++)
+			wp[q] = wbuf + (size_t)(4 * half + q) * WST;
+		__m256 acc[RB][4];
+		for (int r = 0; r < R; r++)
+			for (int q = 0; q < 4; q++)
+				acc[r][q] = _mm256_setzero_ps();
+		if (fused) {
+#pragma GCC unroll 1
+			for (size_t v = 0; v < NV; v++)
+				pass4_step(wp, x, R, v, true, acc);
+		} else {
+#pragma GCC unroll 4
+			for (size_t v = 0; v < NV; v++)
+				pass4_step(wp, x, R, v, false, acc);
+		}
+		/* [f_s0, f_s1, g_s0, g_s1 | f_s2, f_s3, g_s2, g_s3] of features f, g */
+		for (int r = 0; r < R; r++) {
+			p[r][2 * half] = _mm256_hadd_ps(acc[r][0], acc[r][1]);
+			p[r][2 * half + 1] = _mm256_hadd_ps(acc[r][2], acc[r][3]);
+		}
+	}
+	for (int r = 0; r < R; r++) {
+		/* [0..3: s0 | 0..3: s2], [0..3: s1 | 0..3: s3], and the same of features 4..7 */
+		const __m256 e02 = _mm256_shuffle_ps(p[r][0], p[r][1], _MM_SHUFFLE(2, 0, 2, 0));
+		const __m256 e13 = _mm256_shuffle_ps(p[r][0], p[r][1], _MM_SHUFFLE(3, 1, 3, 1));
+		const __m256 f02 = _mm256_shuffle_ps(p[r][2], p[r][3], _MM_SHUFFLE(2, 0, 2, 0));
+		const __m256 f13 = _mm256_shuffle_ps(p[r][2], p[r][3], _MM_SHUFFLE(3, 1, 3, 1));
+		const __m256 d[4] = {_mm256_permute2f128_ps(e02, f02, 0x20),
+				     _mm256_permute2f128_ps(e13, f13, 0x20),
+				     _mm256_permute2f128_ps(e02, f02, 0x31),
+				     _mm256_permute2f128_ps(e13, f13, 0x31)};
+		float *yr = y + (size_t)r * ldy;
+		__m256 yv = first ? _mm256_setzero_ps() : _mm256_loadu_ps(yr);
+		for (int s = 0; s < 4; s++) {
+			const __m256 da = _mm256_mul_ps(d[s], _mm256_set1_ps(sa[r]));
+			yv = _mm256_add_ps(yv, _mm256_mul_ps(da, sb[s]));
+		}
+		_mm256_storeu_ps(yr, yv);
+	}
+}
+
 /* Rows [0, mc) (mc <= RC), full tiles [n0, n1); type and ref compile-time. Block by block,
  * the rows' activations are packed first (REFERENCE with f32/bf16 weights: xq·xs, as gemm.c),
  * so that the chunk's block stays in L1 for every tile whatever ldx is. fma: the CPU has FMA
@@ -271,6 +370,11 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 	const size_t K = w->cols, nb = (K + KB - 1) / KB;
 	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
 	const bool can_fuse = fma && ref && quant;
+	/* REFERENCE FP4: the rows whose block fits (fp4_sub_fit), packed "by pairs" in xq2 */
+	const bool pairs = ref && type == SRT_WT_FP4;
+	_Alignas(32) float wbuf2[pairs ? NT * WST : 1];
+	_Alignas(32) float xp2[pairs ? RC * XST : 1];
+	bool fit[RC];
 	for (size_t b = 0; b < nb; b++) {
 		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
 		for (size_t i = 0; i < mc; i++) {
@@ -286,9 +390,37 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 				sa[i] = xs[i * nb + b];
 			/* REFERENCE FP8/FP4: exact products (fused multiply-adds) */
 			ex[i] = can_fuse && x_exact_products(xp + i * XST);
+			fit[i] = false;
+			if (pairs && len == KB) {
+				__m256i X[4];
+				int e;
+				fit[i] = true;
+				for (int q = 0; q < 4 && fit[i]; q++)
+					fit[i] = fp4_sub_fit(src + 32 * q, X, &e);
+				if (fit[i])
+					pack_pairs(src, xp2 + i * XST);
+			}
 		}
+		/* which layouts the row blocks below use: pairs for a block of two fitting rows
+		 * (or a last single one), the k mod 8 lanes for the others. Each layout costs a
+		 * decode of every tile; where the lanes' is needed anyway, the pairs' pays only
+		 * for PAIRS_MIN register blocks or more (measured, srt_bench_gemm) */
+		size_t n_pairs = 0, n_lanes = 0;
+		for (size_t i = 0; i < mc; i += RB) {
+			const bool f = fit[i] && (i + 1 >= mc || fit[i + 1]);
+			n_pairs += f;
+			n_lanes += !f;
+		}
+		if (n_lanes && n_pairs < PAIRS_MIN)
+			for (size_t i = 0; i < mc; i++)
+				fit[i] = false;
+		const bool any_pairs = n_pairs && (!n_lanes || n_pairs >= PAIRS_MIN);
+		const bool any_lanes = n_lanes || !any_pairs;
 		for (size_t n = n0; n < n1; n += NT) {
-			decode_tile(w, type, ref, n, k0, nv, wbuf);
+			if (!pairs || any_lanes)
+				decode_tile(w, type, ref, n, k0, nv, wbuf);
+			if (pairs && any_pairs)
+				decode_tile_pairs(w, n, k0, wbuf2);
 			__m256 sb[KB / 32];
 			if (ref && quant) {
 				float s[KB / 32][8];
@@ -300,12 +432,24 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			for (; i + RB <= mc; i += RB) {
 				const float *xr = xp + i * XST;
 				float *yr = y + i * ldy + n;
+				if (pairs && fit[i] && fit[i + 1]) {
+					if (fma)
+						rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, RB, true);
+					else
+						rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, RB, false);
+					continue;
+				}
 				if (can_fuse && ex[i] && ex[i + 1])
 					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, RB, true);
 				else
 					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, RB, false);
 			}
-			if (i < mc) {
+			if (i < mc && pairs && fit[i]) {
+				if (fma)
+					rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, y + i * ldy + n, ldy, b == 0, sb, 1, true);
+				else
+					rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, y + i * ldy + n, ldy, b == 0, sb, 1, false);
+			} else if (i < mc) {
 				const float *xr = xp + i * XST;
 				float *yr = y + i * ldy + n;
 				if (can_fuse && ex[i])

@@ -1104,28 +1104,38 @@ END_TEST
 
 /* srt_gemm_ref at M = 1 for output rows from 0, 1 and 2 to the end: every kernel set gives the
  * generic set's bits (the best set is current again afterwards). */
-static void gemv_ref_every_isa_is_generic(const struct srt_weight *w, const float *xq,
-					  const float *xs, const char *what)
+/* srt_gemm_ref of m rows (stride K, m <= 32) by every kernel set against the generic set,
+ * columns from n0 = 0, 1, 2 (N <= 64). */
+static void gemm_ref_every_isa_is_generic(const struct srt_weight *w, const float *xq,
+					  const float *xs, size_t m, const char *what)
 {
-	enum { NMAX = 64 };
+	enum { NMAX = 64, MMAX = 32 };
 	const size_t N = w->rows, K = w->cols;
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
-	float y0[NMAX], y1[NMAX];
+	static float y0[MMAX * NMAX], y1[MMAX * NMAX];
 	ck_assert_uint_le(N, NMAX);
+	ck_assert_uint_le(m, MMAX);
 	for (size_t n0 = 0; n0 < 3; n0++)
 		for (int isa = SRT_GEMM_ISA_GENERIC; isa <= (int)best; isa++) {
 			float *y = isa == SRT_GEMM_ISA_GENERIC ? y0 : y1;
 			ck_assert_int_eq(srt_gemm_set_isa((enum srt_gemm_isa)isa), 0);
-			srt_gemm_ref(w, xq, xs, 1, K, y, N, n0, N);
+			srt_gemm_ref(w, xq, xs, m, K, y, N, n0, N);
 			if (isa == SRT_GEMM_ISA_GENERIC)
 				continue;
-			for (size_t n = n0; n < N; n++)
-				ck_assert_msg(same_float(y0[n], y1[n]),
-					      "%s %s rows from %zu: y[%zu] %a vs generic %a",
-					      srt_gemm_isa_name((enum srt_gemm_isa)isa), what, n0, n, y1[n],
-					      y0[n]);
+			for (size_t i = 0; i < m; i++)
+				for (size_t n = n0; n < N; n++)
+					ck_assert_msg(same_float(y0[i * N + n], y1[i * N + n]),
+						      "%s %s, %zu rows, columns from %zu: y[%zu][%zu] %a vs generic %a",
+						      srt_gemm_isa_name((enum srt_gemm_isa)isa), what, m, n0, i,
+						      n, y1[i * N + n], y0[i * N + n]);
 		}
 	ck_assert_int_eq(srt_gemm_set_isa(best), 0);
+}
+
+static void gemv_ref_every_isa_is_generic(const struct srt_weight *w, const float *xq,
+					  const float *xs, const char *what)
+{
+	gemm_ref_every_isa_is_generic(w, xq, xs, 1, what);
 }
 
 /* REFERENCE GEMVs (M = 1) on properly quantized activations (so the exact-product kernels,
@@ -1262,22 +1272,27 @@ static float sig4(unsigned r, int e)
  * zero and the tiny one's not. Every kernel set gives the generic set's bits. */
 START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 {
-	enum { N = 45, K = 1024, NB = K / 128 };
+	enum { N = 45, K = 1024, NB = K / 128, M = 31 };
 	/* kinds of the 4 sub-blocks of block b % 4: 0 random span 11 binades, 1 boundary that
 	 * fits, 2 one value finer (does not fit), 3 zeros, 4 one value, 5 far exponents */
 	static const int kinds[4][4] = {{0, 1, 3, 4}, {0, 2, 0, 0}, {5, 5, 1, 0}, {4, 0, 3, 1}};
 	static const int elim[] = {103, 104, -87, -88};
 	const enum srt_gemm_isa best = srt_gemm_isa_best();
-	float xq[K], xs[NB];
+	static float xq[M * K], xs[M * NB];
 	int emax[NB][4];
 	for (int round = 0; round < 4; round++) {
+		/* row j takes the kinds of round + j·(j % 3) (row 0 the GEMV's; rows of M > 1 mix
+		 * blocks that fit with blocks that do not, in the prefill kernel's register blocks
+		 * of 2 rows, and 31 rows make blocks where both of its layouts run) */
+		for (size_t j = 0; j < M; j++)
 		for (size_t b = 0; b < NB; b++) {
-			xs[b] = ldexpf(1.0f, (int)(b % 5) - 2);
+			xs[j * NB + b] = ldexpf(1.0f, (int)((b + j) % 5) - 2);
 			for (int s = 0; s < 4; s++) {
-				float *x = xq + b * 128 + s * 32;
-				const int kind = kinds[(b + (size_t)round) % 4][s];
+				float *x = xq + j * K + b * 128 + s * 32;
+				const int kind = kinds[(b + (size_t)round + j * (j % 3)) % 4][s];
 				const int em = kind == 5 ? (s % 2 ? 60 : -60) + round : 8 - (int)(b % 3);
-				emax[b][s] = em;
+				if (j == 0)
+					emax[b][s] = em;
 				for (int i = 0; i < 32; i++) {
 					const unsigned r = (unsigned)(frand() * 1e6f + 4e6f); /* > 0 */
 					x[i] = kind == 3 ? (i % 3 ? 0.0f : -0.0f)
@@ -1301,6 +1316,9 @@ START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 		char what[16];
 		snprintf(what, sizeof what, "round %d", round);
 		gemv_ref_every_isa_is_generic(&t.w, xq, xs, what);
+		gemm_ref_every_isa_is_generic(&t.w, xq, xs, M, what);
+		gemm_ref_every_isa_is_generic(&t.w, xq, xs, 7, what);
+		gemm_ref_every_isa_is_generic(&t.w, xq + K, xs + NB, 2, what);
 		free_weight(&t);
 	}
 	for (size_t c = 0; c <= N_OF(elim); c++) {

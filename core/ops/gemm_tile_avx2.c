@@ -13,7 +13,8 @@
  *  - weights: a tile of NT = 8 output features' block is decoded once per chunk into a 4 KiB
  *    buffer (the floats of gemm_avx2.c's row_w: EXACT scaled, REFERENCE FP8/FP4 code values)
  *    and used by every row of the chunk;
- *  - products: RB = 2 rows against 4 features at a time, 8 independent accumulators (each
+ *  - products: 2 rows (3 for REFERENCE FP8) against 4 features at a time, 8 (12)
+ *    independent accumulators (each
  *    weight vector loaded once per 2 rows, each activation vector once per 4 features), in
  *    two passes over the tile's features 0..3 and 4..7;
  *  - lane combination: activations and weights are stored with their lanes in lane_order
@@ -58,7 +59,7 @@
 #define KB 128       /* K block */
 #define NT 8         /* output features per tile */
 #define NV (KB / 8)  /* 8-float vectors per block */
-#define RB 2         /* activation rows per register block */
+#define RB 3         /* activation rows per register block, at most (rows_per_block) */
 #define WST (NV * 8) /* floats from one feature's decoded block to the next */
 #define XST KB       /* floats from one packed activation row to the next */
 #define RC 64        /* activation rows per chunk: 32 KiB packed, one weight decode per chunk */
@@ -370,6 +371,10 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 	const size_t K = w->cols, nb = (K + KB - 1) / KB;
 	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
 	const bool can_fuse = fma && ref && quant;
+	/* rows per register block: 3 for REFERENCE FP8 (12 accumulators of fused multiply-adds
+	 * cover their latency: 54 -> 62 GFLOP/s on Zen 2, srt_bench_gemm), 2 elsewhere (more
+	 * rows spill the multiply-add and the FP4 sub-block paths' registers) */
+	const int rb = ref && type == SRT_WT_FP8 ? 3 : 2;
 	/* REFERENCE FP4: the rows whose block fits (fp4_sub_fit), packed "by pairs" in xq2 */
 	const bool pairs = ref && type == SRT_WT_FP4;
 	_Alignas(32) float wbuf2[pairs ? NT * WST : 1];
@@ -406,7 +411,7 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 		 * decode of every tile; where the lanes' is needed anyway, the pairs' pays only
 		 * for PAIRS_MIN register blocks or more (measured, srt_bench_gemm) */
 		size_t n_pairs = 0, n_lanes = 0;
-		for (size_t i = 0; i < mc; i += RB) {
+		for (size_t i = 0; i < mc; i += 2) { /* rb == 2 where pairs run */
 			const bool f = fit[i] && (i + 1 >= mc || fit[i + 1]);
 			n_pairs += f;
 			n_lanes += !f;
@@ -429,20 +434,39 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 					sb[q] = _mm256_loadu_ps(s[q]);
 			}
 			size_t i = 0;
-			for (; i + RB <= mc; i += RB) {
+			if (rb == 3) {
+				for (; i + 3 <= mc; i += 3) {
+					const float *xr = xp + i * XST;
+					float *yr = y + i * ldy + n;
+					if (can_fuse && ex[i] && ex[i + 1] && ex[i + 2])
+						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 3, true);
+					else
+						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 3, false);
+				}
+			} else {
+				for (; i + 2 <= mc; i += 2) {
+					const float *xr = xp + i * XST;
+					float *yr = y + i * ldy + n;
+					if (pairs && fit[i] && fit[i + 1]) {
+						if (fma)
+							rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, 2, true);
+						else
+							rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, 2, false);
+					} else if (can_fuse && ex[i] && ex[i + 1]) {
+						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, true);
+					} else {
+						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, false);
+					}
+				}
+			}
+			if (rb == 3 && i + 2 <= mc) { /* two rows left */
 				const float *xr = xp + i * XST;
 				float *yr = y + i * ldy + n;
-				if (pairs && fit[i] && fit[i + 1]) {
-					if (fma)
-						rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, RB, true);
-					else
-						rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, RB, false);
-					continue;
-				}
 				if (can_fuse && ex[i] && ex[i + 1])
-					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, RB, true);
+					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, true);
 				else
-					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, RB, false);
+					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, false);
+				i += 2;
 			}
 			if (i < mc && pairs && fit[i]) {
 				if (fma)

@@ -183,12 +183,11 @@ pass4_step(const float *const *wp, const float *x, int R, size_t v, bool fused,
 
 /* h[r] = reduce4 of rows x + r·XST (r < R) against the 4 features whose decoded vectors
  * start at w0 .. w3, over vectors [v0, v0 + nv). */
+/* acc[r][q] = the lane-wise sums x_r[v]·w_q[v] over vectors [v0, v0 + nv), from +0. */
 static inline __attribute__((always_inline)) void
-pass4(const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
-      int R, size_t v0, size_t nv, bool fused, __m256 *h)
+pass4_acc(const float *const *wp, const float *x, int R, size_t v0, size_t nv, bool fused,
+	  __m256 (*acc)[4])
 {
-	const float *wp[4] = {w0, w1, w2, w3};
-	__m256 acc[RB][4];
 	for (int r = 0; r < R; r++)
 		for (int q = 0; q < 4; q++)
 			acc[r][q] = _mm256_setzero_ps();
@@ -203,6 +202,15 @@ pass4(const float *w0, const float *w1, const float *w2, const float *w3, const 
 		for (size_t v = v0; v < v0 + nv; v++)
 			pass4_step(wp, x, R, v, false, acc);
 	}
+}
+
+static inline __attribute__((always_inline)) void
+pass4(const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
+      int R, size_t v0, size_t nv, bool fused, __m256 *h)
+{
+	const float *wp[4] = {w0, w1, w2, w3};
+	__m256 acc[RB][4];
+	pass4_acc(wp, x, R, v0, nv, fused, acc);
 	for (int r = 0; r < R; r++)
 		h[r] = reduce4(acc[r]);
 }
@@ -318,18 +326,7 @@ rows_blk_pairs(const float *wbuf, const float *x, const float *sa, float *y, siz
 		for (int q = 0; q < 4; q++)
 			wp[q] = wbuf + (size_t)(4 * half + q) * WST;
 		__m256 acc[RB][4];
-		for (int r = 0; r < R; r++)
-			for (int q = 0; q < 4; q++)
-				acc[r][q] = _mm256_setzero_ps();
-		if (fused) {
-#pragma GCC unroll 1
-			for (size_t v = 0; v < NV; v++)
-				pass4_step(wp, x, R, v, true, acc);
-		} else {
-#pragma GCC unroll 4
-			for (size_t v = 0; v < NV; v++)
-				pass4_step(wp, x, R, v, false, acc);
-		}
+		pass4_acc(wp, x, R, 0, NV, fused, acc);
 		/* [f_s0, f_s1, g_s0, g_s1 | f_s2, f_s3, g_s2, g_s3] of features f, g */
 		for (int r = 0; r < R; r++) {
 			p[r][2 * half] = _mm256_hadd_ps(acc[r][0], acc[r][1]);

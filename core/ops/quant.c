@@ -146,21 +146,14 @@ void srt_quant_fp4_fake(const float *x, float *y, size_t n)
 	assert(n % SRT_QUANT_FP4_BLOCK == 0);
 #if defined(SRT_OPS_X86)
 	const enum srt_gemm_isa isa = srt_gemm_isa_current();
-	if (isa >= SRT_GEMM_ISA_AVX512) {
+	if (isa >= SRT_GEMM_ISA_AVX2) { /* 16 or 8 lanes */
+		const bool wide = isa >= SRT_GEMM_ISA_AVX512;
 		for (size_t b = 0; b < n / SRT_QUANT_FP4_BLOCK; b++) {
 			const float *xb = x + b * SRT_QUANT_FP4_BLOCK;
-			const float s = scale_from_amax(srt_amax_avx512(xb, SRT_QUANT_FP4_BLOCK),
-							SRT_QUANT_FP4_AMAX_FLOOR, fp4_max_inv, true);
-			srt_fp4_fake_avx512(xb, y + b * SRT_QUANT_FP4_BLOCK, SRT_QUANT_FP4_BLOCK, s);
-		}
-		return;
-	}
-	if (isa >= SRT_GEMM_ISA_AVX2) {
-		for (size_t b = 0; b < n / SRT_QUANT_FP4_BLOCK; b++) {
-			const float *xb = x + b * SRT_QUANT_FP4_BLOCK;
-			const float s = scale_from_amax(srt_amax_avx2(xb, SRT_QUANT_FP4_BLOCK),
-							SRT_QUANT_FP4_AMAX_FLOOR, fp4_max_inv, true);
-			srt_fp4_fake_avx2(xb, y + b * SRT_QUANT_FP4_BLOCK, SRT_QUANT_FP4_BLOCK, s);
+			const float a = (wide ? srt_amax_avx512 : srt_amax_avx2)(xb, SRT_QUANT_FP4_BLOCK);
+			const float s = scale_from_amax(a, SRT_QUANT_FP4_AMAX_FLOOR, fp4_max_inv, true);
+			(wide ? srt_fp4_fake_avx512 : srt_fp4_fake_avx2)(xb, y + b * SRT_QUANT_FP4_BLOCK,
+									 SRT_QUANT_FP4_BLOCK, s);
 		}
 		return;
 	}

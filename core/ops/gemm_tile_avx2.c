@@ -14,9 +14,9 @@
  *    buffer (the floats of gemm_avx2.c's row_w: EXACT scaled, REFERENCE FP8/FP4 code values)
  *    and used by every row of the chunk;
  *  - products: 2 rows (3 for REFERENCE FP8) against 4 features at a time, 8 (12)
- *    independent accumulators (each
- *    weight vector loaded once per 2 rows, each activation vector once per 4 features), in
- *    two passes over the tile's features 0..3 and 4..7;
+ *    independent accumulators (each weight vector loaded once per register block of rows,
+ *    each activation vector once per 4 features), in two passes over the tile's features
+ *    0..3 and 4..7;
  *  - lane combination: activations and weights are stored with their lanes in lane_order
  *    (0, 4, 1, 5, 2, 6, 3, 7) — products are lane-wise, so each accumulator lane still holds
  *    one k mod 8 class — which puts the pairs gemm.h adds first side by side: two levels of
@@ -59,7 +59,7 @@
 #define KB 128       /* K block */
 #define NT 8         /* output features per tile */
 #define NV (KB / 8)  /* 8-float vectors per block */
-#define RB 3         /* activation rows per register block, at most (rows_per_block) */
+#define RB 3         /* activation rows per register block, at most (chunk's rb: 3 or 2) */
 #define WST (NV * 8) /* floats from one feature's decoded block to the next */
 #define XST KB       /* floats from one packed activation row to the next */
 #define RC 64        /* activation rows per chunk: 32 KiB packed, one weight decode per chunk */
@@ -181,9 +181,8 @@ pass4_step(const float *const *wp, const float *x, int R, size_t v, bool fused,
 	}
 }
 
-/* h[r] = reduce4 of rows x + r·XST (r < R) against the 4 features whose decoded vectors
- * start at w0 .. w3, over vectors [v0, v0 + nv). */
-/* acc[r][q] = the lane-wise sums x_r[v]·w_q[v] over vectors [v0, v0 + nv), from +0. */
+/* acc[r][q] = the lane-wise sums x_r[v]·w_q[v] over vectors [v0, v0 + nv), from +0, of rows
+ * x + r·XST (r < R) and the 4 features whose decoded vectors start at wp[q]. */
 static inline __attribute__((always_inline)) void
 pass4_acc(const float *const *wp, const float *x, int R, size_t v0, size_t nv, bool fused,
 	  __m256 (*acc)[4])
@@ -204,6 +203,7 @@ pass4_acc(const float *const *wp, const float *x, int R, size_t v0, size_t nv, b
 	}
 }
 
+/* h[r] = reduce4 of pass4_acc's sums of row r over vectors [v0, v0 + nv). */
 static inline __attribute__((always_inline)) void
 pass4(const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
       int R, size_t v0, size_t nv, bool fused, __m256 *h)

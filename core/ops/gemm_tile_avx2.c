@@ -353,6 +353,33 @@ rows_blk_pairs(const float *wbuf, const float *x, const float *sa, float *y, siz
 	}
 }
 
+/* Packed rows [i, i + R) of one tile and block b (R compile-time): "by pairs" where every row
+ * fits (pairs: the chunk packed them in xp2 and decoded the tile in wbuf2), else the k mod 8
+ * lanes, by fused multiply-adds where every row's products are exact (ex, can_fuse). The
+ * pairs kernel fuses whenever the CPU has FMA: its products and sums are exact. */
+static inline __attribute__((always_inline)) void
+rows_any(const float *wbuf, const float *wbuf2, const float *xp, const float *xp2,
+	 const bool *fit, const bool *ex, const float *sa, float *y, size_t ldy, int type,
+	 bool ref, bool first, size_t nv, const __m256 *sb, bool pairs, bool can_fuse, bool fma,
+	 size_t i, int R)
+{
+	bool all_fit = pairs, all_ex = can_fuse;
+	for (int r = 0; r < R; r++) {
+		all_fit = all_fit && fit[i + (size_t)r];
+		all_ex = all_ex && ex[i + (size_t)r];
+	}
+	const float *sr = sa + i;
+	float *yr = y + i * ldy;
+	if (all_fit && fma)
+		rows_blk_pairs(wbuf2, xp2 + i * XST, sr, yr, ldy, first, sb, R, true);
+	else if (all_fit)
+		rows_blk_pairs(wbuf2, xp2 + i * XST, sr, yr, ldy, first, sb, R, false);
+	else if (all_ex)
+		rows_blk(wbuf, type, ref, xp + i * XST, sr, yr, ldy, first, nv, sb, R, true);
+	else
+		rows_blk(wbuf, type, ref, xp + i * XST, sr, yr, ldy, first, nv, sb, R, false);
+}
+
 /* Rows [0, mc) (mc <= RC), full tiles [n0, n1); type and ref compile-time. Block by block,
  * the rows' activations are packed first (REFERENCE with f32/bf16 weights: xq·xs, as gemm.c),
  * so that the chunk's block stays in L1 for every tile whatever ldx is. fma: the CPU has FMA
@@ -369,10 +396,10 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
 	const bool can_fuse = fma && ref && quant;
 	/* rows per register block: 3 for REFERENCE FP8 (12 accumulators of fused multiply-adds
-	 * cover their latency: 54 -> 62 GFLOP/s on Zen 2, srt_bench_gemm), 2 elsewhere (more
+	 * cover their latency: 54.5 -> 64 GFLOP/s on Zen 2, srt_bench_gemm), 2 elsewhere (more
 	 * rows spill the multiply-add and the FP4 sub-block paths' registers) */
 	const int rb = ref && type == SRT_WT_FP8 ? 3 : 2;
-	/* REFERENCE FP4: the rows whose block fits (fp4_sub_fit), packed "by pairs" in xq2 */
+	/* REFERENCE FP4: the rows whose block fits (fp4_sub_fit), packed "by pairs" in xp2 */
 	const bool pairs = ref && type == SRT_WT_FP4;
 	_Alignas(32) float wbuf2[pairs ? NT * WST : 1];
 	_Alignas(32) float xp2[pairs ? RC * XST : 1];
@@ -430,54 +457,19 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
 					sb[q] = _mm256_loadu_ps(s[q]);
 			}
+			/* register blocks of rb rows, then the rest by 2 (rb == 3) and by 1 */
+#define ROWS(i_, R_)                                                                            \
+	rows_any(wbuf, wbuf2, xp, xp2, fit, ex, sa, y + n, ldy, type, ref, b == 0, nv, sb, pairs, \
+		 can_fuse, fma, i_, R_)
 			size_t i = 0;
-			if (rb == 3) {
-				for (; i + 3 <= mc; i += 3) {
-					const float *xr = xp + i * XST;
-					float *yr = y + i * ldy + n;
-					if (can_fuse && ex[i] && ex[i + 1] && ex[i + 2])
-						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 3, true);
-					else
-						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 3, false);
-				}
-			} else {
-				for (; i + 2 <= mc; i += 2) {
-					const float *xr = xp + i * XST;
-					float *yr = y + i * ldy + n;
-					if (pairs && fit[i] && fit[i + 1]) {
-						if (fma)
-							rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, 2, true);
-						else
-							rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, yr, ldy, b == 0, sb, 2, false);
-					} else if (can_fuse && ex[i] && ex[i + 1]) {
-						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, true);
-					} else {
-						rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, false);
-					}
-				}
-			}
-			if (rb == 3 && i + 2 <= mc) { /* two rows left */
-				const float *xr = xp + i * XST;
-				float *yr = y + i * ldy + n;
-				if (can_fuse && ex[i] && ex[i + 1])
-					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, true);
-				else
-					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 2, false);
-				i += 2;
-			}
-			if (i < mc && pairs && fit[i]) {
-				if (fma)
-					rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, y + i * ldy + n, ldy, b == 0, sb, 1, true);
-				else
-					rows_blk_pairs(wbuf2, xp2 + i * XST, sa + i, y + i * ldy + n, ldy, b == 0, sb, 1, false);
-			} else if (i < mc) {
-				const float *xr = xp + i * XST;
-				float *yr = y + i * ldy + n;
-				if (can_fuse && ex[i])
-					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 1, true);
-				else
-					rows_blk(wbuf, type, ref, xr, sa + i, yr, ldy, b == 0, nv, sb, 1, false);
-			}
+			if (rb == 3)
+				for (; i + 3 <= mc; i += 3)
+					ROWS(i, 3);
+			for (; i + 2 <= mc; i += 2)
+				ROWS(i, 2);
+			if (i < mc)
+				ROWS(i, 1);
+#undef ROWS
 		}
 	}
 }

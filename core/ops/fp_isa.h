@@ -30,16 +30,20 @@ __attribute__((target("avx512f"))) static inline __m512 srt_round_bf16_v16(__m51
 				  _mm512_castsi512_ps(_mm512_set1_epi32(0x7FC00000)));
 }
 
-/* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
-__attribute__((target("avx2"))) static inline __m256 srt_round_bf16_v8(__m256 x)
+/* srt_round_bf16 of 8 floats without the NaN fix (as srt_round_bf16_v16_num). */
+__attribute__((target("avx2"))) static inline __m256 srt_round_bf16_v8_num(__m256 x)
 {
 	__m256i u = _mm256_castps_si256(x);
 	const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
 	u = _mm256_add_epi32(u, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7FFF)));
-	u = _mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u));
-	const __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q);
-	return _mm256_blendv_ps(_mm256_castsi256_ps(u), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
-				nan);
+	return _mm256_castsi256_ps(_mm256_and_si256(u, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
+__attribute__((target("avx2"))) static inline __m256 srt_round_bf16_v8(__m256 x)
+{
+	return _mm256_blendv_ps(srt_round_bf16_v8_num(x), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
+				_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 #endif
 

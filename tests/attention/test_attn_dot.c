@@ -1206,7 +1206,8 @@ static void fp4_key(const float *x, size_t d, uint8_t *e)
 /* An indexer case: FP4-fake-quantized queries iq [nh][d] with per-head magnitudes 2^-30 ..
  * 2^30 and some all-zero blocks, ne FP4 keys (d/2 + d/32 bytes each, kp[e] = keys + e·that)
  * of per-key magnitudes; keys 7 and 8 have block scales spanning 38 and 39 binades (the
- * exact range's edge: done, and left to the caller). */
+ * exact range's edge: done, and left to the caller), key 9 every scale code 252 (the greatest
+ * whose floats are finite: done), key 10 one code 253 (left to the caller). */
 static void ix_case(size_t nh, size_t d, size_t ne, float *iq, uint8_t *keys, const uint8_t **kp)
 {
 	const size_t ke = d / 2 + d / 32;
@@ -1229,6 +1230,9 @@ static void ix_case(size_t nh, size_t d, size_t ne, float *iq, uint8_t *keys, co
 				x[c] = (c < 32 ? ldexpf(1.0f, e == 7 ? 38 : 39) : 1.0f) *
 				       (c % 32 ? 6.0f * unit() : 6.0f);
 		fp4_key(x, d, keys + e * ke);
+		if (e == 9 || e == 10)
+			for (size_t b = 0; b < d / 32; b++)
+				keys[e * ke + d / 2 + b] = (uint8_t)(e == 10 && b == d / 32 - 1 ? 253 : 252);
 		kp[e] = keys + e * ke;
 	}
 }
@@ -1279,6 +1283,8 @@ START_TEST(qk_fp4_equals_the_double_loop_bitwise)
 		ck_assert_int_eq(q.spread, 0);
 		ck_assert_int_eq(ok[7], 1);
 		ck_assert_int_eq(ok[8], 0);
+		ck_assert_int_eq(ok[9], 1);
+		ck_assert_int_eq(ok[10], 0);
 		/* a query that is not FP4 values: not prepared */
 		iq[5] = 1.0f + 0x1p-20f;
 		ck_assert_int_eq(srt_attn_ixq_prepare(iq, nh, d, buf, &q), 0);
@@ -1325,8 +1331,11 @@ static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 	ck_assert_uint_eq(srt_attn_ix_score_fp4(&q, kp, ne, NULL, 0, w, got, ok2), done);
 	for (size_t e = 0; e < ne; e++) {
 		ck_assert_int_eq(ok2[e], ok[e]);
-		if (!ok[e])
+		if (!ok[e]) { /* not written */
+			ck_assert_msg(memcmp(&got[e], (const uint8_t[8]){0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, 8) == 0,
+				      "%s key %zu: left to the caller, written", what, e);
 			continue;
+		}
 		ck_assert_msg(!positive || want[e] > 0, "%s key %zu: score %a", what, e, want[e]);
 		ck_assert_msg(memcmp(&got[e], &want[e], sizeof(double)) == 0, "%s key %zu: %a vs %a",
 			      what, e, got[e], want[e]);
@@ -1392,17 +1401,20 @@ END_TEST
  * ix_score16 and its AVX2 form), against the double loop's rows scored by
  * srt_attn_ix_score_bf16, bitwise (ix_scores_agree).
  * 16 heads x 128 dims, one batch of 16 keys, block k of a head (key) at 2^(base + spread·
- * (k > 0)):
+ * (k > 0)), the query's and the keys' spreads apart:
  *  - scale 2^E of the sums at E = -126 (the least the integers take: their float results are
  *    normal) and -127 (left to the doubles: an integer path there would give 0);
  *  - every value 6·scale (each block sum the largest, 4608) with block shifts of 16 (taken:
- *    the sums fit in int32) and 18 (left to the doubles: 3 blocks << 18 overflow int32).
+ *    the sums fit in int32) and 18 (left to the doubles: 3 blocks << 18 overflow int32);
+ *  - the keys' blocks 14 binades apart (AVX2 scales the sums by 2^14 in 16 bits) and 15
+ *    (AVX2 leaves them to the doubles: 2^15 is no int16).
  */
 START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
 {
 	static const struct {
-		int qbase, kbase, spread, full; /* E = qbase + kbase - 2; shifts 2·spread */
-	} cs[] = {{-62, -62, 0, 0}, {-62, -63, 0, 0}, {0, 0, 8, 1}, {0, 0, 9, 1}, {-20, 30, 8, 1}};
+		int qbase, kbase, qspread, kspread, full; /* E = qbase + kbase - 2; shifts qspread + kspread */
+	} cs[] = {{-62, -62, 0, 0, 0}, {-62, -63, 0, 0, 0}, {0, 0, 8, 8, 1}, {0, 0, 9, 9, 1},
+		  {-20, 30, 8, 8, 1},   {0, 0, 0, 14, 1},    {0, 0, 0, 15, 1}, {-3, 5, 2, 14, 0}};
 	if (!srt_attn_qk_fp4_ready(16, 128))
 		return;
 	const size_t nh = 16, d = 128, ne = 16, ke = d / 2 + d / 32;
@@ -1413,7 +1425,7 @@ START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
 		char what[32];
 		for (size_t h = 0; h < nh; h++) {
 			for (size_t c = 0; c < d; c++) {
-				const float mag = ldexpf(1.0f, cs[ci].qbase + (c >= 32 ? cs[ci].spread : 0));
+				const float mag = ldexpf(1.0f, cs[ci].qbase + (c >= 32 ? cs[ci].qspread : 0));
 				iq[h * d + c] = (cs[ci].full || c % 32 == 0 ? 6.0f : 6.0f * unit()) * mag;
 			}
 			srt_quant_fp4_fake(iq + h * d, iq + h * d, d);
@@ -1421,7 +1433,7 @@ START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
 		}
 		for (size_t e = 0; e < ne; e++) {
 			for (size_t c = 0; c < d; c++) {
-				const float mag = ldexpf(1.0f, cs[ci].kbase + (c >= 32 ? cs[ci].spread : 0));
+				const float mag = ldexpf(1.0f, cs[ci].kbase + (c >= 32 ? cs[ci].kspread : 0));
 				x[c] = (cs[ci].full || c % 32 == 0 ? 6.0f : 6.0f * unit()) * mag;
 			}
 			fp4_key(x, d, keys + e * ke);

@@ -100,9 +100,9 @@ static inline size_t ix_qoff(size_t nb4, size_t h, size_t b, size_t g)
 size_t srt_attn_ixq_bytes(size_t nh, size_t d)
 {
 	size_t nb = d / IX_BLOCK, nb4 = ix_nb4(d);
-	/* doubles first (alignment), then the int32 corrections, block shifts and head codes,
-	 * then the bytes */
-	return nb * nh * sizeof(double) + nb4 * nh * (sizeof(int32_t) + IX_BLOCK) +
+	/* doubles first (alignment), then the int32 corrections (both forms), block shifts and
+	 * head codes, then the bytes */
+	return nb * nh * sizeof(double) + nb4 * nh * (2 * sizeof(int32_t) + IX_BLOCK) +
 	       (nb + 1) * nh * sizeof(int32_t);
 }
 
@@ -130,7 +130,8 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 	q->d = d;
 	q->qs = (double *)buf;
 	q->corr = (int32_t *)(q->qs + nb * nh);
-	q->qsh = q->corr + nb4 * nh;
+	q->corw = q->corr + nb4 * nh;
+	q->qsh = q->corw + nb4 * nh;
 	q->qe0 = q->qsh + nb * nh;
 	q->q = (int8_t *)(q->qe0 + nh);
 	q->spread = 0;
@@ -139,7 +140,7 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 	if (nh % 16 != 0 || d % IX_BLOCK != 0 || d > IX_DMAX)
 		return 0;
 	/* the padding blocks (up to nb4) of each 16 heads: zero bytes, zero corrections */
-	memset(q->corr, 0, nb4 * nh * sizeof(int32_t));
+	memset(q->corr, 0, 2 * nb4 * nh * sizeof(int32_t));
 	memset(q->q, 0, nb4 * nh * IX_BLOCK);
 	for (size_t h = 0; h < nh; h++) {
 		int lo = 255, hi = -1;
@@ -163,7 +164,8 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 				sum += qi;
 				q->q[ix_qoff(nb4, h, b, ix_pos(i) / 4) + ix_pos(i) % 4] = (int8_t)qi;
 			}
-			q->corr[ix_hb(nb4, h, b)] = -12 * sum;
+			q->corr[ix_hb(nb4, h, b)] = -12 * sum; /* |.| <= 12 · 32 · 12 = 4608 */
+			q->corw[ix_hb(nb4, h, b)] = (int32_t)(uint16_t)(int16_t)(-12 * sum);
 			q->qs[ix_hb(nb, h, b)] = nz ? ix_unit(sc) : 0.0;
 			code[b] = nz ? sc : -1;
 			if (nz) {
@@ -582,12 +584,17 @@ ix_prefetch(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
 		_mm_prefetch((const char *)pf + o, _MM_HINT_T0);
 }
 
-/* srt_attn_ix_score_fp4 with VNNI: 16 keys at a time straight from the caller's array, each
- * lane's range check inside ix_score16 (a short last batch padded with its first key, those
- * lanes computed and not stored). */
-static size_t ix_scores_vnni(const struct srt_attn_ixq *q, const uint8_t *const *keys,
-			     size_t ne, const uint8_t *const *next, size_t nnext, const float *w,
-			     double *out, uint8_t *ok)
+/* 16 keys' scores into out[0 .. n) with each lane's range check (ok), returning the number in
+ * range: ix_score16 (VNNI) and ix_score16_avx2. */
+typedef size_t (*ix_score16_fn)(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+				const float *w, size_t n, int span, double *out, uint8_t *ok);
+
+/* srt_attn_ix_score_fp4: 16 keys at a time straight from the caller's array, each lane's range
+ * check inside the kernel (a short last batch padded with its first key, those lanes computed
+ * and not stored). */
+static size_t ix_scores(const struct srt_attn_ixq *q, const uint8_t *const *keys, size_t ne,
+			const uint8_t *const *next, size_t nnext, const float *w, double *out,
+			uint8_t *ok, ix_score16_fn score16)
 {
 	const int span = ix_span();
 	size_t done = 0;
@@ -597,7 +604,7 @@ static size_t ix_scores_vnni(const struct srt_attn_ixq *q, const uint8_t *const 
 			ix_prefetch(q, keys, ne, next, nnext, e + i);
 		const uint8_t *k16[IX_BATCH];
 		ix_pad_batch(keys + e, n, k16);
-		done += ix_score16(q, k16, w, n, span, out + e, ok + e);
+		done += score16(q, k16, w, n, span, out + e, ok + e);
 	}
 	return done;
 }
@@ -658,11 +665,11 @@ IX_AVX2_TARGET static inline __m256d ix_pow2_pd(__m128i e)
 }
 
 /* ix_kernel16_avx2's products and sums over the heads, for its prepared keys (kt, kmin, and
- * ksh or ku); `ints` and `rows` constant in each inlined copy. */
+ * kpow or ku); `ints` and `rows` constant in each inlined copy. */
 IX_AVX2_TARGET static inline __attribute__((always_inline)) void
 ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8], const __m256i *kmin,
-	      const __m256i (*ksh)[IX_DMAX / IX_BLOCK], const __m256d (*ku)[IX_DMAX / IX_BLOCK][2],
-	      const float *w, size_t n, double *const *out, const int ints, const int rows)
+	      const __m256i (*kpow)[IX_DMAX / IX_BLOCK], const __m256d (*ku)[IX_DMAX / IX_BLOCK][2],
+	      const float *w, size_t n, unsigned good, double *const *out, const int ints, const int rows)
 {
 	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);
 	const __m256i ones = _mm256_set1_epi16(1);
@@ -677,10 +684,11 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				si[hh][hf] = _mm256_setzero_si256();
 			}
 		for (size_t b0 = 0; b0 < nb; b0 += 2) { /* b0 + 1 < nb4: a padding block at worst */
-			__m256i acc[2][2][2]; /* [head][block][half] 16-bit sums */
+			__m256i acc[2][2][2]; /* [head][block][half] 16-bit sums, from the correction */
 			for (size_t hh = 0; hh < 2; hh++)
 				for (size_t u = 0; u < 2; u++)
-					acc[hh][u][0] = acc[hh][u][1] = _mm256_setzero_si256();
+					acc[hh][u][0] = acc[hh][u][1] =
+						_mm256_set1_epi32(q->corw[ix_hb(nb4, h + hh, b0 + u)]);
 			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++)
 			_Pragma("GCC unroll 2") for (size_t u = 0; u < 2; u++) {
 				const size_t j = 4 * (b0 + u) + g % 4;
@@ -691,6 +699,9 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 					const __m256i qv = _mm256_set1_epi32(qw);
 					acc[hh][u][0] = _mm256_add_epi16(acc[hh][u][0], _mm256_maddubs_epi16(k0, qv));
 					acc[hh][u][1] = _mm256_add_epi16(acc[hh][u][1], _mm256_maddubs_epi16(k1, qv));
+					/* added here: without it GCC computed all 64 products of the
+					 * pass first and spilled them (62 -> 55 ns a key in a harness) */
+					__asm__("" : "+x"(acc[hh][u][0]), "+x"(acc[hh][u][1]));
 				}
 			}
 			_Pragma("GCC unroll 2") for (size_t u = 0; u < 2; u++) {
@@ -699,15 +710,14 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 					break;
 				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
 					const size_t qi = ix_hb(nb, h + hh, b);
-					const __m256i corr =
-						_mm256_set1_epi32(q->corr[ix_hb(nb4, h + hh, b)]);
 					_Pragma("GCC unroll 2") for (size_t hf = 0; hf < 2; hf++) {
-						const __m256i a = _mm256_add_epi32(_mm256_madd_epi16(acc[hh][u][hf], ones), corr);
-						if (ints) {
-							const __m256i sh = _mm256_add_epi32(ksh[hf][b], _mm256_set1_epi32(q->qsh[qi]));
-							si[hh][hf] = _mm256_add_epi32(si[hh][hf], _mm256_sllv_epi32(a, sh));
+						if (ints) { /* I·2^ksh by the pair sum, then the query's shift */
+							const __m256i a = _mm256_madd_epi16(acc[hh][u][hf], kpow[hf][b]);
+							si[hh][hf] = _mm256_add_epi32(
+								si[hh][hf], _mm256_sllv_epi32(a, _mm256_set1_epi32(q->qsh[qi])));
 							continue;
 						}
+						const __m256i a = _mm256_madd_epi16(acc[hh][u][hf], ones);
 						/* I·unit is exact: round(t + I·unit) is ix_score16's fused step */
 						const __m256d s = _mm256_set1_pd(q->qs[qi]);
 						for (int x = 0; x < 2; x++) {
@@ -744,7 +754,9 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 								  _mm256_add_epi32(E, _mm256_set1_epi32(127)), 23)));
 				else
 					f = _mm256_set_m128(_mm256_cvtpd_ps(t[hh][hf][1]), _mm256_cvtpd_ps(t[hh][hf][0]));
-				const __m256 term = ix_term8(f, _mm256_set1_ps(w[h + hh]));
+				/* no NaN in f: an int times 2^E in the float range, or exact sums of
+				 * finite values */
+				const __m256 term = ix_term8_num(f, _mm256_set1_ps(w[h + hh]));
 				tot[hf][0] = _mm256_add_pd(tot[hf][0], _mm256_cvtps_pd(_mm256_castps256_ps128(term)));
 				tot[hf][1] = _mm256_add_pd(tot[hf][1], _mm256_cvtps_pd(_mm256_extractf128_ps(term, 1)));
 			}
@@ -756,21 +768,25 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 		_mm256_storeu_ps(o, srt_round_bf16_v8(_mm256_set_m128(_mm256_cvtpd_ps(tot[hf][1]),
 								  _mm256_cvtpd_ps(tot[hf][0]))));
 		for (size_t i = 0; i < 8 && 8 * hf + i < n; i++)
-			*out[8 * hf + i] = (double)o[i];
+			if (good >> (8 * hf + i) & 1)
+				*out[8 * hf + i] = (double)o[i];
 	}
 }
 
 /*
  * ix_score16 without VNNI: the 16 keys as two halves of 8 (lane i of half f: key 8f + i).
  * VPDPBUSD's 4-product dword sums become VPMADDUBSW pair sums, added in 16 bits over the
- * block's 8 groups (|each word| <= 8 · 2 · 24 · 12 = 4608), then one VPMADDWD by ones per
- * block: the same integer block sums, so the same scaled doubles, integer head sums and terms
- * as ix_score16 (two heads and two blocks a pass: 8 chains). With `rows`, out[i] is key i's
+ * block's 8 groups onto the correction in the low half of each lane (|each word| <= 4608 +
+ * 8 · 2 · 24 · 12 = 9216), then one VPMADDWD per block: by ones for the block sum I, or, on
+ * the integer path, by 2^ksh (the key's block shift, at most 14 there) for I·2^ksh, which the
+ * query's shift then completes. The same integer block sums, so the same scaled doubles,
+ * integer head sums and terms as ix_score16 (two heads and two blocks a pass: 8 chains). With `rows`, out[i] is key i's
  * q·k row and gets srt_attn_qk_fp4's values instead of the score: the double sum, or (double)
  * S·2^E where the integer sums run (the same exact number).
  */
-IX_AVX2_TARGET static void ix_kernel16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
-					    const float *w, size_t n, double *const *out, int rows)
+IX_AVX2_TARGET static size_t ix_kernel16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+					      const float *w, size_t n, double *const *out, int rows, int span,
+					      uint8_t *ok)
 {
 	const size_t nb = q->d / IX_BLOCK, nbytes = q->d / 2;
 	const size_t nd = nbytes / 4; /* packed dwords of a key, a multiple of 4 */
@@ -792,36 +808,73 @@ IX_AVX2_TARGET static void ix_kernel16_avx2(const struct srt_attn_ixq *q, const 
 				kt[hf][1][j0 + j] = ix_nibble_bytes8(r[j], 1);
 			}
 		}
-	/* the keys' scale codes per block, their least per key, each block's code above it */
+	/* the keys' scale codes per block, their least per key, each block's code above it: 4
+	 * blocks' codes a dword per key, put in registers (8 one-byte stores reloaded as a
+	 * vector wait for the stores) */
 	__m256i kc[2][IX_DMAX / IX_BLOCK], kmin[2], kmax[2];
 	for (size_t hf = 0; hf < 2; hf++) {
 		kmin[hf] = _mm256_set1_epi32(255);
 		kmax[hf] = _mm256_setzero_si256();
 	}
-	for (size_t b = 0; b < nb; b++) {
-		uint8_t e[16];
-		for (size_t i = 0; i < 16; i++)
-			e[i] = kp[i][nbytes + b];
-		const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)e);
-		kc[0][b] = _mm256_cvtepu8_epi32(v);
-		kc[1][b] = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
-		for (size_t hf = 0; hf < 2; hf++) {
-			kmin[hf] = _mm256_min_epi32(kmin[hf], kc[hf][b]);
-			kmax[hf] = _mm256_max_epi32(kmax[hf], kc[hf][b]);
+	for (size_t b0 = 0; b0 < nb; b0 += 4) {
+		const size_t nc = nb - b0 < 4 ? nb - b0 : 4; /* the key's codes end at nb */
+		int32_t c[16];
+		for (size_t i = 0; i < 16; i++) {
+			uint32_t v = 0;
+			if (nc == 4)
+				memcpy(&v, kp[i] + nbytes + b0, 4);
+			else
+				for (size_t j = 0; j < nc; j++)
+					v |= (uint32_t)kp[i][nbytes + b0 + j] << 8 * j;
+			c[i] = (int32_t)v;
 		}
+		const __m256i cv[2] = {_mm256_setr_epi32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]),
+				       _mm256_setr_epi32(c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15])};
+		for (size_t j = 0; j < nc; j++)
+			for (size_t hf = 0; hf < 2; hf++) {
+				const __m256i e = _mm256_and_si256(_mm256_srli_epi32(cv[hf], (int)(8 * j)),
+								   _mm256_set1_epi32(0xFF));
+				kc[hf][b0 + j] = e;
+				kmin[hf] = _mm256_min_epi32(kmin[hf], e);
+				kmax[hf] = _mm256_max_epi32(kmax[hf], e);
+			}
 	}
-	/* the integer head sums where they fit (ix_score16's conditions) */
-	const int kspread = ix_hmax8(_mm256_max_epi32(_mm256_sub_epi32(kmax[0], kmin[0]),
-						      _mm256_sub_epi32(kmax[1], kmin[1])));
-	const int klo = ix_hmin8(_mm256_min_epi32(kmin[0], kmin[1]));
-	const int khi = ix_hmax8(_mm256_max_epi32(kmin[0], kmin[1]));
-	const int ints = ix_ints_fit(q, nb, kspread, klo, khi);
-	__m256i ksh[2][IX_DMAX / IX_BLOCK];
+	/* with ok: each lane's range check (ix_keys'), the lanes outside it computed and not
+	 * stored; without, the caller checked every key */
+	unsigned good = (1u << n) - 1;
+	__m256i gm[2] = {_mm256_set1_epi32(-1), _mm256_set1_epi32(-1)};
+	if (ok) {
+		unsigned bits = 0;
+		for (size_t hf = 0; hf < 2; hf++) {
+			gm[hf] = _mm256_and_si256(
+				_mm256_cmpgt_epi32(_mm256_set1_epi32(IX_CODE_HI + 1), kmax[hf]),
+				_mm256_cmpgt_epi32(_mm256_set1_epi32(span - q->spread + 1),
+						   _mm256_sub_epi32(kmax[hf], kmin[hf])));
+			bits |= (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(gm[hf])) << 8 * hf;
+		}
+		good &= bits;
+		for (size_t i = 0; i < n; i++)
+			ok[i] = (uint8_t)(good >> i & 1);
+		if (!good)
+			return 0;
+	}
+	/* the integer head sums where they fit (ix_score16's conditions, over the stored lanes)
+	 * and each key's block shift fits a 16-bit power of two (2^14 at most) */
+	const int kspread = ix_hmax8(_mm256_max_epi32(_mm256_and_si256(_mm256_sub_epi32(kmax[0], kmin[0]), gm[0]),
+						      _mm256_and_si256(_mm256_sub_epi32(kmax[1], kmin[1]), gm[1])));
+	const __m256i c255 = _mm256_set1_epi32(255);
+	const int klo = ix_hmin8(_mm256_min_epi32(_mm256_blendv_epi8(c255, kmin[0], gm[0]),
+						  _mm256_blendv_epi8(c255, kmin[1], gm[1])));
+	const int khi = ix_hmax8(_mm256_max_epi32(_mm256_and_si256(kmin[0], gm[0]), _mm256_and_si256(kmin[1], gm[1])));
+	const int ints = kspread <= 14 && ix_ints_fit(q, nb, kspread, klo, khi);
+	__m256i kpow[2][IX_DMAX / IX_BLOCK]; /* 2^(code - kmin) in both 16-bit halves of a lane */
 	__m256d ku[2][IX_DMAX / IX_BLOCK][2]; /* the keys' units 2^(e - 128), keys 0-3 and 4-7 */
 	for (size_t hf = 0; hf < 2; hf++)
 		for (size_t b = 0; b < nb; b++) {
 			if (ints) {
-				ksh[hf][b] = _mm256_sub_epi32(kc[hf][b], kmin[hf]);
+				const __m256i p = _mm256_sllv_epi32(_mm256_set1_epi32(1),
+								    _mm256_sub_epi32(kc[hf][b], kmin[hf]));
+				kpow[hf][b] = _mm256_or_si256(p, _mm256_slli_epi32(p, 16));
 				continue;
 			}
 			const __m256i e = _mm256_sub_epi32(kc[hf][b], _mm256_set1_epi32(128));
@@ -829,35 +882,35 @@ IX_AVX2_TARGET static void ix_kernel16_avx2(const struct srt_attn_ixq *q, const 
 			ku[hf][b][1] = ix_pow2_pd(_mm256_extracti128_si256(e, 1));
 		}
 	if (ints && rows)
-		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 1, 1);
+		ix_heads_avx2(q, kt, kmin, kpow, ku, w, n, good, out, 1, 1);
 	else if (ints)
-		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 1, 0);
+		ix_heads_avx2(q, kt, kmin, kpow, ku, w, n, good, out, 1, 0);
 	else if (rows)
-		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 0, 1);
+		ix_heads_avx2(q, kt, kmin, kpow, ku, w, n, good, out, 0, 1);
 	else
-		ix_heads_avx2(q, kt, kmin, ksh, ku, w, n, out, 0, 0);
+		ix_heads_avx2(q, kt, kmin, kpow, ku, w, n, good, out, 0, 0);
+	return (size_t)__builtin_popcount(good);
 }
 
-/* ix_batch_fn of the AVX2 scores and q·k rows: a short batch padded with its first key. */
-static void ix_avx2_batch(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w,
-			  double *const *out, size_t n, int rows)
-{
-	const uint8_t *k16[IX_BATCH];
-	ix_pad_batch(kp, n, k16);
-	ix_kernel16_avx2(q, k16, w, n, out, rows);
-}
-
-static void ix_score_batch_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
-				const float *w, double *const *out, size_t n)
-{
-	ix_avx2_batch(q, kp, w, out, n, 0);
-}
-
+/* ix_batch_fn of the AVX2 q·k rows (ix_keys checked the keys): a short batch padded with its
+ * first key. */
 static void ix_run_batch_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
 			      const float *w, double *const *yk, size_t n)
 {
 	(void)w;
-	ix_avx2_batch(q, kp, NULL, yk, n, 1);
+	const uint8_t *k16[IX_BATCH];
+	ix_pad_batch(kp, n, k16);
+	ix_kernel16_avx2(q, k16, NULL, n, yk, 1, 0, NULL);
+}
+
+/* ix_score16's contract on AVX2 (the range check in the kernel). */
+static size_t ix_score16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w,
+			      size_t n, int span, double *out, uint8_t *ok)
+{
+	double *o[IX_BATCH];
+	for (size_t i = 0; i < IX_BATCH; i++)
+		o[i] = out + (i < n ? i : 0);
+	return ix_kernel16_avx2(q, kp, w, n, o, 0, span, ok);
 }
 #endif
 
@@ -929,9 +982,8 @@ size_t srt_attn_ix_score_fp4(const struct srt_attn_ixq *q, const uint8_t *const 
 			     double *out, uint8_t *ok)
 {
 #ifdef IX_X86
-	if (ix_isa() == IX_VNNI)
-		return ix_scores_vnni(q, keys, ne, next, nnext, w, out, ok);
-	return ix_keys(q, keys, ne, next, nnext, ok, out, 1, w, ix_score_batch_avx2);
+	return ix_scores(q, keys, ne, next, nnext, w, out, ok,
+			 ix_isa() == IX_VNNI ? ix_score16 : ix_score16_avx2);
 #else
 	return ix_keys(q, keys, ne, next, nnext, ok, out, 1, w, NULL);
 #endif

@@ -33,6 +33,7 @@ struct srt_attn_ixq {
 	 * rounded up to a multiple of 4, the extra blocks zero */
 	int8_t *q;     /* [nh/16][nb4][8][16][4] 2·E2M1 values, dims in the key bytes' order */
 	int32_t *corr; /* [nh/16][nb4][16] -12·Σ q over the block (the key bytes carry +12) */
+	int32_t *corw; /* [nh/16][nb4][16] corr as the AVX2 kernels' 16-bit pair: low half corr, high 0 */
 	double *qs;    /* [nh/16][d/32][16] the unit 2^(e-128) of the block, 0 if all zero */
 	int32_t *qsh;  /* [nh/16][d/32][16] e - qe0 of the head, 0 if the block is all zero */
 	int32_t *qe0;  /* [nh] the least code e of the head's nonzero blocks (qe_lo if none) */

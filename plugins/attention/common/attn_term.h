@@ -9,13 +9,20 @@
 
 #include <immintrin.h>
 
-#include "ops/fp_isa.h" /* srt_round_bf16_v8, _v16, _v16_num: the bf16 roundings, shared with core/ops */
+#include "ops/fp_isa.h" /* srt_round_bf16_v8, _v8_num, _v16, _v16_num: the bf16 roundings, shared with core/ops */
 
 /* The weighting of 8 scores already narrowed to float: bf16(ReLU(bf16(f)) · w), the floats of
  * the scalar expression; max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f). */
 __attribute__((target("avx2"))) static inline __m256 ix_term8(__m256 f, __m256 w)
 {
 	const __m256 r = _mm256_max_ps(srt_round_bf16_v8(f), _mm256_setzero_ps());
+	return srt_round_bf16_v8(_mm256_mul_ps(r, w));
+}
+
+/* ix_term8 without NaN in f (±inf allowed), as ix_term16_num. */
+__attribute__((target("avx2"))) static inline __m256 ix_term8_num(__m256 f, __m256 w)
+{
+	const __m256 r = _mm256_max_ps(srt_round_bf16_v8_num(f), _mm256_setzero_ps());
 	return srt_round_bf16_v8(_mm256_mul_ps(r, w));
 }
 

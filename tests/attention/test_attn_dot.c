@@ -128,6 +128,101 @@ START_TEST(fp8_row_equals_the_scalar_decode_bitwise)
 }
 END_TEST
 
+/*
+ * srt_attn_fp8_row's proof of exactness: over every scale code, a row holding every non-NaN
+ * E4M3 code (the least subnormal, 2^-9, and 448 among them) passes srt_attn_bf16_exact exactly
+ * for the codes 76 .. 179, and the row is proven exact only where it passes (with AVX2 and
+ * F16C, exactly there: a wider proven range would let the attention's fused multiply-adds run
+ * on inexact products, a narrower one would only slow it).
+ */
+START_TEST(fp8_row_proves_bf16_exact_only_where_it_holds)
+{
+	uint8_t codes[128], scales[2];
+	float v[128];
+	for (size_t i = 0; i < 128; i++)
+		codes[i] = (uint8_t)(i == 127 ? 0x80 : i);
+#if defined(__x86_64__) && defined(__GNUC__)
+	const char *isa = getenv("SRT_GEMM_ISA"); /* "generic": the scalar loop, never proven */
+	const int vec = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+			!(isa && !strcmp(isa, "generic"));
+#else
+	const int vec = 0;
+#endif
+	for (int sc = 0; sc < 256; sc++) {
+		scales[0] = scales[1] = (uint8_t)sc;
+		const int proven = srt_attn_fp8_row(codes, scales, 128, v);
+		const int exact = srt_attn_bf16_exact(v, 128);
+		ck_assert_int_eq(exact, sc >= 76 && sc <= 179);
+		ck_assert_msg(!proven || exact, "scale code %d: proven, not exact", sc);
+		if (vec)
+			ck_assert_msg(proven == exact, "scale code %d: proven %d, exact %d", sc, proven, exact);
+	}
+	codes[5] = 0x7F; /* a NaN code: never proven */
+	scales[0] = scales[1] = 127;
+	ck_assert_int_eq(srt_attn_fp8_row(codes, scales, 128, v), 0);
+}
+END_TEST
+
+/*
+ * srt_attn_kv_decode_n's exactness = srt_attn_bf16_exact of the floats it wrote (which are
+ * srt_attn_kv_decode's), for FP8 entries whose blocks are proven from their scale codes, or
+ * not (a small scale over all-zero codes: exact, found by the floats), or fail (the least
+ * subnormal under a small scale, a NaN code), and rope words in and out of the range.
+ */
+START_TEST(kv_decode_n_exact_is_bf16_exact)
+{
+	struct srt_model_config mc;
+	struct srt_attn a;
+	memset(&mc, 0, sizeof mc);
+	memset(&a, 0, sizeof a);
+	mc.head_dim = 512;
+	mc.qk_rope_head_dim = 64;
+	a.m = &mc;
+	a.kv_store = SRT_ATTN_ST_FP8;
+	enum { NOPE = 448, RD = 64, EB = NOPE + 2 * RD + NOPE / 64 };
+	uint8_t ent[6][EB];
+	for (int c = 0; c < 6; c++) {
+		for (size_t i = 0; i < NOPE; i++)
+			ent[c][i] = (uint8_t)((i * 29 + (size_t)c) % 0x7F); /* no NaN codes */
+		for (size_t i = 0; i < RD; i++) {
+			const uint16_t h = srt_bf16_from_f32(wide());
+			memcpy(&ent[c][NOPE + 2 * i], &h, 2);
+		}
+		for (size_t b = 0; b < NOPE / 64; b++)
+			ent[c][NOPE + 2 * RD + b] = (uint8_t)(110 + b);
+	}
+	/* 1: a block under scale code 40 whose codes are all zero (exact, not proven) */
+	memset(ent[1] + 64, 0, 64);
+	ent[1][NOPE + 2 * RD + 1] = 40;
+	/* 2: code 1 (2^-9) under scale code 75: 2^-61, outside */
+	ent[2][NOPE + 2 * RD + 3] = 75;
+	ent[2][3 * 64 + 5] = 1;
+	/* 3: a NaN code */
+	ent[3][200] = 0xFF;
+	/* 4: a rope word of biased exponent 1 */
+	ent[4][NOPE + 2 * 7] = 0x80;
+	ent[4][NOPE + 2 * 7 + 1] = 0x00;
+	/* 5: a rope word of biased exponent 187 (inside) */
+	ent[5][NOPE + 2 * 9] = 0x80;
+	ent[5][NOPE + 2 * 9 + 1] = 0x5D;
+	static const int sets[][3] = {{0, 5, 0}, {0, 1, 5}, {1, 2, 0}, {3, 0, 0}, {0, 0, 4}, {5, 5, 1}};
+	for (size_t si = 0; si < sizeof(sets) / sizeof(sets[0]); si++) {
+		const uint8_t *e[3];
+		float v[3 * 512], w[512];
+		for (int k = 0; k < 3; k++)
+			e[k] = ent[sets[si][k]];
+		const int ex = srt_attn_kv_decode_n(&a, e, 3, v, 1);
+		ck_assert_int_eq(ex, srt_attn_bf16_exact(v, 3 * 512));
+		ck_assert_int_eq(ex, si == 0 || si == 1 || si == 5);
+		ck_assert_int_eq(srt_attn_kv_decode_n(&a, e, 3, v, 0), 0);
+		for (int k = 0; k < 3; k++) {
+			srt_attn_kv_decode(&a, e[k], w);
+			ck_assert(memcmp(w, v + k * 512, sizeof w) == 0);
+		}
+	}
+}
+END_TEST
+
 /* The tile layout (attn_dot.h) by its definition, whatever path builds it: full and partial
  * tiles, column counts with and without a tail of 8, a row stride above k. */
 START_TEST(tile_layout_is_the_definition)
@@ -1516,6 +1611,8 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, qk_heads_equals_the_per_head_double_loop_bitwise);
 	tcase_add_test(tc, fp4_row_equals_the_scalar_decode_bitwise);
 	tcase_add_test(tc, fp8_row_equals_the_scalar_decode_bitwise);
+	tcase_add_test(tc, fp8_row_proves_bf16_exact_only_where_it_holds);
+	tcase_add_test(tc, kv_decode_n_exact_is_bf16_exact);
 	tcase_add_test(tc, tile_layout_is_the_definition);
 	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, ix_score_bf16_equals_the_ascending_head_sum_bitwise);

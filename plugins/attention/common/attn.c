@@ -623,11 +623,23 @@ void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 	}
 }
 
-void srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *v)
+int srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *v,
+			 int exact)
 {
-	const size_t w = (size_t)a->m->head_dim;
-	for (size_t k = 0; k < n; k++)
-		srt_attn_kv_decode(a, e[k], v + k * w);
+	const size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim, nope = w - rd;
+	if (!exact || a->kv_store != SRT_ATTN_ST_FP8) {
+		for (size_t k = 0; k < n; k++)
+			srt_attn_kv_decode(a, e[k], v + k * w);
+		return exact && srt_attn_bf16_exact(v, n * w);
+	}
+	int ex = 1;
+	for (size_t k = 0; k < n; k++) { /* srt_attn_kv_decode's FP8 case */
+		float *vk = v + k * w;
+		const int proven = srt_attn_fp8_row(e[k], e[k] + nope + 2 * rd, nope, vk);
+		srt_attn_bf16_row(e[k] + nope, rd, vk + nope);
+		ex = ex && (proven || srt_attn_bf16_exact(vk, nope)) && srt_attn_bf16_exact(vk + nope, rd);
+	}
+	return ex;
 }
 
 int srt_attn_kv_keys(const struct srt_attn *a, const uint8_t *const *e, size_t nk, float *tmp,
@@ -636,7 +648,7 @@ int srt_attn_kv_keys(const struct srt_attn *a, const uint8_t *const *e, size_t n
 	size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim;
 	if (a->kv_store == SRT_ATTN_ST_FP8)
 		return srt_attn_fp8_keys(e, nk, w - rd, rd, tmp, kp, vp, lo, hi);
-	srt_attn_kv_decode_n(a, e, nk, tmp);
+	srt_attn_kv_decode_n(a, e, nk, tmp, 0);
 	return srt_attn_bf16_keys(tmp, nk, w, kp, vp, lo, hi);
 }
 

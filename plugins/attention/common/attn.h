@@ -159,8 +159,11 @@ int64_t srt_attn_topk(const double *score, int64_t n, int64_t k, void *scratch, 
 
 void srt_attn_kv_encode(const struct srt_attn *a, const float *v, uint8_t *e);
 void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v);
-/* srt_attn_kv_decode of entries e[0 .. n) into v[k · head_dim ...], one key after another. */
-void srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *v);
+/* srt_attn_kv_decode of entries e[0 .. n) into v[k · head_dim ...], one key after another.
+ * With `exact`, returns srt_attn_bf16_exact of all n · head_dim floats (for FP8 entries mostly
+ * from their scale codes, without a pass over the floats), else 0. */
+int srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *v,
+			 int exact);
 /* srt_attn_bf16_keys (attn_dot.h) of the nk keys that srt_attn_kv_decode gives for entries
  * e[0 .. nk), FP8 entries without their floats (srt_attn_fp8_keys); tmp: nk · head_dim floats
  * of room. */

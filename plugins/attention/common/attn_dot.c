@@ -598,6 +598,11 @@ __attribute__((target("avx2"))) static void fp4_row_avx2(const uint8_t *codes,
 #ifdef ATTN_X86
 /* One 64 block of E4M3 codes c times the scale of code sc by the scalar loop (the blocks the
  * vector kernels decline). */
+/* A block scale code with which every E4M3 value of the block (nonzero magnitudes 2^-9 ..
+ * 448, at most 4 significant bits) times 2^(code - 127) passes srt_attn_bf16_exact: nonzero
+ * biased exponents code - 9 .. code + 8 within [67, 187]. */
+#define FP8_EXACT_CODE(sc) ((sc) >= 76 && (sc) <= 179)
+
 static void fp8_block_scalar(const uint8_t *c, uint8_t sc, float *v)
 {
 	const float s = srt_e8m0_to_f32(sc);
@@ -612,10 +617,11 @@ static void fp8_block_scalar(const uint8_t *c, uint8_t sc, float *v)
  * real product as v·s, rounded once: the same float. Blocks with a NaN code or a scale code
  * above 246 (2^8·s not finite, or NaN) take the scalar loop.
  */
-__attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const uint8_t *codes,
+__attribute__((target("avx512f,avx2,f16c"))) static int fp8_row_avx512(const uint8_t *codes,
 								      const uint8_t *scales,
 								      size_t n, float *v)
 {
+	int ex = 1;
 	const __m256i m7f = _mm256_set1_epi8(0x7F);
 	for (size_t b = 0; b < n / 64; b++) {
 		const uint8_t *c = codes + b * 64;
@@ -623,6 +629,7 @@ __attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const ui
 		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
 		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
 				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		ex &= !nan && FP8_EXACT_CODE(scales[b]);
 		if (nan || scales[b] > 246) {
 			fp8_block_scalar(c, scales[b], v + b * 64);
 			continue;
@@ -635,13 +642,15 @@ __attribute__((target("avx512f,avx2,f16c"))) static void fp8_row_avx512(const ui
 			_mm512_storeu_ps(v + b * 64 + 16 * q, _mm512_mul_ps(_mm512_cvtph_ps(h), f));
 		}
 	}
+	return ex;
 }
 
 /* fp8_row_avx512 with 8-float vectors: the same halves, the same products. */
-__attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *codes,
+__attribute__((target("avx2,f16c"))) static int fp8_row_avx2(const uint8_t *codes,
 							       const uint8_t *scales, size_t n,
 							       float *v)
 {
+	int ex = 1;
 	const __m256i m7f = _mm256_set1_epi8(0x7F);
 	for (size_t b = 0; b < n / 64; b++) {
 		const uint8_t *c = codes + b * 64;
@@ -649,6 +658,7 @@ __attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *cod
 		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
 		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
 				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		ex &= !nan && FP8_EXACT_CODE(scales[b]);
 		if (nan || scales[b] > 246) {
 			fp8_block_scalar(c, scales[b], v + b * 64);
 			continue;
@@ -664,6 +674,7 @@ __attribute__((target("avx2,f16c"))) static void fp8_row_avx2(const uint8_t *cod
 					 _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f));
 		}
 	}
+	return ex;
 }
 #endif
 
@@ -676,6 +687,14 @@ __attribute__((target("avx512f,avx2"))) static void bf16_row_avx512(const uint8_
 		_mm512_storeu_si512((void *)(v + i), _mm512_slli_epi32(_mm512_cvtepu16_epi32(w), 16));
 	}
 }
+
+__attribute__((target("avx2"))) static void bf16_row_avx2(const uint8_t *words, size_t n, float *v)
+{
+	for (size_t i = 0; i < n; i += 8) {
+		const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(words + 2 * i));
+		_mm256_storeu_si256((__m256i *)(void *)(v + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16));
+	}
+}
 #endif
 
 void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v)
@@ -685,6 +704,9 @@ void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v)
 	if (have_avx512()) {
 		i = n / 16 * 16;
 		bf16_row_avx512(words, i, v);
+	} else if (have_avx2()) {
+		i = n / 8 * 8;
+		bf16_row_avx2(words, i, v);
 	}
 #endif
 	for (; i < n; i++) {
@@ -693,20 +715,17 @@ void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v)
 	}
 }
 
-void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
+int srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
 {
 #ifdef ATTN_X86
-	if (n % 64 == 0 && have_avx512()) {
-		fp8_row_avx512(codes, scales, n, v);
-		return;
-	}
-	if (n % 64 == 0 && have_avx2_f16c()) {
-		fp8_row_avx2(codes, scales, n, v);
-		return;
-	}
+	if (n % 64 == 0 && have_avx512())
+		return fp8_row_avx512(codes, scales, n, v);
+	if (n % 64 == 0 && have_avx2_f16c())
+		return fp8_row_avx2(codes, scales, n, v);
 #endif
 	for (size_t i = 0; i < n; i++)
 		v[i] = srt_fp8_e4m3_to_f32(codes[i]) * srt_e8m0_to_f32(scales[i / 64]);
+	return 0;
 }
 
 static float round_bf16_scalar(float x)

@@ -218,9 +218,11 @@ void srt_attn_fp4_row(const uint8_t *codes, const uint8_t *scales, size_t d, flo
 /*
  * v[i] = E4M3 code i times the UE8M0 scale scales[i / 64], for i in [0, n): the floats of the
  * scalar loop (one multiplication each), vectorised when n is a multiple of 64 (the KV cache's
- * FP8 "nope" dims).
+ * FP8 "nope" dims). Returns 1 when the codes and scales alone prove that every v[i] passes
+ * srt_attn_bf16_exact (no NaN code, every scale code in [76, 179], a vectorised row), else 0:
+ * then the floats may pass it or not.
  */
-void srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
+int srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v);
 
 /*
  * v[i] = the bf16 value whose little-endian bits are bytes 2i, 2i + 1 of `words` (any

@@ -1298,7 +1298,7 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			if (kb->dp)
 				continue;
 			/* the float tiles of a block outside the dot products' range */
-			srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf);
+			srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf, 0);
 			srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 			continue;
 		}
@@ -1310,8 +1310,7 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			const int64_t r = f->cg0 + gr;
 			float *kf = f->tbuf + (size_t)tid * f->tfloats; /* [KGB][hd] */
 			float *ktb = kf + (size_t)ATTN_KGB * hd;        /* the block's tiles */
-			srt_attn_kv_decode_n(a, src + k0, nb, kf);
-			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, nb * hd);
+			kb->exact = (uint8_t)srt_attn_kv_decode_n(a, src + k0, nb, kf, a->ref);
 			srt_attn_tile(kf, nb, hd, hd, ktb);
 			srt_attn_v_panels(kf, nb, hd, (size_t)k0, (size_t)f->kmax,
 					  f->ck + (size_t)gr * (size_t)f->kmax * hd);
@@ -1329,9 +1328,7 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		float *kf = f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
-		srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf);
-		if (a->ref)
-			kb->exact = (uint8_t)srt_attn_bf16_exact(kf, (size_t)(k1 - k0) * hd);
+		kb->exact = (uint8_t)srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf, a->ref);
 		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 	}
 }
@@ -1573,7 +1570,7 @@ static void phase_c2_dp(void *ctx, int64_t b, int64_t e, int tid)
 		if (nf) { /* the float kernels: the row's keys decoded into the thread's buffer */
 			float *kf = f->ck + (size_t)tid * (size_t)f->kthr * hd;
 			const uint8_t *const *src = f->csrc + (size_t)gr * kmax;
-			srt_attn_kv_decode_n(a, src, (size_t)nk, kf);
+			srt_attn_kv_decode_n(a, src, (size_t)nk, kf, 0);
 			srt_attn_pv_f32_n(nf, pf, kf, hd, hd, (size_t)nk, yf, kx);
 		}
 		const float *rc = row_cs(f, r), *rs = rc + m->qk_rope_head_dim / 2;

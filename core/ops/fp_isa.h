@@ -42,8 +42,8 @@ __attribute__((target("avx2"))) static inline __m256 srt_round_bf16_v8_num(__m25
 /* srt_round_bf16 of 8 floats: nearest even on the 16 dropped bits, NaN -> 0x7FC00000. */
 __attribute__((target("avx2"))) static inline __m256 srt_round_bf16_v8(__m256 x)
 {
-	return _mm256_blendv_ps(srt_round_bf16_v8_num(x), _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000)),
-				_mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+	const __m256 qnan = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FC00000));
+	return _mm256_blendv_ps(srt_round_bf16_v8_num(x), qnan, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 #endif
 

@@ -1427,8 +1427,9 @@ static size_t ix_scores_agree(size_t nh, size_t d, size_t ne, const float *iq,
 	for (size_t e = 0; e < ne; e++) {
 		ck_assert_int_eq(ok2[e], ok[e]);
 		if (!ok[e]) { /* not written */
-			ck_assert_msg(memcmp(&got[e], (const uint8_t[8]){0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF}, 8) == 0,
-				      "%s key %zu: left to the caller, written", what, e);
+			static const uint8_t ff[8] = {0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF};
+			ck_assert_msg(memcmp(&got[e], ff, 8) == 0, "%s key %zu: left to the caller, written",
+				      what, e);
 			continue;
 		}
 		ck_assert_msg(!positive || want[e] > 0, "%s key %zu: score %a", what, e, want[e]);
@@ -1507,7 +1508,8 @@ END_TEST
 START_TEST(ix_score_fp4_integer_sums_at_their_bounds)
 {
 	static const struct {
-		int qbase, kbase, qspread, kspread, full; /* E = qbase + kbase - 2; shifts qspread + kspread */
+		/* E = qbase + kbase - 2; shifts qspread + kspread */
+		int qbase, kbase, qspread, kspread, full;
 	} cs[] = {{-62, -62, 0, 0, 0}, {-62, -63, 0, 0, 0}, {0, 0, 8, 8, 1}, {0, 0, 9, 9, 1},
 		  {-20, 30, 8, 8, 1},   {0, 0, 0, 14, 1},    {0, 0, 0, 15, 1}, {-3, 5, 2, 14, 0}};
 	if (!srt_attn_qk_fp4_ready(16, 128))

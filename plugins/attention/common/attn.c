@@ -637,7 +637,8 @@ int srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size
 		float *vk = v + k * w;
 		const int proven = srt_attn_fp8_row(e[k], e[k] + nope + 2 * rd, nope, vk);
 		srt_attn_bf16_row(e[k] + nope, rd, vk + nope);
-		ex = ex && (proven || srt_attn_bf16_exact(vk, nope)) && srt_attn_bf16_exact(vk + nope, rd);
+		ex = ex && (proven || srt_attn_bf16_exact(vk, nope)) &&
+		     srt_attn_bf16_exact(vk + nope, rd);
 	}
 	return ex;
 }

@@ -692,7 +692,8 @@ __attribute__((target("avx2"))) static void bf16_row_avx2(const uint8_t *words, 
 {
 	for (size_t i = 0; i < n; i += 8) {
 		const __m128i w = _mm_loadu_si128((const __m128i *)(const void *)(words + 2 * i));
-		_mm256_storeu_si256((__m256i *)(void *)(v + i), _mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16));
+		_mm256_storeu_si256((__m256i *)(void *)(v + i),
+				    _mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16));
 	}
 }
 #endif

@@ -1328,7 +1328,8 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		float *kf = f->ck + ((size_t)gr * (size_t)f->kmax + (size_t)k0) * hd;
-		kb->exact = (uint8_t)srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf, a->ref);
+		kb->exact =
+			(uint8_t)srt_attn_kv_decode_n(a, src + k0, (size_t)(k1 - k0), kf, a->ref);
 		srt_attn_tile(kf, (size_t)(k1 - k0), hd, hd, kt + (size_t)k0 * hd);
 	}
 }

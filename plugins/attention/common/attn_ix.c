@@ -669,7 +669,8 @@ IX_AVX2_TARGET static inline __m256d ix_pow2_pd(__m128i e)
 IX_AVX2_TARGET static inline __attribute__((always_inline)) void
 ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8], const __m256i *kmin,
 	      const __m256i (*kpow)[IX_DMAX / IX_BLOCK], const __m256d (*ku)[IX_DMAX / IX_BLOCK][2],
-	      const float *w, size_t n, unsigned good, double *const *out, const int ints, const int rows)
+	      const float *w, size_t n, unsigned good, double *const *out, const int ints,
+	      const int rows)
 {
 	const size_t nh = q->nh, nb = q->d / IX_BLOCK, nb4 = ix_nb4(q->d);
 	const __m256i ones = _mm256_set1_epi16(1);
@@ -684,7 +685,8 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				si[hh][hf] = _mm256_setzero_si256();
 			}
 		for (size_t b0 = 0; b0 < nb; b0 += 2) { /* b0 + 1 < nb4: a padding block at worst */
-			__m256i acc[2][2][2]; /* [head][block][half] 16-bit sums, from the correction */
+			/* [head][block][half] 16-bit sums, from the correction */
+			__m256i acc[2][2][2];
 			for (size_t hh = 0; hh < 2; hh++)
 				for (size_t u = 0; u < 2; u++)
 					acc[hh][u][0] = acc[hh][u][1] =
@@ -699,8 +701,9 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 					const __m256i qv = _mm256_set1_epi32(qw);
 					acc[hh][u][0] = _mm256_add_epi16(acc[hh][u][0], _mm256_maddubs_epi16(k0, qv));
 					acc[hh][u][1] = _mm256_add_epi16(acc[hh][u][1], _mm256_maddubs_epi16(k1, qv));
-					/* added here: without it GCC computed all 64 products of the
-					 * pass first and spilled them (62 -> 55 ns a key in a harness) */
+					/* added here: without it GCC computed all 64
+					 * products of the pass first and spilled them
+					 * (62 -> 55 ns a key in a harness) */
 					__asm__("" : "+x"(acc[hh][u][0]), "+x"(acc[hh][u][1]));
 				}
 			}
@@ -711,10 +714,14 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				_Pragma("GCC unroll 2") for (size_t hh = 0; hh < 2; hh++) {
 					const size_t qi = ix_hb(nb, h + hh, b);
 					_Pragma("GCC unroll 2") for (size_t hf = 0; hf < 2; hf++) {
-						if (ints) { /* I·2^ksh by the pair sum, then the query's shift */
-							const __m256i a = _mm256_madd_epi16(acc[hh][u][hf], kpow[hf][b]);
-							si[hh][hf] = _mm256_add_epi32(
-								si[hh][hf], _mm256_sllv_epi32(a, _mm256_set1_epi32(q->qsh[qi])));
+						/* ints: I·2^ksh by the pair sum, then the query's
+						 * shift */
+						if (ints) {
+							const __m256i a =
+								_mm256_madd_epi16(acc[hh][u][hf], kpow[hf][b]);
+							const __m256i qs = _mm256_set1_epi32(q->qsh[qi]);
+							si[hh][hf] = _mm256_add_epi32(si[hh][hf],
+										      _mm256_sllv_epi32(a, qs));
 							continue;
 						}
 						const __m256i a = _mm256_madd_epi16(acc[hh][u][hf], ones);
@@ -780,13 +787,15 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
  * 8 · 2 · 24 · 12 = 9216), then one VPMADDWD per block: by ones for the block sum I, or, on
  * the integer path, by 2^ksh (the key's block shift, at most 14 there) for I·2^ksh, which the
  * query's shift then completes. The same integer block sums, so the same scaled doubles,
- * integer head sums and terms as ix_score16 (two heads and two blocks a pass: 8 chains). With `rows`, out[i] is key i's
- * q·k row and gets srt_attn_qk_fp4's values instead of the score: the double sum, or (double)
- * S·2^E where the integer sums run (the same exact number).
+ * integer head sums and terms as ix_score16 (two heads and two blocks a pass: 8 chains).
+ * With `rows`, out[i] is key i's q·k row and gets srt_attn_qk_fp4's values instead of the
+ * score: the double sum, or (double) S·2^E where the integer sums run (the same exact
+ * number). With ok (the scores), each lane's range check as ix_score16's; returns the number
+ * of keys in range.
  */
-IX_AVX2_TARGET static size_t ix_kernel16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
-					      const float *w, size_t n, double *const *out, int rows, int span,
-					      uint8_t *ok)
+IX_AVX2_TARGET static size_t ix_kernel16_avx2(const struct srt_attn_ixq *q,
+					      const uint8_t *const *kp, const float *w, size_t n,
+					      double *const *out, int rows, int span, uint8_t *ok)
 {
 	const size_t nb = q->d / IX_BLOCK, nbytes = q->d / 2;
 	const size_t nd = nbytes / 4; /* packed dwords of a key, a multiple of 4 */
@@ -828,8 +837,9 @@ IX_AVX2_TARGET static size_t ix_kernel16_avx2(const struct srt_attn_ixq *q, cons
 					v |= (uint32_t)kp[i][nbytes + b0 + j] << 8 * j;
 			c[i] = (int32_t)v;
 		}
-		const __m256i cv[2] = {_mm256_setr_epi32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]),
-				       _mm256_setr_epi32(c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15])};
+		const __m256i cv[2] = {
+			_mm256_setr_epi32(c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]),
+			_mm256_setr_epi32(c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15])};
 		for (size_t j = 0; j < nc; j++)
 			for (size_t hf = 0; hf < 2; hf++) {
 				const __m256i e = _mm256_and_si256(_mm256_srli_epi32(cv[hf], (int)(8 * j)),
@@ -860,12 +870,15 @@ IX_AVX2_TARGET static size_t ix_kernel16_avx2(const struct srt_attn_ixq *q, cons
 	}
 	/* the integer head sums where they fit (ix_score16's conditions, over the stored lanes)
 	 * and each key's block shift fits a 16-bit power of two (2^14 at most) */
-	const int kspread = ix_hmax8(_mm256_max_epi32(_mm256_and_si256(_mm256_sub_epi32(kmax[0], kmin[0]), gm[0]),
-						      _mm256_and_si256(_mm256_sub_epi32(kmax[1], kmin[1]), gm[1])));
-	const __m256i c255 = _mm256_set1_epi32(255);
-	const int klo = ix_hmin8(_mm256_min_epi32(_mm256_blendv_epi8(c255, kmin[0], gm[0]),
-						  _mm256_blendv_epi8(c255, kmin[1], gm[1])));
-	const int khi = ix_hmax8(_mm256_max_epi32(_mm256_and_si256(kmin[0], gm[0]), _mm256_and_si256(kmin[1], gm[1])));
+	__m256i spr[2], lo[2], hi[2]; /* the stored lanes' spreads and least codes (else 0, 255) */
+	for (size_t hf = 0; hf < 2; hf++) {
+		spr[hf] = _mm256_and_si256(_mm256_sub_epi32(kmax[hf], kmin[hf]), gm[hf]);
+		lo[hf] = _mm256_blendv_epi8(_mm256_set1_epi32(255), kmin[hf], gm[hf]);
+		hi[hf] = _mm256_and_si256(kmin[hf], gm[hf]);
+	}
+	const int kspread = ix_hmax8(_mm256_max_epi32(spr[0], spr[1]));
+	const int klo = ix_hmin8(_mm256_min_epi32(lo[0], lo[1]));
+	const int khi = ix_hmax8(_mm256_max_epi32(hi[0], hi[1]));
 	const int ints = kspread <= 14 && ix_ints_fit(q, nb, kspread, klo, khi);
 	__m256i kpow[2][IX_DMAX / IX_BLOCK]; /* 2^(code - kmin) in both 16-bit halves of a lane */
 	__m256d ku[2][IX_DMAX / IX_BLOCK][2]; /* the keys' units 2^(e - 128), keys 0-3 and 4-7 */
@@ -904,8 +917,8 @@ static void ix_run_batch_avx2(const struct srt_attn_ixq *q, const uint8_t *const
 }
 
 /* ix_score16's contract on AVX2 (the range check in the kernel). */
-static size_t ix_score16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp, const float *w,
-			      size_t n, int span, double *out, uint8_t *ok)
+static size_t ix_score16_avx2(const struct srt_attn_ixq *q, const uint8_t *const *kp,
+			      const float *w, size_t n, int span, double *out, uint8_t *ok)
 {
 	double *o[IX_BATCH];
 	for (size_t i = 0; i < IX_BATCH; i++)

@@ -9,7 +9,8 @@
 
 #include <immintrin.h>
 
-#include "ops/fp_isa.h" /* srt_round_bf16_v8, _v8_num, _v16, _v16_num: the bf16 roundings, shared with core/ops */
+/* srt_round_bf16_v8, _v8_num, _v16, _v16_num: the bf16 roundings, shared with core/ops */
+#include "ops/fp_isa.h"
 
 /* The weighting of 8 scores already narrowed to float: bf16(ReLU(bf16(f)) · w), the floats of
  * the scalar expression; max(sc, 0) returns 0 for NaN and for -0, as (sc > 0 ? sc : 0.0f). */

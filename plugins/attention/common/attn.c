@@ -606,6 +606,15 @@ void srt_attn_kv_encode(const struct srt_attn *a, const float *v, uint8_t *e)
 	}
 }
 
+/* One FP8 entry (nope E4M3 codes, rd bf16 rope words, nope/64 scale codes) into v; returns
+ * srt_attn_fp8_row's proof that the nope floats pass srt_attn_bf16_exact. */
+static int kv_decode_fp8(const uint8_t *e, size_t nope, size_t rd, float *v)
+{
+	const int proven = srt_attn_fp8_row(e, e + nope + 2 * rd, nope, v); /* vectorised */
+	srt_attn_bf16_row(e + nope, rd, v + nope);
+	return proven;
+}
+
 void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 {
 	size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim, nope = w - rd;
@@ -613,11 +622,9 @@ void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v)
 	case SRT_ATTN_ST_BF16:
 		srt_attn_bf16_row(e, w, v); /* vectorised, the same floats */
 		break;
-	case SRT_ATTN_ST_FP8: {
-		srt_attn_fp8_row(e, e + nope + 2 * rd, nope, v); /* vectorised, the same floats */
-		srt_attn_bf16_row(e + nope, rd, v + nope);
+	case SRT_ATTN_ST_FP8:
+		kv_decode_fp8(e, nope, rd, v);
 		break;
-	}
 	default:
 		memcpy(v, e, w * sizeof(float));
 	}
@@ -633,10 +640,9 @@ int srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size
 		return exact && srt_attn_bf16_exact(v, n * w);
 	}
 	int ex = 1;
-	for (size_t k = 0; k < n; k++) { /* srt_attn_kv_decode's FP8 case */
+	for (size_t k = 0; k < n; k++) {
 		float *vk = v + k * w;
-		const int proven = srt_attn_fp8_row(e[k], e[k] + nope + 2 * rd, nope, vk);
-		srt_attn_bf16_row(e[k] + nope, rd, vk + nope);
+		const int proven = kv_decode_fp8(e[k], nope, rd, vk);
 		ex = ex && (proven || srt_attn_bf16_exact(vk, nope)) &&
 		     srt_attn_bf16_exact(vk + nope, rd);
 	}

@@ -596,13 +596,13 @@ __attribute__((target("avx2"))) static void fp4_row_avx2(const uint8_t *codes,
 #endif
 
 #ifdef ATTN_X86
-/* One 64 block of E4M3 codes c times the scale of code sc by the scalar loop (the blocks the
- * vector kernels decline). */
 /* A block scale code with which every E4M3 value of the block (nonzero magnitudes 2^-9 ..
  * 448, at most 4 significant bits) times 2^(code - 127) passes srt_attn_bf16_exact: nonzero
  * biased exponents code - 9 .. code + 8 within [67, 187]. */
 #define FP8_EXACT_CODE(sc) ((sc) >= 76 && (sc) <= 179)
 
+/* One 64 block of E4M3 codes c times the scale of code sc by the scalar loop (the blocks the
+ * vector kernels decline). */
 static void fp8_block_scalar(const uint8_t *c, uint8_t sc, float *v)
 {
 	const float s = srt_e8m0_to_f32(sc);

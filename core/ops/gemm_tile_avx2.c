@@ -34,16 +34,18 @@
  *    every caller up to a separately compiled copy of the whole kernel. It runs only after
  *    __builtin_cpu_supports("fma") said yes; rows whose block fails the check multiply then
  *    add.
- *  - REFERENCE FP4 blocks whose sums are exact (both rows of a register block fit
- *    fp4_sub_fit in all 4 sub-blocks: every partial sum of a sub-block is exact, in any
- *    order): the 8-lane reduction of each 32-wide sub-block is the costly part of the
- *    layout above (4 vectors of products, then 9 shuffles and adds per row and 8 features).
- *    Such rows and the tile's weights are packed a second way instead, "by pairs": vector v
- *    of a block holds k = 2v, 2v + 1 of each sub-block s in lanes 2s, 2s + 1 (for the
- *    weights, the 4 bytes v, 16 + v, 32 + v, 48 + v of the row's block), so one accumulator
- *    per row and feature runs over the whole block, and one round of hadd, shuffles and
- *    128-bit permutes gives all 4 sub-block sums of 8 features. The sums are the same
- *    numbers (exact), so the same bits; the epilogue is unchanged.
+ *  - REFERENCE FP4 rows whose block's sums are exact (all 4 sub-blocks pass fp4_sub_exact:
+ *    every partial sum of a sub-block is exact, in any order): the 8-lane reduction of each
+ *    32-wide sub-block is the costly part of the layout above (4 vectors of products, then 9
+ *    shuffles and adds per row and 8 features). Such rows and the tile's weights are packed
+ *    a second way instead, "by pairs": vector v of a block holds k = 2v, 2v + 1 of each
+ *    sub-block s in lanes 2s, 2s + 1 (for the weights, the 4 bytes v, 16 + v, 32 + v, 48 + v
+ *    of the row's block), so one accumulator per row and feature runs over the whole block,
+ *    and one round of hadd, shuffles and 128-bit permutes gives all 4 sub-block sums of 8
+ *    features. The sums are the same numbers (exact), so the same bits; the epilogue is
+ *    unchanged. A chunk's rows go to their layout by index lists, not in runs, so a row
+ *    that does not fit takes no neighbour out of the pairs, and the pairs' register blocks
+ *    are 3 rows with FMA (12 chains).
  * Output features past the last full tile go to srt_gemmk_avx2 (same bits); fewer than 8
  * features, M < 2 and f32/bf16 with K % 8 != 0 are left to the caller.
  */
@@ -63,7 +65,7 @@
 #define WST (NV * 8) /* floats from one feature's decoded block to the next */
 #define XST KB       /* floats from one packed activation row to the next */
 #define RC 64        /* activation rows per chunk: 32 KiB packed, one weight decode per chunk */
-#define PAIRS_MIN 12 /* register blocks of fitting FP4 rows that pay for a second decode */
+#define PAIRS_MIN 24 /* fitting FP4 rows that pay for a second decode */
 
 /* The lane order of packed activations and decoded weights: register lane p holds the
  * products of k = 8v + LANE[p]. Products are lane-wise, so each accumulator lane still sums
@@ -84,6 +86,58 @@ static inline __m256 in_order(__m256 v)
 static inline __m256 fp4x8(const uint8_t *p)
 {
 	return fp4x8_shifts(p, _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28));
+}
+
+/*
+ * Whether the 32 REFERENCE activations at x (E4M3 values, unscaled) times any E2M1 weights
+ * sum exactly in float32 in every order: with 2^e the lowest set bit among the nonzero |x|
+ * (-100 <= e, the largest exponent at most 90 and 20 above e), every |x| is an integer X
+ * times 2^e, each product x·w an integer multiple of 2^(e-1) (2w is an integer, |2w| <= 12),
+ * and every partial sum at most Σ|X|·12 such units, below 2^24 when Σ|X| <= 1398101: exact.
+ * fp4_sub_fit (the integer GEMV's test: |X| < 2^14 at e = the largest exponent - 13, so that
+ * X splits into two signed bytes) is a special case; this one also takes sub-blocks with
+ * small values, as long as the sum of magnitudes is small in units of their finest bit.
+ */
+static inline bool fp4_sub_exact(const float *x)
+{
+	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF), zero = _mm256_setzero_si256();
+	__m256i lo = _mm256_set1_epi32(1000), hi = _mm256_set1_epi32(-1000), a[4];
+	for (int i = 0; i < 4; i++) {
+		a[i] = _mm256_and_si256(
+			_mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * i)), mag);
+		const __m256i nz = _mm256_cmpgt_epi32(a[i], zero);
+		const __m256i ef = _mm256_srli_epi32(a[i], 23); /* biased exponent */
+		const __m256i m = _mm256_or_si256(
+			_mm256_and_si256(a[i], _mm256_set1_epi32(0x7FFFFF)), _mm256_set1_epi32(0x800000));
+		/* the significand's lowest set bit 2^j, j from its exact float conversion */
+		const __m256i low = _mm256_and_si256(m, _mm256_sub_epi32(zero, m));
+		const __m256i j = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(low)), 23);
+		const __m256i lsb =
+			_mm256_add_epi32(_mm256_sub_epi32(ef, _mm256_set1_epi32(127 + 23 + 127)), j);
+		lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(_mm256_set1_epi32(1000), lsb, nz));
+		hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(_mm256_set1_epi32(-1000),
+							     _mm256_sub_epi32(ef, _mm256_set1_epi32(127)), nz));
+	}
+	__m128i l = _mm_min_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(1, 0, 3, 2)));
+	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(2, 3, 0, 1)));
+	__m128i h = _mm_max_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+	const int e = _mm_cvtsi128_si32(l), emax = _mm_cvtsi128_si32(h);
+	if (emax < -999)
+		return true; /* all zero */
+	if (e < -100 || emax > 90 || emax - e > 20)
+		return false; /* (NaN and Inf: exponent 128) */
+	const __m256 up = _mm256_set1_ps(pow2f(-e));
+	__m256i sum = zero; /* |X| < 2^21 each: no overflow */
+	for (int i = 0; i < 4; i++)
+		sum = _mm256_add_epi32(
+			sum, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(a[i]), up)));
+	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+	return _mm_cvtsi128_si32(t) <= 1398101;
 }
 
 /* acc + x·w in one rounding (vfmadd231ps). Only where the CPU has FMA and x·w is exact. */
@@ -167,12 +221,12 @@ static inline __m256 reduce4(const __m256 *acc)
 
 /* One vector v of pass4: acc[r][q] += x_r[v]·w_q[v]. */
 static inline __attribute__((always_inline)) void
-pass4_step(const float *const *wp, const float *x, int R, size_t v, bool fused,
+pass4_step(const float *const *wp, const float *const *x, int R, size_t v, bool fused,
 	   __m256 (*acc)[4])
 {
 	__m256 xv[RB];
 	for (int r = 0; r < R; r++)
-		xv[r] = _mm256_load_ps(x + (size_t)r * XST + v * 8);
+		xv[r] = _mm256_load_ps(x[r] + v * 8);
 	for (int q = 0; q < 4; q++) {
 		const __m256 wv = _mm256_load_ps(wp[q] + v * 8);
 		for (int r = 0; r < R; r++)
@@ -181,11 +235,11 @@ pass4_step(const float *const *wp, const float *x, int R, size_t v, bool fused,
 	}
 }
 
-/* acc[r][q] = the lane-wise sums x_r[v]·w_q[v] over vectors [v0, v0 + nv), from +0, of rows
- * x + r·XST (r < R) and the 4 features whose decoded vectors start at wp[q]. */
+/* acc[r][q] = the lane-wise sums x_r[v]·w_q[v] over vectors [v0, v0 + nv), from +0, of the
+ * packed rows x[r] (r < R) and the 4 features whose decoded vectors start at wp[q]. */
 static inline __attribute__((always_inline)) void
-pass4_acc(const float *const *wp, const float *x, int R, size_t v0, size_t nv, bool fused,
-	  __m256 (*acc)[4])
+pass4_acc(const float *const *wp, const float *const *x, int R, size_t v0, size_t nv,
+	  bool fused, __m256 (*acc)[4])
 {
 	for (int r = 0; r < R; r++)
 		for (int q = 0; q < 4; q++)
@@ -205,8 +259,8 @@ pass4_acc(const float *const *wp, const float *x, int R, size_t v0, size_t nv, b
 
 /* h[r] = reduce4 of pass4_acc's sums of row r over vectors [v0, v0 + nv). */
 static inline __attribute__((always_inline)) void
-pass4(const float *w0, const float *w1, const float *w2, const float *w3, const float *x,
-      int R, size_t v0, size_t nv, bool fused, __m256 *h)
+pass4(const float *w0, const float *w1, const float *w2, const float *w3,
+      const float *const *x, int R, size_t v0, size_t nv, bool fused, __m256 *h)
 {
 	const float *wp[4] = {w0, w1, w2, w3};
 	__m256 acc[RB][4];
@@ -215,12 +269,13 @@ pass4(const float *w0, const float *w1, const float *w2, const float *w3, const 
 		h[r] = reduce4(acc[r]);
 }
 
-/* d[r] = the tile's 8 dots of the packed rows x + r·XST over vectors [v0, v0 + nv) of wbuf,
+/* d[r] = the tile's 8 dots of the packed rows x[r] over vectors [v0, v0 + nv) of wbuf,
  * for r < R: two passes over the features 0..3 and 4..7, whose reduce4 results one add of
  * 128-bit halves completes in feature order. fused: every product exact (fused multiply-add,
  * same bits). R, nv and fused are compile-time constants at every call. */
 static inline __attribute__((always_inline)) void
-rows_dots(const float *wbuf, const float *x, int R, size_t v0, size_t nv, bool fused, __m256 *d)
+rows_dots(const float *wbuf, const float *const *x, int R, size_t v0, size_t nv, bool fused,
+	  __m256 *d)
 {
 	__m256 h0[RB], h1[RB];
 #define WF(f) (wbuf + (size_t)(f) * WST)
@@ -240,30 +295,31 @@ static inline void y_add(float *y, bool first, __m256 a)
 	_mm256_storeu_ps(y, _mm256_add_ps(y0, a));
 }
 
-/* Packed rows [0, R) of one tile and block b: dots and epilogue, as gemm.c: EXACT (and
- * REFERENCE with f32/bf16 weights): y += d; REFERENCE FP8: y += d·(sa·sb); REFERENCE FP4,
- * per 32 sub-block s: y += (d·sa)·sb_s. sa: the rows' activation scales of block b. */
+/* Packed rows x[0 .. R) of one tile and block b: dots and epilogue, as gemm.c: EXACT (and
+ * REFERENCE with f32/bf16 weights): y[r] += d; REFERENCE FP8: y[r] += d·(sa·sb); REFERENCE
+ * FP4, per 32 sub-block s: y[r] += (d·sa)·sb_s. sa[r]: row r's activation scale of block b;
+ * y[r]: its 8 outputs of the tile. */
 static inline __attribute__((always_inline)) void
-rows_blk(const float *wbuf, int type, bool ref, const float *x, const float *sa, float *y,
-	 size_t ldy, bool first, size_t nv, const __m256 *sb, int R, bool fused)
+rows_blk(const float *wbuf, int type, bool ref, const float *const *x, const float *sa,
+	 float *const *y, bool first, size_t nv, const __m256 *sb, int R, bool fused)
 {
 	const bool quant = type == SRT_WT_FP8 || type == SRT_WT_FP4;
 	__m256 d[RB];
 	if (!ref || !quant) {
 		rows_dots(wbuf, x, R, 0, nv, false, d);
 		for (int r = 0; r < R; r++)
-			y_add(y + (size_t)r * ldy, first, d[r]);
+			y_add(y[r], first, d[r]);
 	} else if (type == SRT_WT_FP8) {
 		rows_dots(wbuf, x, R, 0, NV, fused, d);
 		for (int r = 0; r < R; r++) {
 			const __m256 f = _mm256_mul_ps(_mm256_set1_ps(sa[r]), sb[0]);
-			y_add(y + (size_t)r * ldy, first, _mm256_mul_ps(d[r], f));
+			y_add(y[r], first, _mm256_mul_ps(d[r], f));
 		}
 	} else {
 		/* y stays in registers over the 4 sub-blocks */
 		__m256 yv[RB];
 		for (int r = 0; r < R; r++)
-			yv[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y + (size_t)r * ldy);
+			yv[r] = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y[r]);
 		for (size_t s = 0; s < KB / 32; s++) {
 			rows_dots(wbuf, x, R, s * 4, 4, fused, d);
 			for (int r = 0; r < R; r++) {
@@ -272,7 +328,7 @@ rows_blk(const float *wbuf, int type, bool ref, const float *x, const float *sa,
 			}
 		}
 		for (int r = 0; r < R; r++)
-			_mm256_storeu_ps(y + (size_t)r * ldy, yv[r]);
+			_mm256_storeu_ps(y[r], yv[r]);
 	}
 }
 
@@ -313,11 +369,11 @@ static inline void pack_pairs(const float *src, float *dst)
 	}
 }
 
-/* Packed "by pairs" rows [0, R) of one tile and FP4 block b (every sub-block fits): the 4
- * sub-block sums of the 8 features, then rows_blk's FP4 epilogue. fused: the CPU has FMA
+/* Packed "by pairs" rows x[0 .. R) of one tile and FP4 block b (every sub-block fits): the
+ * 4 sub-block sums of the 8 features, then rows_blk's FP4 epilogue. fused: the CPU has FMA
  * (the products and sums are exact either way). */
 static inline __attribute__((always_inline)) void
-rows_blk_pairs(const float *wbuf, const float *x, const float *sa, float *y, size_t ldy,
+rows_blk_pairs(const float *wbuf, const float *const *x, const float *sa, float *const *y,
 	       bool first, const __m256 *sb, int R, bool fused)
 {
 	__m256 p[RB][4]; /* hadd of features (0,1), (2,3), (4,5), (6,7) */
@@ -343,41 +399,43 @@ rows_blk_pairs(const float *wbuf, const float *x, const float *sa, float *y, siz
 				     _mm256_permute2f128_ps(e13, f13, 0x20),
 				     _mm256_permute2f128_ps(e02, f02, 0x31),
 				     _mm256_permute2f128_ps(e13, f13, 0x31)};
-		float *yr = y + (size_t)r * ldy;
-		__m256 yv = first ? _mm256_setzero_ps() : _mm256_loadu_ps(yr);
+		__m256 yv = first ? _mm256_setzero_ps() : _mm256_loadu_ps(y[r]);
 		for (int s = 0; s < 4; s++) {
 			const __m256 da = _mm256_mul_ps(d[s], _mm256_set1_ps(sa[r]));
 			yv = _mm256_add_ps(yv, _mm256_mul_ps(da, sb[s]));
 		}
-		_mm256_storeu_ps(yr, yv);
+		_mm256_storeu_ps(y[r], yv);
 	}
 }
 
-/* Packed rows [i, i + R) of one tile and block b (R compile-time): "by pairs" where every row
- * fits (pairs: the chunk packed them in xp2 and decoded the tile in wbuf2), else the k mod 8
- * lanes, by fused multiply-adds where every row's products are exact (ex, can_fuse). The
- * pairs kernel fuses whenever the CPU has FMA: its products and sums are exact. */
+/* Rows ri[0 .. R) of one tile and block b (R compile-time): "by pairs" when bp (every row
+ * fits: the chunk packed them in xp2 and decoded the tile in wbuf2), else the k mod 8 lanes,
+ * by fused multiply-adds where every row's products are exact (ex, can_fuse). The pairs
+ * kernel fuses whenever the CPU has FMA: its products and sums are exact. Each row's
+ * operations are its own, whichever rows share its register block. */
 static inline __attribute__((always_inline)) void
 rows_any(const float *wbuf, const float *wbuf2, const float *xp, const float *xp2,
-	 const bool *fit, const bool *ex, const float *sa, float *y, size_t ldy, int type,
-	 bool ref, bool first, size_t nv, const __m256 *sb, bool pairs, bool can_fuse, bool fma,
-	 size_t i, int R)
+	 const bool *ex, const float *sa, float *y, size_t ldy, int type, bool ref, bool first,
+	 size_t nv, const __m256 *sb, bool bp, bool can_fuse, bool fma, const uint8_t *ri, int R)
 {
-	bool all_fit = pairs, all_ex = can_fuse;
+	const float *xr[RB];
+	float sr[RB], *yr[RB];
+	bool all_ex = can_fuse;
 	for (int r = 0; r < R; r++) {
-		all_fit = all_fit && fit[i + (size_t)r];
-		all_ex = all_ex && ex[i + (size_t)r];
+		const size_t i = ri[r];
+		xr[r] = (bp ? xp2 : xp) + i * XST;
+		sr[r] = sa[i];
+		yr[r] = y + i * ldy;
+		all_ex = all_ex && ex[i];
 	}
-	const float *sr = sa + i;
-	float *yr = y + i * ldy;
-	if (all_fit && fma)
-		rows_blk_pairs(wbuf2, xp2 + i * XST, sr, yr, ldy, first, sb, R, true);
-	else if (all_fit)
-		rows_blk_pairs(wbuf2, xp2 + i * XST, sr, yr, ldy, first, sb, R, false);
+	if (bp && fma)
+		rows_blk_pairs(wbuf2, xr, sr, yr, first, sb, R, true);
+	else if (bp)
+		rows_blk_pairs(wbuf2, xr, sr, yr, first, sb, R, false);
 	else if (all_ex)
-		rows_blk(wbuf, type, ref, xp + i * XST, sr, yr, ldy, first, nv, sb, R, true);
+		rows_blk(wbuf, type, ref, xr, sr, yr, first, nv, sb, R, true);
 	else
-		rows_blk(wbuf, type, ref, xp + i * XST, sr, yr, ldy, first, nv, sb, R, false);
+		rows_blk(wbuf, type, ref, xr, sr, yr, first, nv, sb, R, false);
 }
 
 /* Rows [0, mc) (mc <= RC), full tiles [n0, n1); type and ref compile-time. Block by block,
@@ -399,6 +457,8 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 	 * cover their latency: 54.5 -> 64 GFLOP/s on Zen 2, srt_bench_gemm), 2 elsewhere (more
 	 * rows spill the multiply-add and the FP4 sub-block paths' registers) */
 	const int rb = ref && type == SRT_WT_FP8 ? 3 : 2;
+	/* and by pairs: 3 with FMA (12 chains; all-fitting rows, Zen 2: 51 -> 56 GFLOP/s) */
+	const int rbp = fma ? 3 : 2;
 	/* REFERENCE FP4: the rows whose block fits (fp4_sub_fit), packed "by pairs" in xp2 */
 	const bool pairs = ref && type == SRT_WT_FP4;
 	_Alignas(32) float wbuf2[pairs ? NT * WST : 1];
@@ -421,34 +481,31 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			ex[i] = can_fuse && x_exact_products(xp + i * XST);
 			fit[i] = false;
 			if (pairs && len == KB) {
-				__m256i X[4];
-				int e;
 				fit[i] = true;
 				for (int q = 0; q < 4 && fit[i]; q++)
-					fit[i] = fp4_sub_fit(src + 32 * q, X, &e);
+					fit[i] = fp4_sub_exact(src + 32 * q);
 				if (fit[i])
 					pack_pairs(src, xp2 + i * XST);
 			}
 		}
-		/* which layouts the row blocks below use: pairs for a block of two fitting rows
-		 * (or a last single one), the k mod 8 lanes for the others. Each layout costs a
-		 * decode of every tile; where the lanes' is needed anyway, the pairs' pays only
-		 * for PAIRS_MIN register blocks or more (measured, srt_bench_gemm) */
-		size_t n_pairs = 0, n_lanes = 0;
-		for (size_t i = 0; i < mc; i += 2) { /* rb == 2 where pairs run */
-			const bool f = fit[i] && (i + 1 >= mc || fit[i + 1]);
-			n_pairs += f;
-			n_lanes += !f;
-		}
-		if (n_lanes && n_pairs < PAIRS_MIN)
-			for (size_t i = 0; i < mc; i++)
-				fit[i] = false;
-		const bool any_pairs = n_pairs && (!n_lanes || n_pairs >= PAIRS_MIN);
-		const bool any_lanes = n_lanes || !any_pairs;
+		/* which layout each row takes: pairs for the rows that fit, the k mod 8 lanes for
+		 * the others. Each layout costs a decode of every tile; where the lanes' is needed
+		 * anyway, the pairs' pays only for PAIRS_MIN fitting rows or more (measured,
+		 * srt_bench_gemm) */
+		uint8_t pr[RC], lr[RC]; /* the rows by pairs, by lanes */
+		size_t np = 0, nl = 0;
+		for (size_t i = 0; i < mc; i++)
+			if (fit[i])
+				pr[np++] = (uint8_t)i;
+			else
+				lr[nl++] = (uint8_t)i;
+		if (nl && np < PAIRS_MIN)
+			for (nl = np = 0; nl < mc; nl++)
+				lr[nl] = (uint8_t)nl;
 		for (size_t n = n0; n < n1; n += NT) {
-			if (!pairs || any_lanes)
+			if (nl)
 				decode_tile(w, type, ref, n, k0, nv, wbuf);
-			if (pairs && any_pairs)
+			if (pairs && np)
 				decode_tile_pairs(w, n, k0, wbuf2);
 			__m256 sb[KB / 32];
 			if (ref && quant) {
@@ -457,18 +514,26 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
 					sb[q] = _mm256_loadu_ps(s[q]);
 			}
-			/* register blocks of rb rows, then the rest by 2 (rb == 3) and by 1 */
-#define ROWS(i_, R_)                                                                            \
-	rows_any(wbuf, wbuf2, xp, xp2, fit, ex, sa, y + n, ldy, type, ref, b == 0, nv, sb, pairs, \
-		 can_fuse, fma, i_, R_)
+			/* register blocks of rb (pairs: rbp) rows, then the rest by 2 and by 1 */
+#define ROWS(ri_, R_, bp_)                                                                  \
+	rows_any(wbuf, wbuf2, xp, xp2, ex, sa, y + n, ldy, type, ref, b == 0, nv, sb, bp_,    \
+		 can_fuse, fma, ri_, R_)
 			size_t i = 0;
+			if (rbp == 3)
+				for (; i + 3 <= np; i += 3)
+					ROWS(pr + i, 3, pairs);
+			for (; i + 2 <= np; i += 2)
+				ROWS(pr + i, 2, pairs);
+			if (i < np)
+				ROWS(pr + i, 1, pairs);
+			i = 0;
 			if (rb == 3)
-				for (; i + 3 <= mc; i += 3)
-					ROWS(i, 3);
-			for (; i + 2 <= mc; i += 2)
-				ROWS(i, 2);
-			if (i < mc)
-				ROWS(i, 1);
+				for (; i + 3 <= nl; i += 3)
+					ROWS(lr + i, 3, false);
+			for (; i + 2 <= nl; i += 2)
+				ROWS(lr + i, 2, false);
+			if (i < nl)
+				ROWS(lr + i, 1, false);
 #undef ROWS
 		}
 	}

@@ -1361,6 +1361,49 @@ START_TEST(gemv_fp4_integer_sums_match_generic_at_their_fit_boundary)
 }
 END_TEST
 
+/* REFERENCE FP4 prefill (M > 1): the AVX2 kernel sums a 128 block "by pairs" (in another
+ * order than gemm.h's k mod 8 lanes) only for rows whose every sub-block passes fp4_sub_exact
+ * (activations integers X times the finest bit 2^e among them, at most 20 binades above it,
+ * Σ|X|·12 < 2^24: every partial sum exact). 32 rows in one chunk: 26 whose sub-blocks span up
+ * to 16 binades (beyond the GEMV's integer test, within the pairs' one), and 6 whose 28 large
+ * activations (X about 2^18, all positive, weights 3 to 6) and 4 of the finest unit (weights
+ * 0.5 to 1.5) pass the span test but sum to about 2^27 units, so partial sums of 16 products
+ * round and the unit terms land differently in the two orders. Every kernel set gives the
+ * generic set's bits (a kernel that took the second kind by pairs does not). */
+START_TEST(gemm_fp4_prefill_pairs_only_for_exact_sub_blocks)
+{
+	enum { N = 16, K = 256, NB = K / 128, M = 32 };
+	static float xq[M * K], xs[M * NB];
+	for (size_t j = 0; j < M; j++) {
+		const bool big = j % 5 == 2 && j < 30; /* rows 2, 7, ..., 27 */
+		for (size_t b = 0; b < NB; b++)
+			xs[j * NB + b] = ldexpf(1.0f, (int)(j % 3) - 1);
+		for (size_t k = 0; k < K; k++) {
+			const unsigned r = (unsigned)(frand() * 1e6f + 4e6f); /* > 0 */
+			const bool unit = k % 32 == 1 || k % 32 == 10 || k % 32 == 19 || k % 32 == 28;
+			if (big) /* 2^-14 the finest bit; (8..15)·2^4 and (8..15)·2^14 times it */
+				xq[j * K + k] = ldexpf((float)(8u + (r & 7u)), unit ? -14 : 1);
+			else
+				xq[j * K + k] = sig4(r, 2 - (int)(r >> 4) % 13);
+		}
+	}
+	struct wtest t;
+	make_raw_weight(&t, SRT_WT_FP4, N, K, false);
+	uint8_t *d = t.data;
+	for (size_t n = 0; n < N; n++)
+		for (size_t k = 0; k < K; k++) {
+			const bool unit = k % 32 == 1 || k % 32 == 10 || k % 32 == 19 || k % 32 == 28;
+			/* codes 1..3 (0.5, 1, 1.5) at the unit positions, 5..7 (3, 4, 6) elsewhere */
+			const unsigned c = (unit ? 1u : 5u) + (unsigned)((n + 3 * k) % 3);
+			uint8_t *q = d + (n * K + k) / 2;
+			*q = (uint8_t)(k % 2 ? (*q & 0x0F) | c << 4 : (*q & 0xF0) | c);
+		}
+	memset(t.scales, 127, srt_weight_scale_bytes(SRT_WT_FP4, N, K));
+	gemm_ref_every_isa_is_generic(&t.w, xq, xs, M, "pairs boundary");
+	free_weight(&t);
+}
+END_TEST
+
 /* EXACT FP8 at M = 1 with scale codes whose 2^8·s is not finite (250, 254: the weights take
  * two multiplications, (v·2^8)·s) next to ordinary ones, codes below 2 so every dequantized
  * weight is finite, and an output range whose 8-row tiles straddle the 128-row scale blocks
@@ -1635,6 +1678,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_fp8_paired_layout_gives_the_row_major_bits_in_every_kernel_set);
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
 	tcase_add_test(tc, gemv_fp4_integer_sums_match_generic_at_their_fit_boundary);
+	tcase_add_test(tc, gemm_fp4_prefill_pairs_only_for_exact_sub_blocks);
 	tcase_add_test(tc, gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations);
 	tcase_add_test(tc, gemv_reference_fp8_matches_generic_on_unquantized_activations);
 	tcase_add_test(tc, gemv_exact_fp8_matches_generic_for_overflowing_scale_factors);

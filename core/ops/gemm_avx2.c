@@ -690,20 +690,24 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				const __m256i e4 = fp4_tile_scale_codes(sc, b);
 				const __m256 sa = _mm256_set1_ps(xs[b]);
 				const bool plain = e8m0_codes_plain(e4);
+				/* the 4 sub-block sums first, then their terms added to y in order:
+				 * the sums do not wait on y's chain */
+				__m256 d[4];
 				for (int sub = 0; sub < 4; sub++) {
 					const size_t g0 = b * NV + (size_t)sub * 4;
 					if (pf) /* 8 x 16 bytes a sub-block */
 						for (int l = 0; l < 2; l++)
 							_mm_prefetch(pf + b * (4 * KB) + (size_t)sub * 128 +
 									     (size_t)l * 64, _MM_HINT_T1);
-					__m256 d;
 					if (isint[b])
-						d = fp4_sub_int(rows, b, sub, &xi[b]);
+						d[sub] = fp4_sub_int(rows, b, sub, &xi[b]);
 					else if (xfma[b])
-						d = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, true);
+						d[sub] = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, true);
 					else
-						d = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, false);
-					const __m256 da = _mm256_mul_ps(d, sa);
+						d[sub] = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, false);
+				}
+				for (int sub = 0; sub < 4; sub++) {
+					const __m256 da = _mm256_mul_ps(d[sub], sa);
 					const __m256 sb = fp4_sub_scales(e4, sub, plain);
 					yacc = _mm256_add_ps(yacc, _mm256_mul_ps(da, sb));
 				}

@@ -295,6 +295,22 @@ static inline void y_add(float *y, bool first, __m256 a)
 	_mm256_storeu_ps(y, _mm256_add_ps(y0, a));
 }
 
+/* One row's block (nv vectors at src) in the k mod 8 lanes (lane_order) into dst, times f
+ * when `scale` (REFERENCE with f32/bf16 weights: xq·xs, as gemm.c); *ex: REFERENCE FP8/FP4
+ * products exact (can_fuse: fused multiply-adds allowed at all). */
+static inline __attribute__((always_inline)) void
+pack_lanes(const float *src, size_t nv, bool scale, float f, bool can_fuse, float *dst, bool *ex)
+{
+	const __m256 fv = _mm256_set1_ps(f);
+	for (size_t v = 0; v < nv; v++) {
+		__m256 xv = _mm256_loadu_ps(src + v * 8);
+		if (scale)
+			xv = _mm256_mul_ps(xv, fv);
+		_mm256_store_ps(dst + v * 8, in_order(xv));
+	}
+	*ex = can_fuse && x_exact_products(dst);
+}
+
 /* Packed rows x[0 .. R) of one tile and block b: dots and epilogue, as gemm.c: EXACT (and
  * REFERENCE with f32/bf16 weights): y[r] += d; REFERENCE FP8: y[r] += d·(sa·sb); REFERENCE
  * FP4, per 32 sub-block s: y[r] += (d·sa)·sb_s. sa[r]: row r's activation scale of block b;
@@ -459,26 +475,22 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 	const int rb = ref && type == SRT_WT_FP8 ? 3 : 2;
 	/* and by pairs: 3 with FMA (12 chains; all-fitting rows, Zen 2: 51 -> 56 GFLOP/s) */
 	const int rbp = fma ? 3 : 2;
-	/* REFERENCE FP4: the rows whose block fits (fp4_sub_fit), packed "by pairs" in xp2 */
+	/* REFERENCE FP4: the rows whose block fits (fp4_sub_exact), packed "by pairs" in xp2 */
 	const bool pairs = ref && type == SRT_WT_FP4;
 	_Alignas(32) float wbuf2[pairs ? NT * WST : 1];
 	_Alignas(32) float xp2[pairs ? RC * XST : 1];
 	bool fit[RC];
 	for (size_t b = 0; b < nb; b++) {
 		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
+		/* each row's block packed for the layout it takes (the lanes' also for rows that
+		 * fit when too few do, below) */
+#define LANES(i_)                                                                             \
+	pack_lanes(x + (i_) * ldx + k0, nv, ref && !quant, ref ? xs[(i_) * nb + b] : 1.0f,      \
+		   can_fuse, xp + (i_) * XST, &ex[i_])
 		for (size_t i = 0; i < mc; i++) {
 			const float *src = x + i * ldx + k0;
-			const __m256 f = _mm256_set1_ps(ref ? xs[i * nb + b] : 1.0f);
-			for (size_t v = 0; v < nv; v++) {
-				__m256 xv = _mm256_loadu_ps(src + v * 8);
-				if (ref && !quant)
-					xv = _mm256_mul_ps(xv, f);
-				_mm256_store_ps(xp + i * XST + v * 8, in_order(xv));
-			}
 			if (ref)
 				sa[i] = xs[i * nb + b];
-			/* REFERENCE FP8/FP4: exact products (fused multiply-adds) */
-			ex[i] = can_fuse && x_exact_products(xp + i * XST);
 			fit[i] = false;
 			if (pairs && len == KB) {
 				fit[i] = true;
@@ -487,6 +499,8 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 				if (fit[i])
 					pack_pairs(src, xp2 + i * XST);
 			}
+			if (!fit[i])
+				LANES(i);
 		}
 		/* which layout each row takes: pairs for the rows that fit, the k mod 8 lanes for
 		 * the others. Each layout costs a decode of every tile; where the lanes' is needed
@@ -499,9 +513,13 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 				pr[np++] = (uint8_t)i;
 			else
 				lr[nl++] = (uint8_t)i;
-		if (nl && np < PAIRS_MIN)
+		if (nl && np < PAIRS_MIN) {
+			for (size_t i = 0; i < np; i++)
+				LANES(pr[i]);
 			for (nl = np = 0; nl < mc; nl++)
 				lr[nl] = (uint8_t)nl;
+		}
+#undef LANES
 		for (size_t n = n0; n < n1; n += NT) {
 			if (nl)
 				decode_tile(w, type, ref, n, k0, nv, wbuf);

@@ -491,7 +491,7 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			const float *src = x + i * ldx + k0;
 			if (ref)
 				sa[i] = xs[i * nb + b];
-			fit[i] = false;
+			fit[i] = ex[i] = false;
 			if (pairs && len == KB) {
 				fit[i] = true;
 				for (int q = 0; q < 4 && fit[i]; q++)
@@ -532,26 +532,25 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 				for (int q = 0; q < (type == SRT_WT_FP8 ? 1 : KB / 32); q++)
 					sb[q] = _mm256_loadu_ps(s[q]);
 			}
-			/* register blocks of rb (pairs: rbp) rows, then the rest by 2 and by 1 */
+			/* each list in register blocks of rb (pairs: rbp) rows, then the rest by 2
+			 * and by 1 */
 #define ROWS(ri_, R_, bp_)                                                                  \
 	rows_any(wbuf, wbuf2, xp, xp2, ex, sa, y + n, ldy, type, ref, b == 0, nv, sb, bp_,    \
 		 can_fuse, fma, ri_, R_)
-			size_t i = 0;
-			if (rbp == 3)
-				for (; i + 3 <= np; i += 3)
-					ROWS(pr + i, 3, pairs);
-			for (; i + 2 <= np; i += 2)
-				ROWS(pr + i, 2, pairs);
-			if (i < np)
-				ROWS(pr + i, 1, pairs);
-			i = 0;
-			if (rb == 3)
-				for (; i + 3 <= nl; i += 3)
-					ROWS(lr + i, 3, false);
-			for (; i + 2 <= nl; i += 2)
-				ROWS(lr + i, 2, false);
-			if (i < nl)
-				ROWS(lr + i, 1, false);
+#define ROW_BLOCKS(list_, cnt_, rbx_, bp_)                                                  \
+	do {                                                                                \
+		size_t i_ = 0;                                                              \
+		if ((rbx_) == 3)                                                            \
+			for (; i_ + 3 <= (cnt_); i_ += 3)                                   \
+				ROWS((list_) + i_, 3, bp_);                                 \
+		for (; i_ + 2 <= (cnt_); i_ += 2)                                           \
+			ROWS((list_) + i_, 2, bp_);                                         \
+		if (i_ < (cnt_))                                                            \
+			ROWS((list_) + i_, 1, bp_);                                         \
+	} while (0)
+			ROW_BLOCKS(pr, np, rbp, pairs);
+			ROW_BLOCKS(lr, nl, rb, false);
+#undef ROW_BLOCKS
 #undef ROWS
 		}
 	}

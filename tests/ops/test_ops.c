@@ -1366,10 +1366,11 @@ END_TEST
  * (activations integers X times the finest bit 2^e among them, at most 20 binades above it,
  * Σ|X|·12 < 2^24: every partial sum exact). 32 rows in one chunk: 26 whose sub-blocks span up
  * to 16 binades (beyond the GEMV's integer test, within the pairs' one), and 6 whose 28 large
- * activations (X about 2^18, all positive, weights 3 to 6) and 4 of the finest unit (weights
- * 0.5 to 1.5) pass the span test but sum to about 2^27 units, so partial sums of 16 products
- * round and the unit terms land differently in the two orders. Every kernel set gives the
- * generic set's bits (a kernel that took the second kind by pairs does not). */
+ * activations (X of 2^18 to 2^19, all positive, weights 3 to 6) and 4 small ones (X of 8 to
+ * 15, weights 0.5 to 1.5) pass the span test but not the sum (Σ|X|·12 about 2^27), so partial
+ * sums of 16 products round and the small terms land differently in the two orders. Every
+ * kernel set gives the generic set's bits (a kernel that took the second kind by pairs does
+ * not). */
 START_TEST(gemm_fp4_prefill_pairs_only_for_exact_sub_blocks)
 {
 	enum { N = 16, K = 256, NB = K / 128, M = 32 };
@@ -1381,7 +1382,7 @@ START_TEST(gemm_fp4_prefill_pairs_only_for_exact_sub_blocks)
 		for (size_t k = 0; k < K; k++) {
 			const unsigned r = (unsigned)(frand() * 1e6f + 4e6f); /* > 0 */
 			const bool unit = k % 32 == 1 || k % 32 == 10 || k % 32 == 19 || k % 32 == 28;
-			if (big) /* 2^-14 the finest bit; (8..15)·2^4 and (8..15)·2^14 times it */
+			if (big) /* the unit 2^-14: (8..15) and (8..15)·2^15 units */
 				xq[j * K + k] = ldexpf((float)(8u + (r & 7u)), unit ? -14 : 1);
 			else
 				xq[j * K + k] = sig4(r, 2 - (int)(r >> 4) % 13);

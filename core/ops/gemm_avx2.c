@@ -299,7 +299,7 @@ SRT_GEMM_DEFINE_RUN_BY_TYPE(run_by_type, run)
  * activations are small integers times a power of two sum exactly in integers instead
  * (fp4_int_block, below).
  */
-/* K of the on-stack activation vectors (64 KiB, and 18 KiB of FP4 integer forms); larger K:
+/* K of the on-stack activation vectors (64 KiB, and 26 KiB of FP4 integer forms); larger K:
  * tile() */
 #define GEMV_KMAX 8192
 
@@ -519,59 +519,86 @@ fp4_words(const uint8_t *a, const uint8_t *b, __m256i *w)
  * dwords that add up to Σ X·(2w + 12), |.| < 2^24; 12·ΣX, made once per call, comes off
  * after the row sums. Converting to float and multiplying by 2^(e-1) is then exact, and the
  * scales go on as in the float path (d·sa, then times sb, in gemm.h's order; no FMA).
+ *
+ * A block whose sub-blocks do not all fit but all pass fp4_sub_exact (integers in units of
+ * their finest bit, |X| < 2^21, Σ|X|·12 < 2^24: gemm.h's sums exact again) takes three bytes
+ * instead: Xh = X >> 14 (-128..127), Xm = (X >> 7) & 127, Xl = X & 127, the word sums of Xh
+ * times 16384 by vpmaddwd (|.| <= 2·12288·16384 < 2^31), of Xm times 128, of Xl times 1; the
+ * row sums stay below Σ|X|·24 < 2^26 and Σ X·2w below 2^24, so the rest is as above.
  */
 struct fp4_xi {
-	_Alignas(32) int8_t x[4][4][16]; /* sub-block s: Xh of even k, of odd k, Xl even, odd */
+	/* sub-block s: bytes of even k, of odd k, for each part from the highest (two parts: Xh,
+	 * Xl; three: Xh, Xm, Xl) */
+	_Alignas(32) int8_t x[4][6][16];
 	int32_t corr[4];                 /* 12·ΣX of sub-block s */
 	float f[4];                      /* 2^(e_s - 1) */
 };
 
-/* Block x (128 activations) as struct fp4_xi, or false where some sub-block does not fit.
- * The bytes of 32 X, packed in k order (packssdw and packsswb interleave 4-k groups of the
- * two 128-bit lanes: vpermd undoes that), are split into even and odd k by one vpshufb per
- * lane and one vpermq. */
-GEMV_TARGET static bool fp4_int_block(const float *x, struct fp4_xi *o)
+/* The 32 X of one sub-block as nparts signed bytes each (fp4_xi's layout: [even k | odd k]
+ * per part) into x[0 .. 2·nparts), and 12·ΣX. The bytes of 32 X, packed in k order
+ * (packssdw and packsswb interleave 4-k groups of the two 128-bit lanes: vpermd undoes that),
+ * are split into even and odd k by one vpshufb per lane and one vpermq. */
+GEMV_TARGET static int32_t fp4_x_parts(const __m256i *X, int nparts, int8_t (*x)[16])
 {
 	const __m256i ord = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
 	const __m256i eo = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
 					    0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
-	const __m256i m127 = _mm256_set1_epi16(127);
-	for (int s = 0; s < 4; s++) {
-		__m256i X[4];
-		int e;
-		if (!fp4_sub_fit(x + 32 * s, X, &e))
-			return false;
-		const __m256i sum = _mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3]));
-		/* |X| < 2^14: words without saturation, Xh and Xl bytes without saturation */
-		const __m256i p = _mm256_packs_epi32(X[0], X[1]), q = _mm256_packs_epi32(X[2], X[3]);
-		const __m256i hl[2] = {
-			_mm256_packs_epi16(_mm256_srai_epi16(p, 7), _mm256_srai_epi16(q, 7)),
-			_mm256_packs_epi16(_mm256_and_si256(p, m127), _mm256_and_si256(q, m127))};
-		for (int j = 0; j < 2; j++) { /* [even k | odd k] of Xh, Xl: x[s][2j] and x[s][2j + 1] */
-			const __m256i kb = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(hl[j], ord), eo);
-			_mm256_store_si256((__m256i *)(void *)o->x[s][2 * j],
-					   _mm256_permute4x64_epi64(kb, _MM_SHUFFLE(3, 1, 2, 0)));
+	const __m256i m127 = _mm256_set1_epi32(127);
+	for (int j = 0; j < nparts; j++) {
+		/* part j of each X, from the highest: X >> 7·(nparts - 1) (arithmetic), then the
+		 * 7-bit groups below it; each fits a signed byte */
+		const int sh = 7 * (nparts - 1 - j);
+		__m256i q[4];
+		for (int i = 0; i < 4; i++) {
+			const __m256i v = _mm256_srai_epi32(X[i], sh);
+			q[i] = j == 0 ? v : _mm256_and_si256(v, m127);
 		}
-		__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-		s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-		o->corr[s] = 12 * _mm_cvtsi128_si32(s4);
-		o->f[s] = pow2f(e - 1);
+		const __m256i bytes = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]),
+							 _mm256_packs_epi32(q[2], q[3]));
+		const __m256i kb = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(bytes, ord), eo);
+		_mm256_store_si256((__m256i *)(void *)x[2 * j],
+				   _mm256_permute4x64_epi64(kb, _MM_SHUFFLE(3, 1, 2, 0)));
 	}
-	return true;
+	const __m256i sum =
+		_mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3]));
+	__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+	s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+	s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
+	return 12 * _mm_cvtsi128_si32(s4);
 }
 
-/* Sub-block s of K block b of a tile whose block is in integer form (xi): the 8 row sums in
- * row order, the bits fp4_sub_float gives. */
+/* Block x (128 activations) as struct fp4_xi: 2 when every sub-block fits (fp4_sub_fit:
+ * two bytes of X), else 3 when every sub-block passes fp4_sub_exact (three bytes), else 0
+ * (the float code). */
+GEMV_TARGET static int fp4_int_block(const float *x, struct fp4_xi *o)
+{
+	__m256i X[4][4];
+	int e[4], parts = 2;
+	for (int s = 0; s < 4 && parts == 2; s++)
+		if (!fp4_sub_fit(x + 32 * s, X[s], &e[s]))
+			parts = 3;
+	for (int s = 0; s < 4 && parts == 3; s++)
+		if (!fp4_sub_exact(x + 32 * s, X[s], &e[s]))
+			return 0;
+	for (int s = 0; s < 4; s++) {
+		o->corr[s] = fp4_x_parts(X[s], parts, o->x[s]);
+		o->f[s] = pow2f(e[s] - 1);
+	}
+	return parts;
+}
+
+/* Sub-block s of K block b of a tile whose block is in integer form (xi, in `parts` bytes, a
+ * compile-time 2 or 3): the 8 row sums in row order, the bits fp4_sub_float gives. */
 GEMV_TARGET static inline __attribute__((always_inline)) __m256
-fp4_sub_int(const uint8_t *const *rows, size_t b, int s, const struct fp4_xi *xi)
+fp4_sub_int(const uint8_t *const *rows, size_t b, int s, const struct fp4_xi *xi, int parts)
 {
 	/* 2·E2M1 + 12 of each nibble */
 	const __m256i tu = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
 					    12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 	const __m256i m4 = _mm256_set1_epi8(0x0F);
-	__m256i xv[4]; /* Xh even k, Xh odd, Xl even, Xl odd: the same 16 bytes in both lanes */
-	for (int j = 0; j < 4; j++)
+	/* each part's bytes of even k, of odd k: the same 16 bytes in both lanes */
+	__m256i xv[6];
+	for (int j = 0; j < 2 * parts; j++)
 		xv[j] = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)xi->x[s][j]));
 	const size_t o = b * 64 + (size_t)s * 16;
 	__m256i acc[4];
@@ -581,10 +608,14 @@ fp4_sub_int(const uint8_t *const *rows, size_t b, int s, const struct fp4_xi *xi
 			_mm_loadu_si128((const __m128i *)(const void *)(rows[p + 4] + o)), 1);
 		const __m256i wa = _mm256_shuffle_epi8(tu, _mm256_and_si256(v, m4)); /* even k */
 		const __m256i wb = _mm256_shuffle_epi8(tu, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
-		const __m256i h = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xv[0]), _mm256_maddubs_epi16(wb, xv[1]));
-		const __m256i l = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xv[2]), _mm256_maddubs_epi16(wb, xv[3]));
-		acc[p] = _mm256_add_epi32(_mm256_madd_epi16(h, _mm256_set1_epi16(128)),
-					  _mm256_madd_epi16(l, _mm256_set1_epi16(1)));
+		/* part j's word sums times 2^(7·(parts - 1 - j)), from the highest part */
+		acc[p] = _mm256_setzero_si256();
+		for (int j = 0; j < parts; j++) {
+			const __m256i ws = _mm256_add_epi16(_mm256_maddubs_epi16(wa, xv[2 * j]),
+							    _mm256_maddubs_epi16(wb, xv[2 * j + 1]));
+			const __m256i m = _mm256_set1_epi16((short)(1 << (7 * (parts - 1 - j))));
+			acc[p] = _mm256_add_epi32(acc[p], _mm256_madd_epi16(ws, m));
+		}
 	}
 	/* pairs p = 0-3 (rows p | p + 4) -> [rows 0-3 | rows 4-7], less 12·ΣX, times 2^(e-1) */
 	const __m256i sum = _mm256_hadd_epi32(_mm256_hadd_epi32(acc[0], acc[1]),
@@ -628,11 +659,13 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 	__m256 xa[GEMV_KMAX / 8], xh[GEMV_KMAX / 8];
 	struct fp4_xi xi[GEMV_KMAX / KB];
 	bool x256[GEMV_KMAX / KB];  /* FP8: block b's activations carry the 2^8 */
-	bool isint[GEMV_KMAX / KB]; /* FP4: block b by integer sums (xi[b]), else by floats */
+	uint8_t isint[GEMV_KMAX / KB]; /* FP4: block b by integer sums in 2 or 3 bytes (xi[b]), 0:
+				       * by floats */
 	bool xfma[GEMV_KMAX / KB];  /* float block b's products are exact: fused multiply-adds */
 	bool xbits[GEMV_KMAX / KB]; /* FP8: block b's activations carry 2^118 (fp8_blk_bits) */
 	for (size_t b = 0; b < nb; b++) {
-		x256[b] = isint[b] = xbits[b] = false;
+		x256[b] = xbits[b] = false;
+		isint[b] = 0;
 		if (type == SRT_WT_FP8) {
 			const bool exact = x_exact_products(xq + b * KB);
 			xbits[b] = exact && x_prep(xq + b * KB, NV, true, 0x1p118f, true, xbuf);
@@ -643,7 +676,7 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 				xa[b * NV + v] = _mm256_load_ps(xbuf + v * 8);
 			xfma[b] = x256[b] && exact;
 		} else {
-			isint[b] = fp4_int_block(xq + b * KB, &xi[b]);
+			isint[b] = (uint8_t)fp4_int_block(xq + b * KB, &xi[b]);
 			if (!isint[b])
 				x_eo_vecs(xq + b * KB, NV, xa + b * NV, xh + b * NV);
 			xfma[b] = !isint[b] && x_exact_products(xq + b * KB);
@@ -699,8 +732,10 @@ gemv_ref(const struct srt_weight *w, int type, const float *xq, const float *xs,
 						for (int l = 0; l < 2; l++)
 							_mm_prefetch(pf + b * (4 * KB) + (size_t)sub * 128 +
 									     (size_t)l * 64, _MM_HINT_T1);
-					if (isint[b])
-						d[sub] = fp4_sub_int(rows, b, sub, &xi[b]);
+					if (isint[b] == 2)
+						d[sub] = fp4_sub_int(rows, b, sub, &xi[b], 2);
+					else if (isint[b] == 3)
+						d[sub] = fp4_sub_int(rows, b, sub, &xi[b], 3);
 					else if (xfma[b])
 						d[sub] = fp4_sub_float(rows, b, sub, xa + g0, xh + g0, true);
 					else

@@ -124,7 +124,7 @@ static inline float pow2f(int e)
  * every partial sum of the 32 is below 32·6·2^14·2^e < 2^24·2^(e-1): exact in float32 in any
  * order, so every summation order gives gemm.h's bits (+0 for a zero sum: the lanes start
  * at +0). On true, X[0..4) hold X in k order and *e_out the exponent. The integer GEMV
- * (gemm_avx2.c) and the prefill kernel's exact blocks (gemm_tile_avx2.c) use it.
+ * (gemm_avx2.c) splits such X into two signed bytes.
  */
 static inline bool fp4_sub_fit(const float *x, __m256i *X, int *e_out)
 {
@@ -152,6 +152,66 @@ static inline bool fp4_sub_fit(const float *x, __m256i *X, int *e_out)
 	}
 	*e_out = e;
 	return _mm256_testz_si256(bad, bad);
+}
+
+/*
+ * Whether the 32 REFERENCE activations at x times any E2M1 weights sum exactly in float32 in
+ * every order: with 2^e the lowest set bit among the nonzero |x| (-100 <= e, the largest
+ * exponent at most 90 and 20 above e), every x is an integer X times 2^e, each product x·w an
+ * integer multiple of 2^(e-1) (2w is an integer, |2w| <= 12), and every partial sum at most
+ * Σ|X|·12 such units, below 2^24 when Σ|X| <= 1398101: exact. fp4_sub_fit is a special case;
+ * this one also takes sub-blocks with small values, as long as the sum of magnitudes is small
+ * in units of their finest bit. On true, X[0..4) hold X in k order (|X| < 2^21) and *e_out e
+ * (0 for all zeros, either sign). The prefill kernel's "pairs" (gemm_tile_avx2.c) and the
+ * integer GEMV's three-byte form (gemm_avx2.c) use it.
+ */
+static inline bool fp4_sub_exact(const float *x, __m256i *X, int *e_out)
+{
+	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF), zero = _mm256_setzero_si256();
+	__m256i lo = _mm256_set1_epi32(1000), hi = _mm256_set1_epi32(-1000);
+	__m256 v[4];
+	for (int i = 0; i < 4; i++) {
+		v[i] = _mm256_loadu_ps(x + 8 * i);
+		const __m256i a = _mm256_and_si256(_mm256_castps_si256(v[i]), mag);
+		const __m256i nz = _mm256_cmpgt_epi32(a, zero);
+		const __m256i ef = _mm256_srli_epi32(a, 23); /* biased exponent */
+		const __m256i m = _mm256_or_si256(_mm256_and_si256(a, _mm256_set1_epi32(0x7FFFFF)),
+						  _mm256_set1_epi32(0x800000));
+		/* the significand's lowest set bit 2^j, j from its exact float conversion */
+		const __m256i low = _mm256_and_si256(m, _mm256_sub_epi32(zero, m));
+		const __m256i j = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(low)), 23);
+		const __m256i lsb =
+			_mm256_add_epi32(_mm256_sub_epi32(ef, _mm256_set1_epi32(127 + 23 + 127)), j);
+		lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(_mm256_set1_epi32(1000), lsb, nz));
+		const __m256i eu = _mm256_sub_epi32(ef, _mm256_set1_epi32(127)); /* unbiased */
+		hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(_mm256_set1_epi32(-1000), eu, nz));
+	}
+	__m128i l = _mm_min_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
+	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(1, 0, 3, 2)));
+	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(2, 3, 0, 1)));
+	__m128i h = _mm_max_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
+	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
+	const int e = _mm_cvtsi128_si32(l), emax = _mm_cvtsi128_si32(h);
+	if (emax < -999) { /* all zero */
+		for (int i = 0; i < 4; i++)
+			X[i] = zero;
+		*e_out = 0;
+		return true;
+	}
+	if (e < -100 || emax > 90 || emax - e > 20)
+		return false; /* (NaN and Inf: exponent 128) */
+	const __m256 up = _mm256_set1_ps(pow2f(-e));
+	__m256i sum = zero; /* |X| < 2^21 each: no overflow */
+	for (int i = 0; i < 4; i++) {
+		X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], up));
+		sum = _mm256_add_epi32(sum, _mm256_abs_epi32(X[i]));
+	}
+	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
+	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
+	*e_out = e;
+	return _mm_cvtsi128_si32(t) <= 1398101;
 }
 
 /* The REFERENCE FP8 factors sa·sb of a GEMV tile's 8 rows for K block b: sa the block's

@@ -88,58 +88,6 @@ static inline __m256 fp4x8(const uint8_t *p)
 	return fp4x8_shifts(p, _mm256_setr_epi32(0, 16, 4, 20, 8, 24, 12, 28));
 }
 
-/*
- * Whether the 32 REFERENCE activations at x (E4M3 values, unscaled) times any E2M1 weights
- * sum exactly in float32 in every order: with 2^e the lowest set bit among the nonzero |x|
- * (-100 <= e, the largest exponent at most 90 and 20 above e), every |x| is an integer X
- * times 2^e, each product x·w an integer multiple of 2^(e-1) (2w is an integer, |2w| <= 12),
- * and every partial sum at most Σ|X|·12 such units, below 2^24 when Σ|X| <= 1398101: exact.
- * fp4_sub_fit (the integer GEMV's test: |X| < 2^14 at e = the largest exponent - 13, so that
- * X splits into two signed bytes) is a special case; this one also takes sub-blocks with
- * small values, as long as the sum of magnitudes is small in units of their finest bit.
- */
-static inline bool fp4_sub_exact(const float *x)
-{
-	const __m256i mag = _mm256_set1_epi32(0x7FFFFFFF), zero = _mm256_setzero_si256();
-	__m256i lo = _mm256_set1_epi32(1000), hi = _mm256_set1_epi32(-1000), a[4];
-	for (int i = 0; i < 4; i++) {
-		a[i] = _mm256_and_si256(
-			_mm256_loadu_si256((const __m256i *)(const void *)(x + 8 * i)), mag);
-		const __m256i nz = _mm256_cmpgt_epi32(a[i], zero);
-		const __m256i ef = _mm256_srli_epi32(a[i], 23); /* biased exponent */
-		const __m256i m = _mm256_or_si256(
-			_mm256_and_si256(a[i], _mm256_set1_epi32(0x7FFFFF)), _mm256_set1_epi32(0x800000));
-		/* the significand's lowest set bit 2^j, j from its exact float conversion */
-		const __m256i low = _mm256_and_si256(m, _mm256_sub_epi32(zero, m));
-		const __m256i j = _mm256_srli_epi32(_mm256_castps_si256(_mm256_cvtepi32_ps(low)), 23);
-		const __m256i lsb =
-			_mm256_add_epi32(_mm256_sub_epi32(ef, _mm256_set1_epi32(127 + 23 + 127)), j);
-		lo = _mm256_min_epi32(lo, _mm256_blendv_epi8(_mm256_set1_epi32(1000), lsb, nz));
-		hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(_mm256_set1_epi32(-1000),
-							     _mm256_sub_epi32(ef, _mm256_set1_epi32(127)), nz));
-	}
-	__m128i l = _mm_min_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(1, 0, 3, 2)));
-	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(2, 3, 0, 1)));
-	__m128i h = _mm_max_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-	const int e = _mm_cvtsi128_si32(l), emax = _mm_cvtsi128_si32(h);
-	if (emax < -999)
-		return true; /* all zero */
-	if (e < -100 || emax > 90 || emax - e > 20)
-		return false; /* (NaN and Inf: exponent 128) */
-	const __m256 up = _mm256_set1_ps(pow2f(-e));
-	__m256i sum = zero; /* |X| < 2^21 each: no overflow */
-	for (int i = 0; i < 4; i++)
-		sum = _mm256_add_epi32(
-			sum, _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(a[i]), up)));
-	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
-	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
-	return _mm_cvtsi128_si32(t) <= 1398101;
-}
-
 /* acc + x·w in one rounding (vfmadd231ps). Only where the CPU has FMA and x·w is exact. */
 static inline __m256 fma8(__m256 acc, __m256 x, __m256 w)
 {
@@ -494,8 +442,11 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			fit[i] = ex[i] = false;
 			if (pairs && len == KB) {
 				fit[i] = true;
-				for (int q = 0; q < 4 && fit[i]; q++)
-					fit[i] = fp4_sub_exact(src + 32 * q);
+				for (int q = 0; q < 4 && fit[i]; q++) {
+					__m256i X[4];
+					int e;
+					fit[i] = fp4_sub_exact(src + 32 * q, X, &e);
+				}
 				if (fit[i])
 					pack_pairs(src, xp2 + i * XST);
 			}

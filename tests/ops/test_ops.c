@@ -1370,8 +1370,8 @@ END_TEST
  * 15, weights 0.5 to 1.5) pass the span test but not the sum (Σ|X|·12 about 2^27), so partial
  * sums of 16 products round and the small terms land differently in the two orders. Every
  * kernel set gives the generic set's bits (a kernel that took the second kind by pairs does
- * not). */
-START_TEST(gemm_fp4_prefill_pairs_only_for_exact_sub_blocks)
+ * not), and so does each row's GEMV (whose integer sums must not take it either). */
+START_TEST(gemm_fp4_pairs_and_three_byte_sums_only_for_exact_sub_blocks)
 {
 	enum { N = 16, K = 256, NB = K / 128, M = 32 };
 	static float xq[M * K], xs[M * NB];
@@ -1401,6 +1401,13 @@ START_TEST(gemm_fp4_prefill_pairs_only_for_exact_sub_blocks)
 		}
 	memset(t.scales, 127, srt_weight_scale_bytes(SRT_WT_FP4, N, K));
 	gemm_ref_every_isa_is_generic(&t.w, xq, xs, M, "pairs boundary");
+	/* the same rows one at a time: the AVX2 GEMV's three-byte integer sums take the first
+	 * kind (their sub-blocks span too many binades for two bytes), not the second */
+	for (size_t j = 0; j < M; j++) {
+		char what[32];
+		snprintf(what, sizeof what, "GEMV row %zu", j);
+		gemv_ref_every_isa_is_generic(&t.w, xq + j * K, xs + j * NB, what);
+	}
 	free_weight(&t);
 }
 END_TEST
@@ -1679,7 +1686,7 @@ static Suite *ops_suite(void)
 	tcase_add_test(tc, gemm_fp8_paired_layout_gives_the_row_major_bits_in_every_kernel_set);
 	tcase_add_test(tc, gemv_kernels_match_generic_at_the_stack_k_limit);
 	tcase_add_test(tc, gemv_fp4_integer_sums_match_generic_at_their_fit_boundary);
-	tcase_add_test(tc, gemm_fp4_prefill_pairs_only_for_exact_sub_blocks);
+	tcase_add_test(tc, gemm_fp4_pairs_and_three_byte_sums_only_for_exact_sub_blocks);
 	tcase_add_test(tc, gemv_reference_matches_generic_for_every_scale_code_on_quantized_activations);
 	tcase_add_test(tc, gemv_reference_fp8_matches_generic_on_unquantized_activations);
 	tcase_add_test(tc, gemv_exact_fp8_matches_generic_for_overflowing_scale_factors);

@@ -559,12 +559,8 @@ GEMV_TARGET static int32_t fp4_x_parts(const __m256i *X, int nparts, int8_t (*x)
 		_mm256_store_si256((__m256i *)(void *)x[2 * j],
 				   _mm256_permute4x64_epi64(kb, _MM_SHUFFLE(3, 1, 2, 0)));
 	}
-	const __m256i sum =
-		_mm256_add_epi32(_mm256_add_epi32(X[0], X[1]), _mm256_add_epi32(X[2], X[3]));
-	__m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-	s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
-	s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
-	return 12 * _mm_cvtsi128_si32(s4);
+	return 12 * hsum8_epi32(_mm256_add_epi32(_mm256_add_epi32(X[0], X[1]),
+						 _mm256_add_epi32(X[2], X[3])));
 }
 
 /* Block x (128 activations) as struct fp4_xi: 2 when every sub-block fits (fp4_sub_fit:

@@ -116,6 +116,20 @@ static inline float pow2f(int e)
 	return f;
 }
 
+/* The sum, the largest and the least of the 8 int32 lanes of v. */
+#define EPI32_REDUCE8(name, op)                                                                   \
+	static inline int32_t name(__m256i v)                                                      \
+	{                                                                                          \
+		__m128i r = op(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));         \
+		r = op(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(1, 0, 3, 2)));                          \
+		r = op(r, _mm_shuffle_epi32(r, _MM_SHUFFLE(2, 3, 0, 1)));                          \
+		return _mm_cvtsi128_si32(r);                                                       \
+	}
+EPI32_REDUCE8(hsum8_epi32, _mm_add_epi32)
+EPI32_REDUCE8(hmax8_epi32, _mm_max_epi32)
+EPI32_REDUCE8(hmin8_epi32, _mm_min_epi32)
+#undef EPI32_REDUCE8
+
 /*
  * Whether the 32 REFERENCE activations at x (E4M3 values, unscaled) "fit": they are integers
  * X times one power of two 2^e with |X| < 2^14, e the exponent of the largest |x| minus 13,
@@ -135,11 +149,8 @@ static inline bool fp4_sub_fit(const float *x, __m256i *X, int *e_out)
 		v[i] = _mm256_loadu_ps(x + 8 * i);
 		a = _mm256_max_epi32(a, _mm256_and_si256(_mm256_castps_si256(v[i]), mag));
 	}
-	__m128i m = _mm_max_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-	m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(1, 0, 3, 2)));
-	m = _mm_max_epi32(m, _mm_shuffle_epi32(m, _MM_SHUFFLE(2, 3, 0, 1)));
 	/* the bits of the largest |x| (NaN and Inf above all finite values: e > 90) */
-	const uint32_t amax = (uint32_t)_mm_cvtsi128_si32(m);
+	const uint32_t amax = (uint32_t)hmax8_epi32(a);
 	const int e = amax ? (int)(amax >> 23) - 127 - 13 : 0;
 	if (e < -100 || e > 90)
 		return false;
@@ -186,13 +197,7 @@ static inline bool fp4_sub_exact(const float *x, __m256i *X, int *e_out)
 		const __m256i eu = _mm256_sub_epi32(ef, _mm256_set1_epi32(127)); /* unbiased */
 		hi = _mm256_max_epi32(hi, _mm256_blendv_epi8(_mm256_set1_epi32(-1000), eu, nz));
 	}
-	__m128i l = _mm_min_epi32(_mm256_castsi256_si128(lo), _mm256_extracti128_si256(lo, 1));
-	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(1, 0, 3, 2)));
-	l = _mm_min_epi32(l, _mm_shuffle_epi32(l, _MM_SHUFFLE(2, 3, 0, 1)));
-	__m128i h = _mm_max_epi32(_mm256_castsi256_si128(hi), _mm256_extracti128_si256(hi, 1));
-	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-	h = _mm_max_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(2, 3, 0, 1)));
-	const int e = _mm_cvtsi128_si32(l), emax = _mm_cvtsi128_si32(h);
+	const int e = hmin8_epi32(lo), emax = hmax8_epi32(hi);
 	if (emax < -999) { /* all zero */
 		for (int i = 0; i < 4; i++)
 			X[i] = zero;
@@ -207,11 +212,8 @@ static inline bool fp4_sub_exact(const float *x, __m256i *X, int *e_out)
 		X[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], up));
 		sum = _mm256_add_epi32(sum, _mm256_abs_epi32(X[i]));
 	}
-	__m128i t = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
-	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(1, 0, 3, 2)));
-	t = _mm_add_epi32(t, _mm_shuffle_epi32(t, _MM_SHUFFLE(2, 3, 0, 1)));
 	*e_out = e;
-	return _mm_cvtsi128_si32(t) <= 1398101;
+	return hsum8_epi32(sum) <= 1398101;
 }
 
 /* The REFERENCE FP8 factors sa·sb of a GEMV tile's 8 rows for K block b: sa the block's

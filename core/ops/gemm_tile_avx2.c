@@ -427,11 +427,15 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 	const bool pairs = ref && type == SRT_WT_FP4;
 	_Alignas(32) float wbuf2[pairs ? NT * WST : 1];
 	_Alignas(32) float xp2[pairs ? RC * XST : 1];
-	bool fit[RC];
 	for (size_t b = 0; b < nb; b++) {
 		const size_t k0 = b * KB, len = K - k0 < KB ? K - k0 : KB, nv = len / 8;
-		/* each row's block packed for the layout it takes (the lanes' also for rows that
-		 * fit when too few do, below) */
+		/* which layout each row takes: pairs for the rows that fit, the k mod 8 lanes for
+		 * the others, each row's block packed for it (the lanes' also for rows that fit
+		 * when too few do, below). Each layout costs a decode of every tile; where the
+		 * lanes' is needed anyway, the pairs' pays only for PAIRS_MIN fitting rows or more
+		 * (measured, srt_bench_gemm) */
+		uint8_t pr[RC], lr[RC]; /* the rows by pairs, by lanes */
+		size_t np = 0, nl = 0;
 #define LANES(i_)                                                                             \
 	pack_lanes(x + (i_) * ldx + k0, nv, ref && !quant, ref ? xs[(i_) * nb + b] : 1.0f,      \
 		   can_fuse, xp + (i_) * XST, &ex[i_])
@@ -439,31 +443,21 @@ chunk(const struct srt_weight *w, int type, bool ref, const float *x, const floa
 			const float *src = x + i * ldx + k0;
 			if (ref)
 				sa[i] = xs[i * nb + b];
-			fit[i] = ex[i] = false;
-			if (pairs && len == KB) {
-				fit[i] = true;
-				for (int q = 0; q < 4 && fit[i]; q++) {
-					__m256i X[4];
-					int e;
-					fit[i] = fp4_sub_exact(src + 32 * q, X, &e);
-				}
-				if (fit[i])
-					pack_pairs(src, xp2 + i * XST);
+			ex[i] = false;
+			bool fit = pairs && len == KB;
+			for (int q = 0; q < 4 && fit; q++) {
+				__m256i X[4];
+				int e;
+				fit = fp4_sub_exact(src + 32 * q, X, &e);
 			}
-			if (!fit[i])
-				LANES(i);
-		}
-		/* which layout each row takes: pairs for the rows that fit, the k mod 8 lanes for
-		 * the others. Each layout costs a decode of every tile; where the lanes' is needed
-		 * anyway, the pairs' pays only for PAIRS_MIN fitting rows or more (measured,
-		 * srt_bench_gemm) */
-		uint8_t pr[RC], lr[RC]; /* the rows by pairs, by lanes */
-		size_t np = 0, nl = 0;
-		for (size_t i = 0; i < mc; i++)
-			if (fit[i])
+			if (fit) {
+				pack_pairs(src, xp2 + i * XST);
 				pr[np++] = (uint8_t)i;
-			else
+			} else {
+				LANES(i);
 				lr[nl++] = (uint8_t)i;
+			}
+		}
 		if (nl && np < PAIRS_MIN) {
 			for (size_t i = 0; i < np; i++)
 				LANES(pr[i]);

@@ -230,6 +230,52 @@ START_TEST(test_mhc_post_is_the_defining_loop_bitwise)
 }
 END_TEST
 
+/* One product, not fused into the following add whatever the test's flags. */
+static float prod(float a, float b)
+{
+	volatile float p = a * b;
+	return p;
+}
+
+/* pre's u = its defining loop bitwise (f32 profile): per channel, ((pre0·X0 + pre1·X1) +
+ * pre2·X2) + pre3·X3. The row's pre weights are read from S probe channels (channel s: 1 in
+ * stream s, 0 in the others, so u there is pre_s exactly); the other channels' values span
+ * many binades, so another order of the sum fails. Batch rows and one-row calls. */
+START_TEST(test_mhc_collapse_is_the_defining_loop_bitwise)
+{
+	int32_t layer = 1;
+	const int d = F.cfg.hidden_size, S = F.cfg.hc_mult, mixf = S + S * S;
+	struct srt_instance *in = tfx_instance(&F, SRT_KIND_RESIDUAL, "mhc", SRT_PROFILE_F32, &layer, 1);
+	float *X = malloc(sizeof(float) * N * S * d), *u = malloc(sizeof(float) * N * d);
+	float *mix = malloc(sizeof(float) * N * mixf), *u1 = malloc(sizeof(float) * d);
+	tfx_rand(X, (size_t)N * S * d, 13, 2.0f, 0);
+	for (int i = 0; i < N * S * d; i++) /* magnitudes over ~2^-12 .. 2^12 */
+		X[i] = ldexpf(X[i], (i * 5) % 25 - 12);
+	for (int i = 0; i < N; i++)
+		for (int s = 0; s < S; s++)
+			for (int k = 0; k < S; k++)
+				X[(i * S + k) * d + s] = k == s ? 1.0f : 0.0f;
+	ck_assert_int_eq(vt(in)->pre(in->ctx, layer, SRT_SUBLAYER_ATTN, N, X, u, mix), 0);
+	long checked = 0;
+	for (int i = 0; i < N; i++) {
+		const float *x = X + i * S * d, *p = u + i * d; /* p[s]: pre_s of row i */
+		ck_assert_int_eq(vt(in)->pre(in->ctx, layer, SRT_SUBLAYER_ATTN, 1, x, u1, mix), 0);
+		ck_assert(!memcmp(u1, u + i * d, sizeof(float) * d));
+		for (int c = S; c < d; c++) {
+			float v = prod(p[0], x[c]);
+			for (int k = 1; k < S; k++)
+				v += prod(p[k], x[k * d + c]);
+			ck_assert_msg(!memcmp(&v, &u[i * d + c], sizeof v), "row %d channel %d: %.9g, want %.9g",
+				      i, c, u[i * d + c], v);
+			checked++;
+		}
+	}
+	ck_assert_int_eq(checked, (long)N * (d - S));
+	srt_instance_destroy(in);
+	free(X), free(u), free(mix), free(u1);
+}
+END_TEST
+
 START_TEST(test_mhc_rejects_unserved_layer)
 {
 	int32_t layer = 1;
@@ -284,6 +330,7 @@ static Suite *residual_suite(void)
 	tcase_add_test(tc, test_mhc_sinkhorn_is_doubly_stochastic);
 	tcase_add_loop_test(tc, test_mhc_batch_rows_equal_each_row_alone_bitwise, 0, 2);
 	tcase_add_loop_test(tc, test_mhc_post_is_the_defining_loop_bitwise, 0, 2);
+	tcase_add_test(tc, test_mhc_collapse_is_the_defining_loop_bitwise);
 	tcase_add_test(tc, test_mhc_rejects_unserved_layer);
 	tcase_add_loop_test(tc, test_plain_is_identity_and_add, 0, 2);
 	suite_add_tcase(s, tc);

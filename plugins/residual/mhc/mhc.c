@@ -394,10 +394,35 @@ MHC_CLONES static void row_dots(void *ctx, int64_t begin, int64_t end, int tid)
 	dots_range(in->dfn, in->nd, in->X, in->S * in->d, begin, end, in->dots);
 }
 
+/* collapse for four streams: the same operations per channel in the same order, the streams
+ * unrolled so that the channels go through the vector lanes (the loop over a variable stream
+ * count stayed scalar: 3.6 us a call). */
+MHC_CLONES static void collapse4(const struct mhc_inst *in, const float *pre, const float *x,
+				 float *u)
+{
+	const int64_t d = in->d;
+	const int ref = in->profile == SRT_PROFILE_REFERENCE;
+	const float p0 = pre[0], p1 = pre[1], p2 = pre[2], p3 = pre[3];
+	const float *restrict x0 = x, *restrict x1 = x + d, *restrict x2 = x + 2 * d;
+	const float *restrict x3 = x + 3 * d;
+	float *restrict uo = u;
+	for (int64_t c = 0; c < d; c++) {
+		float acc = p0 * x0[c];
+		acc += p1 * x1[c];
+		acc += p2 * x2[c];
+		acc += p3 * x3[c];
+		uo[c] = ref ? bf16_round(acc) : acc;
+	}
+}
+
 /* u[d] = sum_i pre_i X_i, accumulated stream by stream. */
 MHC_CLONES static void collapse(const struct mhc_inst *in, const float *pre, const float *x, float *u)
 {
 	int ref = in->profile == SRT_PROFILE_REFERENCE;
+	if (in->S == 4) {
+		collapse4(in, pre, x, u);
+		return;
+	}
 	for (int64_t c = 0; c < in->d; c++) {
 		float acc = pre[0] * x[c];
 		for (int64_t s = 1; s < in->S; s++)

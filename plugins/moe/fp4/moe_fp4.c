@@ -50,6 +50,8 @@
 #define MOE_NCOL_BIG 128  /* the same from MOE_BIG_ROWS rows (prefill): fewer, larger GEMMs */
 #define MOE_BIG_ROWS 64
 #define MOE_QB 128        /* activation quantisation block */
+#define MOE_COMB_COLS 256 /* channels a task of a one-row combine */
+#define MOE_ROUTE_COLS 8  /* router logits a task of a one-row route */
 
 /* Phase timings for benchmarks (core/ops/prof.h). */
 static struct srt_prof moe_prof;
@@ -96,6 +98,7 @@ struct moe_inst {
 	 * pairs sorted by expert, then the shared expert's entries (one per row). */
 	size_t cap_rows;
 	float *xn;                /* [chunk][d] ffn_norm output */
+	float *logits;            /* [chunk][E] router logits */
 	float *gx, *gs;           /* [ent][d] GEMM input per entry (FP8 code values in reference),
 				   * [ent][d/128] its scales */
 	float *gate, *up;         /* [ent][inter] */
@@ -302,9 +305,10 @@ static void free_layer(const struct srt_host *host, struct moe_layer *l)
 
 static void free_scratch(struct moe_inst *in)
 {
-	void **p[] = {(void **)&in->xn, (void **)&in->gx, (void **)&in->gs, (void **)&in->gate,
-		      (void **)&in->up, (void **)&in->hq, (void **)&in->hs, (void **)&in->o,
-		      (void **)&in->sel, (void **)&in->wt, (void **)&in->ent_row,
+	void **p[] = {(void **)&in->xn,      (void **)&in->logits,   (void **)&in->gx,
+		      (void **)&in->gs,      (void **)&in->gate,     (void **)&in->up,
+		      (void **)&in->hq,      (void **)&in->hs,       (void **)&in->o,
+		      (void **)&in->sel,     (void **)&in->wt,       (void **)&in->ent_row,
 		      (void **)&in->ent_slot, (void **)&in->row_ent};
 	for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) {
 		in->host->free(*p[i]);
@@ -524,6 +528,7 @@ static int ensure_scratch(struct moe_inst *in, size_t rows)
 		return 0;
 	free_scratch(in);
 	in->xn = h->alloc(rows * d * sizeof(float), 64);
+	in->logits = h->alloc(rows * (size_t)in->n_exp * sizeof(float), 64);
 	in->gx = h->alloc(ent * d * sizeof(float), 64);
 	in->gs = h->alloc(ent * (d / MOE_QB) * sizeof(float), 64);
 	in->gate = h->alloc(ent * I * sizeof(float), 64);
@@ -536,8 +541,8 @@ static int ensure_scratch(struct moe_inst *in, size_t rows)
 	in->ent_row = h->alloc(ent * sizeof(int32_t), 64);
 	in->ent_slot = h->alloc(ent * sizeof(int32_t), 64);
 	in->row_ent = h->alloc(ent * sizeof(int32_t), 64);
-	if (!in->xn || !in->gx || !in->gs || !in->gate || !in->up || !in->hq || !in->hs ||
-	    !in->o || !in->sel || !in->wt || !in->ent_row || !in->ent_slot || !in->row_ent) {
+	if (!in->xn || !in->logits || !in->gx || !in->gs || !in->gate || !in->up || !in->hq ||
+	    !in->hs || !in->o || !in->sel || !in->wt || !in->ent_row || !in->ent_slot || !in->row_ent) {
 		free_scratch(in);
 		return SRT_ENOMEM;
 	}
@@ -545,59 +550,86 @@ static int ensure_scratch(struct moe_inst *in, size_t rows)
 	return 0;
 }
 
-/* Phase 1, per row: ffn_norm (bf16 in reference), router logits and expert choice. */
+/* Phase 1a, row i: ffn_norm (bf16 in reference) into xn. */
+static void route_norm(struct moe_inst *in, int64_t i)
+{
+	const int64_t d = in->d;
+	float *xn = in->xn + i * d;
+	srt_rmsnorm_f32w(in->x + (in->row0 + i) * d, xn, (size_t)d, in->cur->norm, in->eps);
+	if (in->profile == SRT_PROFILE_REFERENCE)
+		srt_round_bf16_n(xn, (size_t)d);
+}
+
+/* Phase 1b, rows x logits [n0, n1): the router's logits in fp32 from the bf16 (or f32)
+ * router, each logit its own dot product (any split of them gives the same bits). */
+static void route_logits(struct moe_inst *in, int64_t i, size_t n0, size_t n1)
+{
+	const size_t E = (size_t)in->n_exp;
+	srt_gemm_exact(&in->cur->router, in->xn + i * in->d, 1, (size_t)in->d,
+		       in->logits + i * (int64_t)E, E, n0, n1);
+}
+
+/* Phase 1c, row i: its scores from the logits and the expert choice. */
+static void route_pick(struct moe_inst *in, int64_t i)
+{
+	const struct moe_layer *l = in->cur;
+	const int64_t E = in->n_exp, k = in->topk;
+	float scores[E], biased[E], sum = 0.0f;
+	char taken[E];
+	const float *lg = in->logits + i * E;
+	int32_t *sel = in->sel + i * k;
+	float *wt = in->wt + i * k;
+	for (int64_t e = 0; e < E; e++) {
+		scores[e] = sqrtf(srt_softplus(lg[e]));
+		biased[e] = l->bias ? scores[e] + l->bias[e] : scores[e];
+	}
+	if (l->hash) {
+		int64_t t = in->tok[in->row0 + i];
+		for (int64_t j = 0; j < k; j++)
+			sel[j] = l->tid_dt == SRT_DT_I32 ? ((const int32_t *)l->tid2eid)[t * k + j]
+							 : (int32_t)((const int64_t *)l->tid2eid)[t * k + j];
+	} else {
+		/* top-k, descending; equal values keep the lower expert index first, NaN last */
+		for (int64_t e = 0; e < E; e++)
+			taken[e] = 0;
+		for (int64_t j = 0; j < k; j++) {
+			int64_t best = -1;
+			for (int64_t e = 0; e < E; e++) {
+				if (taken[e])
+					continue;
+				if (best < 0 || biased[e] > biased[best] ||
+				    (isnan(biased[best]) && !isnan(biased[e])))
+					best = e;
+			}
+			sel[j] = (int32_t)best;
+			taken[best] = 1;
+		}
+	}
+	for (int64_t j = 0; j < k; j++)
+		sum += scores[sel[j]];
+	for (int64_t j = 0; j < k; j++)
+		wt[j] = scores[sel[j]] / sum * in->route_scale;
+}
+
+/* Phase 1, per row: norm, logits and expert choice. */
 static void route_rows(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
-	const struct moe_layer *l = in->cur;
-	const int64_t d = in->d, E = in->n_exp, k = in->topk;
-	const int ref = in->profile == SRT_PROFILE_REFERENCE;
-	float scores[E], biased[E];
-	char taken[E];
 	(void)tid;
-
 	for (int64_t i = begin; i < end; i++) {
-		float *xn = in->xn + i * d, sum = 0.0f;
-		int32_t *sel = in->sel + i * k;
-		float *wt = in->wt + i * k;
-
-		srt_rmsnorm_f32w(in->x + (in->row0 + i) * d, xn, (size_t)d, l->norm, in->eps);
-		if (ref)
-			srt_round_bf16_n(xn, (size_t)d);
-		/* logits in fp32 from the bf16 (or f32) router */
-		srt_gemm_exact(&l->router, xn, 1, (size_t)d, scores, (size_t)E, 0, (size_t)E);
-		for (int64_t e = 0; e < E; e++) {
-			scores[e] = sqrtf(srt_softplus(scores[e]));
-			biased[e] = l->bias ? scores[e] + l->bias[e] : scores[e];
-		}
-		if (l->hash) {
-			int64_t t = in->tok[in->row0 + i];
-			for (int64_t j = 0; j < k; j++)
-				sel[j] = l->tid_dt == SRT_DT_I32
-						 ? ((const int32_t *)l->tid2eid)[t * k + j]
-						 : (int32_t)((const int64_t *)l->tid2eid)[t * k + j];
-		} else {
-			/* top-k, descending; equal values keep the lower expert index first, NaN last */
-			for (int64_t e = 0; e < E; e++)
-				taken[e] = 0;
-			for (int64_t j = 0; j < k; j++) {
-				int64_t best = -1;
-				for (int64_t e = 0; e < E; e++) {
-					if (taken[e])
-						continue;
-					if (best < 0 || biased[e] > biased[best] ||
-					    (isnan(biased[best]) && !isnan(biased[e])))
-						best = e;
-				}
-				sel[j] = (int32_t)best;
-				taken[best] = 1;
-			}
-		}
-		for (int64_t j = 0; j < k; j++)
-			sum += scores[sel[j]];
-		for (int64_t j = 0; j < k; j++)
-			wt[j] = scores[sel[j]] / sum * in->route_scale;
+		route_norm(in, i);
+		route_logits(in, i, 0, (size_t)in->n_exp);
+		route_pick(in, i);
 	}
+}
+
+/* Phase 1b of a one-row chunk (decode), per task: MOE_ROUTE_COLS logits. */
+static void route_cols(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	(void)tid;
+	const int64_t n1 = end * MOE_ROUTE_COLS < in->n_exp ? end * MOE_ROUTE_COLS : in->n_exp;
+	route_logits(in, 0, (size_t)(begin * MOE_ROUTE_COLS), (size_t)n1);
 }
 
 /*
@@ -693,8 +725,9 @@ static void up_gate_task(struct moe_inst *in, const struct moe_group *g, size_t 
 	const int ref = in->profile == SRT_PROFILE_REFERENCE;
 	const float L = in->limit;
 	size_t n1 = n0 + (size_t)in->ncol_up;
-	const float *x = in->gx + (int64_t)g->first * d;
-	const float *xs = in->gs + (int64_t)g->first * (d / MOE_QB);
+	const int64_t xe = in->m == 1 ? 0 : g->first; /* a one-row chunk's input: entry 0's */
+	const float *x = in->gx + xe * d;
+	const float *xs = in->gs + xe * (d / MOE_QB);
 	if (n1 > (size_t)I)
 		n1 = (size_t)I;
 	gemm(in, &g->w[0], x, xs, g->count, in->gate + (int64_t)g->first * I, (size_t)I, n0,
@@ -848,24 +881,42 @@ static void whole_experts(void *ctx, int64_t begin, int64_t end, int tid)
 	}
 }
 
-/* Phase 6, per row: sum its experts' outputs in ascending expert id, shared last. */
+/* Phase 6: channels [c0, c1) of row i, the sum of its experts' outputs in ascending expert
+ * id, shared last: 0 + o_0 + o_1 + ... per channel (each channel's own chain, so any split
+ * of the channels gives the same bits), then bf16 in reference (down_task). */
+static void combine_row(const struct moe_inst *in, int64_t i, int64_t c0, int64_t c1)
+{
+	const int64_t d = in->d, k1 = in->topk + 1;
+	float *restrict out = in->out + (in->row0 + i) * d;
+	const int32_t *ents = in->row_ent + i * k1;
+	const float *restrict o0 = in->o + (int64_t)ents[0] * d;
+	for (int64_t c = c0; c < c1; c++)
+		out[c] = 0.0f + o0[c];
+	for (int64_t j = 1; j < k1; j++) {
+		const float *restrict oj = in->o + (int64_t)ents[j] * d;
+		for (int64_t c = c0; c < c1; c++)
+			out[c] += oj[c];
+	}
+	if (in->profile == SRT_PROFILE_REFERENCE)
+		srt_round_bf16_n(out + c0, (size_t)(c1 - c0));
+}
+
+/* Phase 6 per row. */
 static void combine(void *ctx, int64_t begin, int64_t end, int tid)
 {
 	struct moe_inst *in = ctx;
-	const int64_t d = in->d, k1 = in->topk + 1;
-	const int ref = in->profile == SRT_PROFILE_REFERENCE;
 	(void)tid;
-	for (int64_t i = begin; i < end; i++) {
-		float *out = in->out + (in->row0 + i) * d;
-		const int32_t *ents = in->row_ent + i * k1;
-		for (int64_t c = 0; c < d; c++) {
-			float y = 0.0f;
-			for (int64_t j = 0; j < k1; j++) {
-				y += in->o[(int64_t)ents[j] * d + c]; /* bf16 in reference (down_task) */
-			}
-			out[c] = ref ? srt_round_bf16(y) : y;
-		}
-	}
+	for (int64_t i = begin; i < end; i++)
+		combine_row(in, i, 0, in->d);
+}
+
+/* Phase 6 of a one-row chunk (decode), per task: MOE_COMB_COLS channels of the row. */
+static void combine_cols(void *ctx, int64_t begin, int64_t end, int tid)
+{
+	struct moe_inst *in = ctx;
+	(void)tid;
+	const int64_t c1 = end * MOE_COMB_COLS < in->d ? end * MOE_COMB_COLS : in->d;
+	combine_row(in, 0, begin * MOE_COMB_COLS, c1);
 }
 
 /* Token id of every row, checked against tid2eid and the batch layout. */
@@ -976,16 +1027,18 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 		in->m = n - r0 < MOE_ROW_CHUNK ? n - r0 : MOE_ROW_CHUNK;
 		n_ent = in->m * (in->topk + 1);
 		uint64_t t0 = srt_prof_t0(&moe_prof);
-		h->parallel_for(h, in->m, route_rows, in);
+		if (in->m == 1) { /* decode: the router's logits over the threads */
+			route_norm(in, 0);
+			h->parallel_for(h, (in->n_exp + MOE_ROUTE_COLS - 1) / MOE_ROUTE_COLS,
+					route_cols, in);
+			route_pick(in, 0);
+		} else {
+			h->parallel_for(h, in->m, route_rows, in);
+		}
 		build_groups(in);
-		if (in->m == 1) { /* decode: every entry is the one row, quantized once */
+		if (in->m == 1) { /* decode: every entry is the one row, quantized once (entry 0's
+				   * input serves them all: up_gate_task) */
 			gather_inputs(in, 0, 1, 0);
-			for (int64_t e = 1; e < n_ent; e++) {
-				memcpy(in->gx + e * in->d, in->gx, (size_t)in->d * sizeof(float));
-				if (in->profile == SRT_PROFILE_REFERENCE)
-					memcpy(in->gs + e * (in->d / MOE_QB), in->gs,
-					       (size_t)(in->d / MOE_QB) * sizeof(float));
-			}
 		} else {
 			h->parallel_for(h, n_ent, gather_inputs, in);
 		}
@@ -1033,7 +1086,10 @@ static int moe_forward(void *inst, int32_t layer, const struct srt_batch *batch,
 				h->parallel_for(h, n_ent, quant_h, in);
 			par_units(in, n_ent * in->n_tasks_per_group_down, down);
 		}
-		h->parallel_for(h, in->m, combine, in);
+		if (in->m == 1)
+			h->parallel_for(h, (in->d + MOE_COMB_COLS - 1) / MOE_COMB_COLS, combine_cols, in);
+		else
+			h->parallel_for(h, in->m, combine, in);
 		srt_prof_add(&moe_prof, SRT_PROF_MOE_COMBINE, t0);
 	}
 	return 0;

@@ -612,6 +612,9 @@ static void phase_a1(void *ctx, int64_t b, int64_t e, int tid)
 	}
 }
 
+/* Per (row, part): part 0 the query's latent (bf16, q_norm, its FP8 quantization), part 1
+ * the key (bf16, kv_norm, RoPE and its FP8 rounding): two independent halves, so that a
+ * decode row's go to two threads. */
 static void phase_a3(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -622,17 +625,22 @@ static void phase_a3(void *ctx, int64_t b, int64_t e, int tid)
 	size_t hd = (size_t)m->head_dim, rd = (size_t)m->qk_rope_head_dim, nope = hd - rd;
 	double eps = m->rms_norm_eps;
 	(void)tid;
-	for (int64_t r = b; r < e; r++) {
-		float *qr = f->qr + r * ql, *kv = f->kv + r * hd;
-		int64_t pos = f->rpos[r];
-		if (a->ref) {
-			srt_round_bf16_n(qr, ql);
-			srt_round_bf16_n(kv, hd);
+	for (int64_t u = b; u < e; u++) {
+		const int64_t r = u / 2;
+		if (u % 2 == 0) {
+			float *qr = f->qr + r * ql;
+			if (a->ref)
+				srt_round_bf16_n(qr, ql);
+			rmsnorm_w(qr, lw->q_norm, ql, eps, a->ref);
+			if (a->ref)
+				srt_gemm_quant_row(qr, ql, f->qrq + r * ql, f->qrs + r * (ql / 128));
+			continue;
 		}
-		rmsnorm_w(qr, lw->q_norm, ql, eps, a->ref);
-		rmsnorm_w(kv, lw->kv_norm, hd, eps, a->ref);
+		float *kv = f->kv + r * hd;
+		int64_t pos = f->rpos[r];
 		if (a->ref)
-			srt_gemm_quant_row(qr, ql, f->qrq + r * ql, f->qrs + r * (ql / 128));
+			srt_round_bf16_n(kv, hd);
+		rmsnorm_w(kv, lw->kv_norm, hd, eps, a->ref);
 		if (pos < 0)
 			continue;
 		/* the row's cosines and sines, once for its key, queries and outputs */
@@ -1814,7 +1822,7 @@ static int run_block(struct fwd *f, float *ringbuf, int32_t layer, char *why, si
 		h->parallel_for(h, f->N, phase_a1, f);
 		comp_rows(f);
 		h->parallel_for(h, pj_units(f, PJ_WQA, PJ_WQB), phase_a2, f);
-		h->parallel_for(h, f->N, phase_a3, f);
+		h->parallel_for(h, 2 * f->N, phase_a3, f);
 		h->parallel_for(h, pj_units(f, PJ_WQB, PJ_COUNT), phase_a4, f);
 		h->parallel_for(h, f->N * (int64_t)(H + ih), phase_a5, f);
 	}

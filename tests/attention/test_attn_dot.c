@@ -223,6 +223,54 @@ START_TEST(kv_decode_n_exact_is_bf16_exact)
 }
 END_TEST
 
+/* srt_attn_kv_panels = srt_attn_kv_decode then srt_attn_v_panels, bit for bit, for FP8
+ * entries the vector path takes (scale codes 0 .. 246, subnormal and negative codes, rope words
+ * of every sign) and ones it leaves to the general decode (a NaN code, scale codes 247 and
+ * 254), mixed in one call, at a panel key stride above the key count; slots of keys not
+ * passed stay as they were. */
+START_TEST(kv_panels_are_the_decoded_values_bitwise)
+{
+	struct srt_model_config mc;
+	struct srt_attn a;
+	memset(&mc, 0, sizeof mc);
+	memset(&a, 0, sizeof a);
+	mc.head_dim = 512;
+	mc.qk_rope_head_dim = 64;
+	a.m = &mc;
+	a.kv_store = SRT_ATTN_ST_FP8;
+	enum { NOPE = 448, RD = 64, EB = NOPE + 2 * RD + NOPE / 64, NK = 7, LDK = NK + 2 };
+	static uint8_t ent[NK][EB];
+	for (int c = 0; c < NK; c++) {
+		for (size_t i = 0; i < NOPE; i++)
+			ent[c][i] = (uint8_t)((i * 37 + (size_t)c * 11) % 0x7F) | (i % 3 ? 0 : 0x80);
+		for (size_t i = 0; i < RD; i++) {
+			const uint16_t h = srt_bf16_from_f32(wide());
+			memcpy(&ent[c][NOPE + 2 * i], &h, 2);
+		}
+		for (size_t b = 0; b < NOPE / 64; b++)
+			ent[c][NOPE + 2 * RD + b] = (uint8_t)((c * 41 + (int)b * 35) % 247);
+	}
+	ent[2][300] = 0xFF;                 /* a NaN code */
+	ent[4][NOPE + 2 * RD + 6] = 247;    /* 2^8·s not finite */
+	ent[5][NOPE + 2 * RD + 0] = 254;
+	const uint8_t *e[NK];
+	for (int k = 0; k < NK; k++)
+		e[k] = ent[k];
+	float *vp = malloc(sizeof(float) * LDK * 512), *want = malloc(sizeof(float) * LDK * 512);
+	float v[512], tmp[512];
+	for (size_t i = 0; i < LDK * 512; i++)
+		vp[i] = want[i] = NAN;
+	for (int k = 0; k < NK; k++) {
+		srt_attn_kv_decode(&a, e[k], v);
+		srt_attn_v_panels(v, 1, 512, (size_t)k, LDK, want);
+	}
+	srt_attn_kv_panels(&a, e, NK, LDK, vp, tmp);
+	ck_assert(memcmp(vp, want, sizeof(float) * LDK * 512) == 0);
+	free(vp);
+	free(want);
+}
+END_TEST
+
 /* The tile layout (attn_dot.h) by its definition, whatever path builds it: full and partial
  * tiles, column counts with and without a tail of 8, a row stride above k. */
 START_TEST(tile_layout_is_the_definition)
@@ -638,8 +686,29 @@ START_TEST(pv_on_value_panels_equals_the_row_major_kernel_bitwise)
 						ys[h] = y + h * n;
 					}
 					srt_attn_pv_f32_np(nh, ps, vp, ldk, n, K, ys,
-							   srt_attn_bf16_exact(v, K * n));
+							   srt_attn_bf16_exact(v, K * n), 0);
 					assert_pv_heads("panels", bf, nh, ps, v, n, n, K, ys, y + nh * n);
+					/* the keys in two blocks, each in panels of its own (the
+					 * forward pass's pv_blocks), the second call continuing
+					 * the first's sums: the same bits */
+					float *y2 = malloc(sizeof(float) * nh * n);
+					float *vp2 = malloc(sizeof(float) * (K - kh + 1) * n);
+					float *y2h[NHMAX];
+					const float *ps2[NHMAX];
+					srt_attn_v_panels(v + kh * n, K - kh, n, 0, K - kh + 1, vp2);
+					for (size_t h = 0; h < nh; h++) {
+						y2h[h] = y2 + h * n;
+						ps2[h] = ps[h] + kh;
+					}
+					srt_attn_pv_f32_np(nh, ps, vp, ldk, n, kh, y2h,
+							   srt_attn_bf16_exact(v, K * n), 0);
+					srt_attn_pv_f32_np(nh, ps2, vp2, K - kh + 1, n, K - kh, y2h,
+							   srt_attn_bf16_exact(v, K * n), 1);
+					ck_assert_msg(memcmp(y2, y, sizeof(float) * nh * n) == 0,
+						      "panels in two blocks (bf %d, nh %zu, n %zu, K %zu)", bf,
+						      nh, n, K);
+					free(y2);
+					free(vp2);
 					free(p);
 					free(v);
 					free(vp);
@@ -1615,6 +1684,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, fp8_row_equals_the_scalar_decode_bitwise);
 	tcase_add_test(tc, fp8_row_proves_bf16_exact_only_where_it_holds);
 	tcase_add_test(tc, kv_decode_n_exact_is_bf16_exact);
+	tcase_add_test(tc, kv_panels_are_the_decoded_values_bitwise);
 	tcase_add_test(tc, tile_layout_is_the_definition);
 	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, ix_score_bf16_equals_the_ascending_head_sum_bitwise);

@@ -649,6 +649,56 @@ int srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size
 	return ex;
 }
 
+int srt_attn_kv_tiles(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *t,
+		      float *tmp, int exact)
+{
+	const size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim, nope = w - rd;
+	int ex = exact;
+	for (size_t j = 0; j < n; j += 8) {
+		const size_t nt = n - j < 8 ? n - j : 8;
+		float *tj = t + j * w;
+		const size_t eb = nope + 2 * rd + nope / 64;
+		if (a->kv_store == SRT_ATTN_ST_FP8 && eb <= SRT_ATTN_ZERO_ENTRY) {
+			/* a partial tile's rows past its keys from an entry of zero codes and
+			 * words under scale code 127: +0, as srt_attn_tile writes them */
+			_Alignas(32) uint8_t z[SRT_ATTN_ZERO_ENTRY];
+			const uint8_t *e8[8];
+			int proven = 0;
+			if (nt < 8) {
+				memset(z, 0, nope + 2 * rd);
+				memset(z + nope + 2 * rd, 127, nope / 64);
+			}
+			for (size_t l = 0; l < 8; l++)
+				e8[l] = l < nt ? e[j + l] : z;
+			if (srt_attn_fp8_tile(e8, nope, rd, tj, &proven)) {
+				/* srt_attn_kv_decode_n's answer: proven keys pass; else the floats
+				 * (a padding row's zeros pass) */
+				if (ex)
+					ex = (proven || srt_attn_bf16_exact(tj, 8 * nope)) &&
+					     srt_attn_bf16_exact(tj + 8 * nope, 8 * rd);
+				continue;
+			}
+		}
+		const int ej = srt_attn_kv_decode_n(a, e + j, nt, tmp, ex);
+		ex = ex && ej;
+		srt_attn_tile(tmp, nt, w, w, tj);
+	}
+	return ex;
+}
+
+void srt_attn_kv_panels(const struct srt_attn *a, const uint8_t *const *e, size_t n, size_t ldk,
+			float *vp, float *tmp)
+{
+	const size_t w = (size_t)a->m->head_dim, rd = (size_t)a->m->qk_rope_head_dim, nope = w - rd;
+	for (size_t k = 0; k < n; k++) {
+		if (a->kv_store == SRT_ATTN_ST_FP8 &&
+		    srt_attn_fp8_panels(e[k], e[k] + nope + 2 * rd, nope, e[k] + nope, rd, vp + k * 16, ldk))
+			continue;
+		srt_attn_kv_decode(a, e[k], tmp);
+		srt_attn_v_panels(tmp, 1, w, k, ldk, vp);
+	}
+}
+
 int srt_attn_kv_keys(const struct srt_attn *a, const uint8_t *const *e, size_t nk, float *tmp,
 		     uint32_t *kp, uint32_t *vp, uint8_t *lo, uint8_t *hi)
 {

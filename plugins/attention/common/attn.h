@@ -164,6 +164,19 @@ void srt_attn_kv_decode(const struct srt_attn *a, const uint8_t *e, float *v);
  * from their scale codes, without a pass over the floats), else 0. */
 int srt_attn_kv_decode_n(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *v,
 			 int exact);
+/* srt_attn_kv_tiles: FP8 entries of at most this many bytes take its tile path. */
+#define SRT_ATTN_ZERO_ENTRY 4096
+/* srt_attn_tile of the n keys srt_attn_kv_decode_n decodes from entries e[0 .. n) (n a
+ * multiple of 8 or the last tile partial; t: ceil(n / 8) tiles of head_dim), FP8 entries a
+ * tile at a time straight from their codes (srt_attn_fp8_tile). Returns what
+ * srt_attn_kv_decode_n returns with `exact`; tmp: 8 · head_dim floats of room. */
+int srt_attn_kv_tiles(const struct srt_attn *a, const uint8_t *const *e, size_t n, float *t,
+		      float *tmp, int exact);
+/* srt_attn_kv_decode of entries e[0 .. n) as value panels (srt_attn_v_panels(v, n, head_dim,
+ * 0, ldk, vp) of the decoded rows: the same floats), FP8 entries straight from their codes;
+ * tmp: head_dim floats of room. head_dim a multiple of 16. */
+void srt_attn_kv_panels(const struct srt_attn *a, const uint8_t *const *e, size_t n, size_t ldk,
+			float *vp, float *tmp);
 /* srt_attn_bf16_keys (attn_dot.h) of the nk keys that srt_attn_kv_decode gives for entries
  * e[0 .. nk), FP8 entries without their floats (srt_attn_fp8_keys); tmp: nk · head_dim floats
  * of room. */

@@ -716,6 +716,57 @@ void srt_attn_bf16_row(const uint8_t *words, size_t n, float *v)
 	}
 }
 
+#ifdef ATTN_X86
+/* srt_attn_fp8_panels on AVX2 + F16C: fp8_row_avx2's halves and products, each 16 floats
+ * stored at their panel's slot; the rope words widened to floats. */
+__attribute__((target("avx2,f16c"))) static int fp8_panels_avx2(const uint8_t *codes,
+								  const uint8_t *scales, size_t n,
+								  const uint8_t *rope, size_t rd,
+								  float *vp, size_t ldk)
+{
+	const __m256i m7f = _mm256_set1_epi8(0x7F);
+	const __m256i mask = _mm256_set1_epi16((short)0xBF80);
+	for (size_t b = 0; b < n / 64; b++) {
+		const uint8_t *c = codes + b * 64;
+		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
+		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
+		if (scales[b] > 246 ||
+		    (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
+		     _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f))))
+			return 0; /* fp8_row_avx2's scalar blocks: the caller's path */
+		/* 256.0f * srt_e8m0_to_f32(scales[b]) (fp8_tile_avx2) */
+		const __m256 f = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)scales[b] + 8) << 23));
+		for (size_t q = 0; q < 4; q++) {
+			const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
+			const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), mask);
+			float *o = vp + (b * 64 + 16 * q) * ldk;
+			_mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), f));
+			_mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f));
+		}
+	}
+	for (size_t i = 0; i < rd; i += 16) {
+		const __m256i w = _mm256_loadu_si256((const __m256i *)(const void *)(rope + 2 * i));
+		float *o = vp + (n + i) * ldk;
+		_mm256_storeu_si256((__m256i *)(void *)o,
+				    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(w)), 16));
+		_mm256_storeu_si256((__m256i *)(void *)(o + 8),
+				    _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(w, 1)), 16));
+	}
+	return 1;
+}
+#endif
+
+int srt_attn_fp8_panels(const uint8_t *codes, const uint8_t *scales, size_t n, const uint8_t *rope,
+			size_t rd, float *vp, size_t ldk)
+{
+#ifdef ATTN_X86
+	if (n % 64 == 0 && rd % 16 == 0 && have_avx2_f16c())
+		return fp8_panels_avx2(codes, scales, n, rope, rd, vp, ldk);
+#endif
+	(void)codes, (void)scales, (void)n, (void)rope, (void)rd, (void)vp, (void)ldk;
+	return 0;
+}
+
 int srt_attn_fp8_row(const uint8_t *codes, const uint8_t *scales, size_t n, float *v)
 {
 #ifdef ATTN_X86
@@ -1404,21 +1455,23 @@ static int exact_n(const float *const *x, size_t nh, size_t k)
  * contiguous run (16 floats a key), where the row-major kernels read one cache line per key,
  * ld floats apart: a row's values (256 keys: 512 KiB) do not stay in L1, and the strided pass
  * waited on every key (16 heads x 256 keys x 512 dims, warm caches: 58 us against 106 us).
- * Each output's chain is 0, then + p[k]·v[k][i] in k order: the bits of srt_attn_pv_f32. MADD
- * as for ATTN_F32_4.
+ * Each output's chain is 0 (or, with cont, the y the earlier keys left), then + p[k]·v[k][i] in
+ * k order: the bits of srt_attn_pv_f32. MADD as for ATTN_F32_4.
  */
 #define ATTN_PANEL(name, tgt, MADD)                                                            \
 	__attribute__((target(tgt))) static inline __attribute__((always_inline)) void         \
 	name##_nh(const int NH, const float *const *p, const float *vp, size_t ldk, size_t n,  \
-		  size_t K, float *const *y)                                                   \
+		  size_t K, float *const *y, int cont)                                         \
 	{                                                                                      \
 		const float *ph[4];                                                            \
 		PV_UNROLL for (int h = 0; h < NH; h++) ph[h] = p[h];                           \
 		for (size_t i = 0; i < n; i += 16) {                                           \
 			const float *pan = vp + i * ldk;                                       \
 			__m256 a[4][2];                                                        \
-			PV_UNROLL for (int h = 0; h < NH; h++)                                 \
-				a[h][0] = a[h][1] = _mm256_setzero_ps();                       \
+			PV_UNROLL for (int h = 0; h < NH; h++) {                               \
+				a[h][0] = cont ? _mm256_loadu_ps(y[h] + i) : _mm256_setzero_ps(); \
+				a[h][1] = cont ? _mm256_loadu_ps(y[h] + i + 8) : _mm256_setzero_ps(); \
+			}                                                                      \
 			for (size_t k = 0; k < K; k++) {                                       \
 				const __m256 w0 = _mm256_loadu_ps(pan + k * 16);               \
 				const __m256 w1 = _mm256_loadu_ps(pan + k * 16 + 8);           \
@@ -1438,14 +1491,16 @@ static int exact_n(const float *const *x, size_t nh, size_t k)
 	 * for eight heads (its second half then comes from L1) */                             \
 	__attribute__((target(tgt))) static void name##_8(const float *const *p,              \
 							  const float *vp, size_t ldk,        \
-							  size_t n, size_t K, float *const *y) \
+							  size_t n, size_t K, float *const *y, \
+							  int cont)                           \
 	{                                                                                      \
 		const float *ph[8];                                                            \
 		PV_UNROLL for (int h = 0; h < 8; h++) ph[h] = p[h];                            \
 		for (size_t i = 0; i < n; i += 8) {                                            \
 			const float *pan = vp + (i & ~(size_t)15) * ldk + (i & 8);             \
 			__m256 a[8];                                                           \
-			PV_UNROLL for (int h = 0; h < 8; h++) a[h] = _mm256_setzero_ps();      \
+			PV_UNROLL for (int h = 0; h < 8; h++)                                  \
+				a[h] = cont ? _mm256_loadu_ps(y[h] + i) : _mm256_setzero_ps(); \
 			for (size_t k = 0; k < K; k++) {                                       \
 				const __m256 w = _mm256_loadu_ps(pan + k * 16);                \
 				PV_UNROLL for (int h = 0; h < 8; h++)                          \
@@ -1456,16 +1511,16 @@ static int exact_n(const float *const *x, size_t nh, size_t k)
 	}                                                                                      \
 	__attribute__((target(tgt))) static void name(size_t nh, const float *const *p,        \
 						      const float *vp, size_t ldk, size_t n,   \
-						      size_t K, float *const *y)               \
+						      size_t K, float *const *y, int cont)     \
 	{                                                                                      \
 		if (nh == 8)                                                                   \
-			name##_8(p, vp, ldk, n, K, y);                                         \
+			name##_8(p, vp, ldk, n, K, y, cont);                                   \
 		else if (nh == 4)                                                              \
-			name##_nh(4, p, vp, ldk, n, K, y);                                     \
+			name##_nh(4, p, vp, ldk, n, K, y, cont);                               \
 		else if (nh == 2)                                                              \
-			name##_nh(2, p, vp, ldk, n, K, y);                                     \
+			name##_nh(2, p, vp, ldk, n, K, y, cont);                               \
 		else                                                                           \
-			name##_nh(1, p, vp, ldk, n, K, y);                                     \
+			name##_nh(1, p, vp, ldk, n, K, y, cont);                               \
 	}
 ATTN_PANEL(pv_panel_avx2, "avx2", ATTN_MA)
 ATTN_PANEL(pv_panel_fma, "avx2,fma", ATTN_FMA)
@@ -1533,7 +1588,7 @@ void srt_attn_v_panels(const float *v, size_t nk, size_t n, size_t k0, size_t ld
 }
 
 void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_t ldk, size_t n,
-			size_t k, float *const *y, int v_exact)
+			size_t k, float *const *y, int v_exact, int cont)
 {
 	assert(n % 16 == 0);
 	size_t h = 0;
@@ -1542,9 +1597,9 @@ void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_
 		while (h < nh) {
 			const size_t g = nh - h >= 8 ? 8 : nh - h >= 4 ? 4 : nh - h >= 2 ? 2 : 1;
 			if (v_exact && have_fma() && exact_n(p + h, g, k))
-				pv_panel_fma(g, p + h, vp, ldk, n, k, y + h);
+				pv_panel_fma(g, p + h, vp, ldk, n, k, y + h, cont);
 			else
-				pv_panel_avx2(g, p + h, vp, ldk, n, k, y + h);
+				pv_panel_avx2(g, p + h, vp, ldk, n, k, y + h, cont);
 			h += g;
 		}
 		return;
@@ -1554,7 +1609,7 @@ void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_
 	for (; h < nh; h++)
 		for (size_t i = 0; i < n; i++) {
 			const float *col = vp + (i / 16) * 16 * ldk + i % 16;
-			float s = 0;
+			float s = cont ? y[h][i] : 0;
 			for (size_t c = 0; c < k; c++)
 				s += p[h][c] * col[c * 16];
 			y[h][i] = s;
@@ -1674,6 +1729,84 @@ void srt_attn_qk_heads(const double *qt, size_t nh, const float *keys, size_t k,
 }
 
 #ifdef ATTN_X86
+/* Rows r[0 .. 8) of 8 columns each as 8 tile vectors t[c·8 + l] = r[l][c] (moves only). */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) void
+tile8_store(const __m256 *r, float *t)
+{
+	__m256 u[8], v[8];
+	PV_UNROLL for (int l = 0; l < 8; l += 2) {
+		u[l] = _mm256_unpacklo_ps(r[l], r[l + 1]);
+		u[l + 1] = _mm256_unpackhi_ps(r[l], r[l + 1]);
+	}
+	PV_UNROLL for (int l = 0; l < 8; l += 4) {
+		v[l] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(1, 0, 1, 0));
+		v[l + 1] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(3, 2, 3, 2));
+		v[l + 2] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(1, 0, 1, 0));
+		v[l + 3] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(3, 2, 3, 2));
+	}
+	/* v[0..3]: columns 0, 1, 2, 3 (rows 0-3 | rows 0-3 of columns 4..7 in the high half),
+	 * v[4..7]: the same for rows 4-7 */
+	PV_UNROLL for (int q = 0; q < 4; q++) {
+		_mm256_storeu_ps(t + (size_t)q * 8, _mm256_permute2f128_ps(v[q], v[4 + q], 0x20));
+		_mm256_storeu_ps(t + (4 + (size_t)q) * 8, _mm256_permute2f128_ps(v[q], v[4 + q], 0x31));
+	}
+}
+
+/* One tile (srt_attn_tile's layout, k = nope + rd) of the 8 FP8 entries e[0 .. 8): each
+ * block of 8 columns decoded as fp8_row_avx2 decodes it (the E4M3 code as a half, times 2^8
+ * times the block scale: the same floats) or widened from the rope's bf16 words, for the 8
+ * keys, then transposed into place; the decoded rows are never stored. 0, with nothing
+ * written, when a key has a NaN code or a scale code above 246 (fp8_row_avx2's scalar
+ * blocks). *proven: every scale code in the range FP8_EXACT_CODE proves exact. */
+__attribute__((target("avx2,f16c"))) static int fp8_tile_avx2(const uint8_t *const *e, size_t nope,
+								size_t rd, float *t, int *proven)
+{
+	const __m256i m7f = _mm256_set1_epi8(0x7F);
+	const __m128i mask = _mm_set1_epi16((short)0xBF80);
+	const size_t nb = nope / 64;
+	int pr = 1;
+	for (int l = 0; l < 8; l++) {
+		const uint8_t *sc = e[l] + nope + 2 * rd;
+		for (size_t b = 0; b < nb; b++) {
+			const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)(e[l] + 64 * b));
+			const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(e[l] + 64 * b + 32));
+			if (sc[b] > 246 ||
+			    (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
+			     _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f))))
+				return 0;
+			pr &= FP8_EXACT_CODE(sc[b]);
+		}
+	}
+	for (size_t b = 0; b < nb; b++) {
+		__m256 f[8];
+		/* 2^8 times the block scale 2^(code - 127), code <= 246: the float of biased
+		 * exponent code + 8 (256.0f * srt_e8m0_to_f32(code), code 0 included) */
+		PV_UNROLL for (int l = 0; l < 8; l++)
+			f[l] = _mm256_castsi256_ps(
+				_mm256_set1_epi32((int32_t)((uint32_t)e[l][nope + 2 * rd + b] + 8) << 23));
+		for (size_t c = 64 * b; c < 64 * b + 64; c += 8) {
+			__m256 r[8];
+			PV_UNROLL for (int l = 0; l < 8; l++) {
+				const __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)(e[l] + c));
+				const __m128i h = _mm_and_si128(_mm_slli_epi16(_mm_cvtepi8_epi16(x), 7), mask);
+				r[l] = _mm256_mul_ps(_mm256_cvtph_ps(h), f[l]);
+			}
+			tile8_store(r, t + c * 8);
+		}
+	}
+	for (size_t c = 0; c < rd; c += 8) {
+		__m256 r[8];
+		PV_UNROLL for (int l = 0; l < 8; l++)
+			r[l] = _mm256_castsi256_ps(_mm256_slli_epi32(
+				_mm256_cvtepu16_epi32(_mm_loadu_si128(
+					(const __m128i *)(const void *)(e[l] + nope + 2 * c))),
+				16));
+		tile8_store(r, t + (nope + c) * 8);
+	}
+	*proven = pr;
+	return 1;
+}
+
 /* Full tiles (8 rows) by 8x8 transposes of 8 columns at a time (moves only: the same floats);
  * returns the columns done (a multiple of 8). */
 __attribute__((target("avx2"))) static size_t tile_avx2(const float *w, size_t k, size_t ldw,
@@ -1681,26 +1814,10 @@ __attribute__((target("avx2"))) static size_t tile_avx2(const float *w, size_t k
 {
 	size_t c = 0;
 	for (; c + 8 <= k; c += 8) {
-		__m256 r[8], u[8], v[8];
+		__m256 r[8];
 		for (int l = 0; l < 8; l++)
 			r[l] = _mm256_loadu_ps(w + (size_t)l * ldw + c);
-		for (int l = 0; l < 8; l += 2) {
-			u[l] = _mm256_unpacklo_ps(r[l], r[l + 1]);
-			u[l + 1] = _mm256_unpackhi_ps(r[l], r[l + 1]);
-		}
-		for (int l = 0; l < 8; l += 4) {
-			v[l] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(1, 0, 1, 0));
-			v[l + 1] = _mm256_shuffle_ps(u[l], u[l + 2], _MM_SHUFFLE(3, 2, 3, 2));
-			v[l + 2] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(1, 0, 1, 0));
-			v[l + 3] = _mm256_shuffle_ps(u[l + 1], u[l + 3], _MM_SHUFFLE(3, 2, 3, 2));
-		}
-		/* v[0..3]: columns c+0,1,2,3 (rows 0-3 | rows 0-3 of c+4..7 in the high half),
-		 * v[4..7]: the same for rows 4-7 */
-		for (int q = 0; q < 4; q++) {
-			_mm256_storeu_ps(t + (c + (size_t)q) * 8, _mm256_permute2f128_ps(v[q], v[4 + q], 0x20));
-			_mm256_storeu_ps(t + (c + 4 + (size_t)q) * 8,
-					 _mm256_permute2f128_ps(v[q], v[4 + q], 0x31));
-		}
+		tile8_store(r, t + c * 8);
 	}
 	return c;
 }
@@ -1733,6 +1850,16 @@ void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t)
 				size_t r = j * 8 + l;
 				t[(j * k + c) * 8 + l] = r < n ? w[r * ldw + c] : 0.0f;
 			}
+}
+
+int srt_attn_fp8_tile(const uint8_t *const *e, size_t nope, size_t rd, float *t, int *proven)
+{
+#ifdef ATTN_X86
+	if (nope % 64 == 0 && rd % 8 == 0 && have_avx2_f16c())
+		return fp8_tile_avx2(e, nope, rd, t, proven);
+#endif
+	(void)e, (void)nope, (void)rd, (void)t, (void)proven;
+	return 0;
 }
 
 void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, double *y)

@@ -21,6 +21,12 @@
  * ceil(n/8) * 8 * k floats.
  */
 void srt_attn_tile(const float *w, size_t n, size_t k, size_t ldw, float *t);
+/* The tile of 8 FP8 cache entries e[0 .. 8) (nope E4M3 codes, rd bf16 rope words, nope/64
+ * scale codes; nope a multiple of 64, rd of 8) straight from their codes: the floats
+ * srt_attn_tile gives for the rows srt_attn_fp8_row and srt_attn_bf16_row decode, without
+ * the rows. *proven as srt_attn_fp8_row's result for every key. 0, with t untouched, for a key
+ * with a NaN code or a scale code above 246, or without AVX2 + F16C. */
+int srt_attn_fp8_tile(const uint8_t *const *e, size_t nope, size_t rd, float *t, int *proven);
 
 /* y[8j + l] = Σ_c x[c] · row (8j + l) of the tiled matrix, for tiles j in [0, nt) of t. */
 void srt_attn_dot_tiles(const float *x, const float *t, size_t k, size_t nt, double *y);
@@ -107,10 +113,21 @@ int64_t srt_attn_ge_indices(const double *score, int64_t n, double P, int32_t *i
  * of 16): y[h] gets the bits srt_attn_pv_f32 gives for p[h] and the row-major values. Each
  * pass reads one panel's contiguous keys, where the row-major kernels read a cache line per
  * key; 1 from srt_attn_pv_panels when it has vector kernels here (AVX2 CPUs without AVX-512;
- * elsewhere the portable loop, correct but slow). */
+ * elsewhere the portable loop, correct but slow). With cont, the k keys continue earlier ones:
+ * each y[h][i] holds the sum of those and gets these keys' products added in order, so a row's
+ * keys taken a block at a time (p[h] and vp at the block's first key) give the bits of one
+ * call over all of them. */
 int srt_attn_pv_panels(void);
+/* One FP8 key's values straight into value panels (srt_attn_v_panels' layout, vp at the key's
+ * slot: dim i at vp[(i rounded down to 16)·ldk + i % 16]): n E4M3 codes (a multiple of 64)
+ * times their blocks' scales, then rd bf16 rope words (a multiple of 16), the floats
+ * srt_attn_fp8_row and srt_attn_bf16_row give. 0 (written partly, or not at all) for a key
+ * with a NaN code or a scale code above 246, or without AVX2 + F16C: the caller decodes it
+ * the general way. */
+int srt_attn_fp8_panels(const uint8_t *codes, const uint8_t *scales, size_t n, const uint8_t *rope,
+			size_t rd, float *vp, size_t ldk);
 void srt_attn_pv_f32_np(size_t nh, const float *const *p, const float *vp, size_t ldk, size_t n,
-			size_t k, float *const *y, int v_exact);
+			size_t k, float *const *y, int v_exact, int cont);
 
 /* 1 when every x[i] is ±0 or a bf16 value (low 16 mantissa bits clear) of magnitude in
  * [2^-60, 2^61), else 0: the product of two such values is an exact normal float (at most

@@ -72,6 +72,8 @@ struct vinfo {
 #define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8, and even
 		       * for the value pairs of phase_c1k) */
 #define ATTN_RH 8     /* reference profile: query heads of a row per pass over its keys */
+#define ATTN_VLD (ATTN_KGB + 1) /* pv_blocks: key slots a value panel (a stride of 2 KiB put all
+				 * 32 panels of a key in 2 sets of L1) */
 
 /* Reference profile: what phase_c1k found about one block of ATTN_KGB keys of a row (or c1
  * about a row's queries: span, lo, hi). */
@@ -125,8 +127,8 @@ struct fwd {
 	 * of keys [n][(kmax + 1)/2][hd] (p·v), the span of each row's queries (c1) */
 	int dp;
 	/* reference profile without dp, srt_attn_pv_panels: c1k scores each block of keys for
-	 * every head (csc: [n][H][kmax8] floats; no row-wide tiles, ckt unused) and stores the
-	 * values in panels of 16 dims (ck: [n][hd / 16][kmax][16], srt_attn_v_panels) for
+	 * every head (csc: [n][H][kmax8] floats; no row-wide tiles or keys, ckt and ck unused),
+	 * c2 decodes the values again a block at a time into panels of 16 dims (pv_blocks) for
 	 * srt_attn_pv_f32_np */
 	int vpan;
 	int dpmix; /* SRT_ATTN_DP_MIX=1 (a test knob): odd key blocks and odd heads take the
@@ -1264,9 +1266,9 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
  * any other block is decoded into the thread's floats and tiled, and the values of every
  * block of normal bf16 keys are stored as pairs of keys (a block starts on an even key).
  * phase_c2_dp decodes a row's keys again only for a head whose p·v takes the float kernels.
- * With f->vpan, a block is decoded and tiled into the thread's scratch, scored for every head
- * by the float tile kernels (the same sums phase_c2 would make from the row's tiles) and its
- * values written as panels. */
+ * With f->vpan, a block is tiled into the thread's scratch and scored for every head by the
+ * float tile kernels (the same sums phase_c2 would make from the row's tiles); its values are
+ * left in the cache for phase_c2 (pv_blocks). */
 static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -1311,17 +1313,15 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 			continue;
 		}
 		if (f->vpan) {
-			/* decoded and tiled into the thread's scratch and scored for every head
-			 * while the block is in L1 / L2: only the scores and the value panels are
-			 * stored (the row-wide tiles were written cold and read back cold) */
+			/* tiled into the thread's scratch (FP8 entries straight from their codes,
+			 * srt_attn_kv_tiles) and scored for every head while the block is in L1 /
+			 * L2: only the scores are stored (the row-wide tiles were written cold and
+			 * read back cold; phase_c2 decodes the values again, a block at a time) */
 			const size_t nb = (size_t)(k1 - k0), H = (size_t)a->m->num_attention_heads;
 			const int64_t r = f->cg0 + gr;
-			float *kf = f->tbuf + (size_t)tid * f->tfloats; /* [KGB][hd] */
+			float *kf = f->tbuf + (size_t)tid * f->tfloats; /* room for 8 keys' rows */
 			float *ktb = kf + (size_t)ATTN_KGB * hd;        /* the block's tiles */
-			kb->exact = (uint8_t)srt_attn_kv_decode_n(a, src + k0, nb, kf, a->ref);
-			srt_attn_tile(kf, nb, hd, hd, ktb);
-			srt_attn_v_panels(kf, nb, hd, (size_t)k0, (size_t)f->kmax,
-					  f->ck + (size_t)gr * (size_t)f->kmax * hd);
+			kb->exact = (uint8_t)srt_attn_kv_tiles(a, src + k0, nb, ktb, kf, a->ref);
 			for (size_t h = 0; h < H; h += ATTN_RH) {
 				const size_t nh = H - h < ATTN_RH ? H - h : ATTN_RH;
 				const float *qh[ATTN_RH];
@@ -1397,6 +1397,29 @@ static void ref_out(const struct srt_attn *a, float *oh, const float *pvf, float
 	rope_by(a, oh + nope, rc, rs, 1);
 }
 
+/* Reference profile with f->vpan: p·v of nh heads of group row gr over its nk keys, a block of
+ * ATTN_KGB keys at a time: the block's values decoded from their cache entries (c1's list)
+ * into value panels in this thread's scratch (tb past the heads' sums, which stay in L2), each
+ * head's sums continuing over the blocks in key order (srt_attn_pv_f32_np's cont): the bits of
+ * one call over the row's values, without a row-wide copy of them written and read back cold. */
+static void pv_blocks(const struct fwd *f, int64_t gr, size_t nh, const float *const *p,
+		      int64_t nk, float *const *y, int v_exact, float *tb)
+{
+	const struct srt_attn *a = f->a;
+	const size_t hd = (size_t)a->m->head_dim;
+	const uint8_t *const *src = f->csrc + (size_t)gr * (size_t)f->kmax;
+	float *vp = tb + ATTN_RH * hd;    /* [hd / 16][ATTN_VLD][16] */
+	float *v1 = vp + ATTN_VLD * hd;   /* one key's values */
+	for (int64_t k0 = 0; k0 == 0 || k0 < nk; k0 += ATTN_KGB) { /* no key: the sums are 0 */
+		const size_t nb = (size_t)(nk - k0 < ATTN_KGB ? nk - k0 : ATTN_KGB);
+		const float *pb[ATTN_RH];
+		srt_attn_kv_panels(a, src + k0, nb, ATTN_VLD, vp, v1);
+		for (size_t i = 0; i < nh; i++)
+			pb[i] = p[i] + k0;
+		srt_attn_pv_f32_np(nh, pb, vp, ATTN_VLD, hd, nb, y, v_exact, k0 > 0);
+	}
+}
+
 static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 {
 	struct fwd *f = ctx;
@@ -1443,7 +1466,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 				/* with vpan, c1k's scores, turned into probabilities in place */
 				scf[i] = f->vpan ? f->csc + ((size_t)gr * H + h + i) * (size_t)f->kmax8
 						 : (float *)tb + i * (size_t)f->kmax8;
-				pvf[i] = (float *)tb + nh * (size_t)f->kmax8 + i * hd;
+				pvf[i] = (float *)tb + (f->vpan ? 0 : nh * (size_t)f->kmax8) + i * hd;
 				qh[i] = q + i * hd;
 			}
 			/* the row's keys allow fused multiply-adds (attn_dot.h) when all blocks do */
@@ -1456,8 +1479,7 @@ static void phase_c2(void *ctx, int64_t b, int64_t e, int tid)
 							 kx);
 			ref_softmax_n(scf, nh, nk, scale_f, lw->sink + h, denf);
 			if (f->vpan)
-				srt_attn_pv_f32_np(nh, (const float *const *)scf, keys,
-						   (size_t)f->kmax, hd, (size_t)nk, pvf, kx);
+				pv_blocks(f, gr, nh, (const float *const *)scf, nk, pvf, kx, (float *)tb);
 			else
 				srt_attn_pv_f32_n(nh, (const float *const *)scf, keys, hd, hd,
 						  (size_t)nk, pvf, kx);
@@ -1971,6 +1993,8 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 		f.tfloats = ATTN_KGB * hd / 2;
 	if (f.vpan && f.tfloats < 2 * ATTN_KGB * hd) /* phase_c1k: a block's keys and tiles */
 		f.tfloats = 2 * ATTN_KGB * hd;
+	if (f.vpan && f.tfloats < (ATTN_RH + ATTN_VLD + 1) * hd) /* pv_blocks */
+		f.tfloats = (ATTN_RH + ATTN_VLD + 1) * hd;
 	f.tfloats = (f.tfloats + 15) & ~(size_t)15;
 
 	size_t ring = a->ratio ? (size_t)(srt_attn_ring_bytes(a, a->ratio, m->head_dim) / 4) : 0;
@@ -1987,8 +2011,9 @@ int srt_attn_forward(struct srt_attn *a, int32_t layer, const struct srt_batch *
 	size_t sz[22] = {nfl * sizeof(float), (ring + 16) * sizeof(float),
 			(size_t)h->nthreads * f.tfloats * sizeof(float), N * sizeof(int64_t),
 			N * sizeof(int32_t),
-			(f.dp ? (size_t)h->nthreads * (size_t)f.kthr : ATTN_CROWS * (size_t)f.kmax) * hd *
-				sizeof(float),
+			f.vpan ? 0
+			       : (f.dp ? (size_t)h->nthreads * (size_t)f.kthr : ATTN_CROWS * (size_t)f.kmax) *
+					 hd * sizeof(float),
 			f.vpan ? 0 : ATTN_CROWS * (size_t)f.kmax8 * hd * sizeof(float),
 			ATTN_CROWS * sizeof(int64_t), (batch->n_seqs + 1) * sizeof(*views),
 			(size_t)h->nthreads * 32 * gk * sizeof(float),

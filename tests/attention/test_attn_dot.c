@@ -271,6 +271,69 @@ START_TEST(kv_panels_are_the_decoded_values_bitwise)
 }
 END_TEST
 
+/* srt_attn_kv_tiles = srt_attn_kv_decode_n then srt_attn_tile, bit for bit, and its exactness
+ * = srt_attn_kv_decode_n's: key counts 1 .. 19 (full tiles, partial last tiles whose padding
+ * rows are +0), keys from the sets of kv_decode_n_exact_is_bf16_exact (proven, exact but not
+ * proven, failing, rope words in and out of range) and ones the tile path leaves to the
+ * general decode (a NaN code, scale code 247), in every position. */
+START_TEST(kv_tiles_are_the_decoded_tiles_bitwise)
+{
+	struct srt_model_config mc;
+	struct srt_attn a;
+	memset(&mc, 0, sizeof mc);
+	memset(&a, 0, sizeof a);
+	mc.head_dim = 512;
+	mc.qk_rope_head_dim = 64;
+	a.m = &mc;
+	a.kv_store = SRT_ATTN_ST_FP8;
+	enum { NOPE = 448, RD = 64, EB = NOPE + 2 * RD + NOPE / 64, NE = 8, NMAX = 19 };
+	static uint8_t ent[NE][EB];
+	for (int c = 0; c < NE; c++) {
+		for (size_t i = 0; i < NOPE; i++)
+			ent[c][i] = (uint8_t)((i * 29 + (size_t)c) % 0x7F) | (i % 5 ? 0 : 0x80);
+		for (size_t i = 0; i < RD; i++) {
+			const uint16_t h = srt_bf16_from_f32(wide());
+			memcpy(&ent[c][NOPE + 2 * i], &h, 2);
+		}
+		for (size_t b = 0; b < NOPE / 64; b++)
+			ent[c][NOPE + 2 * RD + b] = (uint8_t)(110 + b);
+	}
+	memset(ent[1] + 64, 0, 64); /* exact, not proven */
+	ent[1][NOPE + 2 * RD + 1] = 40;
+	ent[2][NOPE + 2 * RD + 3] = 75; /* 2^-61: not exact */
+	ent[2][3 * 64 + 5] = 1;
+	ent[3][NOPE + 2 * 7] = 0x80; /* a rope word of biased exponent 1 */
+	ent[3][NOPE + 2 * 7 + 1] = 0x00;
+	ent[4][200] = 0xFF;             /* a NaN code */
+	ent[5][NOPE + 2 * RD + 6] = 247; /* 2^8·s not finite */
+	/* keys 0 (proven) and 1 (exact) alone, then one odd key in turn among them */
+	for (int odd = -1; odd < NE; odd++)
+		for (size_t n = 1; n <= NMAX; n++) {
+			const uint8_t *e[NMAX];
+			for (size_t k = 0; k < n; k++)
+				e[k] = ent[k % 2];
+			if (odd >= 0)
+				e[(n * 7 + (size_t)odd) % n] = ent[odd];
+			size_t nt = (n + 7) / 8;
+			float *rows = malloc(sizeof(float) * n * 512), *want = malloc(sizeof(float) * nt * 8 * 512);
+			float *t = malloc(sizeof(float) * nt * 8 * 512), tmp[8 * 512];
+			for (int ex = 0; ex < 2; ex++) {
+				const int wex = srt_attn_kv_decode_n(&a, e, n, rows, ex);
+				srt_attn_tile(rows, n, 512, 512, want);
+				for (size_t i = 0; i < nt * 8 * 512; i++)
+					t[i] = NAN;
+				const int gex = srt_attn_kv_tiles(&a, e, n, t, tmp, ex);
+				ck_assert_msg(gex == wex, "exactness %d vs %d (odd %d, n %zu)", gex, wex, odd, n);
+				ck_assert_msg(memcmp(t, want, sizeof(float) * nt * 8 * 512) == 0,
+					      "tiles (odd %d, n %zu)", odd, n);
+			}
+			free(rows);
+			free(want);
+			free(t);
+		}
+}
+END_TEST
+
 /* The tile layout (attn_dot.h) by its definition, whatever path builds it: full and partial
  * tiles, column counts with and without a tail of 8, a row stride above k. */
 START_TEST(tile_layout_is_the_definition)
@@ -1685,6 +1748,7 @@ static Suite *attn_dot_suite(const char *name)
 	tcase_add_test(tc, fp8_row_proves_bf16_exact_only_where_it_holds);
 	tcase_add_test(tc, kv_decode_n_exact_is_bf16_exact);
 	tcase_add_test(tc, kv_panels_are_the_decoded_values_bitwise);
+	tcase_add_test(tc, kv_tiles_are_the_decoded_tiles_bitwise);
 	tcase_add_test(tc, tile_layout_is_the_definition);
 	tcase_add_test(tc, ix_weigh_bf16_equals_the_scalar_expression_bitwise);
 	tcase_add_test(tc, ix_score_bf16_equals_the_ascending_head_sum_bitwise);

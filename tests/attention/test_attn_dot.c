@@ -163,6 +163,35 @@ START_TEST(fp8_row_proves_bf16_exact_only_where_it_holds)
 }
 END_TEST
 
+/* The FP8 key layout of the tests below: head_dim 512 = 448 E4M3 dims (7 blocks of 64, one
+ * scale code each) + 64 bf16 rope dims; an attention instance with no weights, enough for the
+ * key codecs. */
+enum { KV_NOPE = 448, KV_RD = 64, KV_EB = KV_NOPE + 2 * KV_RD + KV_NOPE / 64 };
+
+static void fp8_kv_attn(struct srt_model_config *mc, struct srt_attn *a)
+{
+	memset(mc, 0, sizeof *mc);
+	memset(a, 0, sizeof *a);
+	mc->head_dim = 512;
+	mc->qk_rope_head_dim = 64;
+	a->m = mc;
+	a->kv_store = SRT_ATTN_ST_FP8;
+}
+
+/* Entry e of that layout: codes (i·mul + c) mod 127, negative where i % neg == 0 (neg > 0),
+ * random rope words, scale codes 110 + b, or spread over 0 .. 246 (wide). */
+static void fp8_kv_fill(uint8_t *e, size_t c, size_t mul, size_t neg, int wide_sc)
+{
+	for (size_t i = 0; i < KV_NOPE; i++)
+		e[i] = (uint8_t)((i * mul + c) % 0x7F) | (neg && i % neg == 0 ? 0x80 : 0);
+	for (size_t i = 0; i < KV_RD; i++) {
+		const uint16_t h = srt_bf16_from_f32(wide());
+		memcpy(&e[KV_NOPE + 2 * i], &h, 2);
+	}
+	for (size_t b = 0; b < KV_NOPE / 64; b++)
+		e[KV_NOPE + 2 * KV_RD + b] = (uint8_t)(wide_sc ? (c * 41 / 11 + b * 35) % 247 : 110 + b);
+}
+
 /*
  * srt_attn_kv_decode_n's exactness = srt_attn_bf16_exact of the floats it wrote (which are
  * srt_attn_kv_decode's), for FP8 entries whose blocks are proven from their scale codes, or
@@ -173,24 +202,11 @@ START_TEST(kv_decode_n_exact_is_bf16_exact)
 {
 	struct srt_model_config mc;
 	struct srt_attn a;
-	memset(&mc, 0, sizeof mc);
-	memset(&a, 0, sizeof a);
-	mc.head_dim = 512;
-	mc.qk_rope_head_dim = 64;
-	a.m = &mc;
-	a.kv_store = SRT_ATTN_ST_FP8;
-	enum { NOPE = 448, RD = 64, EB = NOPE + 2 * RD + NOPE / 64 };
+	fp8_kv_attn(&mc, &a);
+	enum { NOPE = KV_NOPE, RD = KV_RD, EB = KV_EB };
 	uint8_t ent[6][EB];
-	for (int c = 0; c < 6; c++) {
-		for (size_t i = 0; i < NOPE; i++)
-			ent[c][i] = (uint8_t)((i * 29 + (size_t)c) % 0x7F); /* no NaN codes */
-		for (size_t i = 0; i < RD; i++) {
-			const uint16_t h = srt_bf16_from_f32(wide());
-			memcpy(&ent[c][NOPE + 2 * i], &h, 2);
-		}
-		for (size_t b = 0; b < NOPE / 64; b++)
-			ent[c][NOPE + 2 * RD + b] = (uint8_t)(110 + b);
-	}
+	for (int c = 0; c < 6; c++)
+		fp8_kv_fill(ent[c], (size_t)c, 29, 0, 0); /* no NaN codes */
 	/* 1: a block under scale code 40 whose codes are all zero (exact, not proven) */
 	memset(ent[1] + 64, 0, 64);
 	ent[1][NOPE + 2 * RD + 1] = 40;
@@ -232,24 +248,11 @@ START_TEST(kv_panels_are_the_decoded_values_bitwise)
 {
 	struct srt_model_config mc;
 	struct srt_attn a;
-	memset(&mc, 0, sizeof mc);
-	memset(&a, 0, sizeof a);
-	mc.head_dim = 512;
-	mc.qk_rope_head_dim = 64;
-	a.m = &mc;
-	a.kv_store = SRT_ATTN_ST_FP8;
-	enum { NOPE = 448, RD = 64, EB = NOPE + 2 * RD + NOPE / 64, NK = 7, LDK = NK + 2 };
+	fp8_kv_attn(&mc, &a);
+	enum { NOPE = KV_NOPE, RD = KV_RD, EB = KV_EB, NK = 7, LDK = NK + 2 };
 	static uint8_t ent[NK][EB];
-	for (int c = 0; c < NK; c++) {
-		for (size_t i = 0; i < NOPE; i++)
-			ent[c][i] = (uint8_t)((i * 37 + (size_t)c * 11) % 0x7F) | (i % 3 ? 0 : 0x80);
-		for (size_t i = 0; i < RD; i++) {
-			const uint16_t h = srt_bf16_from_f32(wide());
-			memcpy(&ent[c][NOPE + 2 * i], &h, 2);
-		}
-		for (size_t b = 0; b < NOPE / 64; b++)
-			ent[c][NOPE + 2 * RD + b] = (uint8_t)((c * 41 + (int)b * 35) % 247);
-	}
+	for (int c = 0; c < NK; c++)
+		fp8_kv_fill(ent[c], (size_t)c * 11, 37, 3, 1);
 	ent[2][300] = 0xFF;                 /* a NaN code */
 	ent[4][NOPE + 2 * RD + 6] = 247;    /* 2^8·s not finite */
 	ent[5][NOPE + 2 * RD + 0] = 254;
@@ -280,24 +283,11 @@ START_TEST(kv_tiles_are_the_decoded_tiles_bitwise)
 {
 	struct srt_model_config mc;
 	struct srt_attn a;
-	memset(&mc, 0, sizeof mc);
-	memset(&a, 0, sizeof a);
-	mc.head_dim = 512;
-	mc.qk_rope_head_dim = 64;
-	a.m = &mc;
-	a.kv_store = SRT_ATTN_ST_FP8;
-	enum { NOPE = 448, RD = 64, EB = NOPE + 2 * RD + NOPE / 64, NE = 8, NMAX = 19 };
+	fp8_kv_attn(&mc, &a);
+	enum { NOPE = KV_NOPE, RD = KV_RD, EB = KV_EB, NE = 8, NMAX = 19 };
 	static uint8_t ent[NE][EB];
-	for (int c = 0; c < NE; c++) {
-		for (size_t i = 0; i < NOPE; i++)
-			ent[c][i] = (uint8_t)((i * 29 + (size_t)c) % 0x7F) | (i % 5 ? 0 : 0x80);
-		for (size_t i = 0; i < RD; i++) {
-			const uint16_t h = srt_bf16_from_f32(wide());
-			memcpy(&ent[c][NOPE + 2 * i], &h, 2);
-		}
-		for (size_t b = 0; b < NOPE / 64; b++)
-			ent[c][NOPE + 2 * RD + b] = (uint8_t)(110 + b);
-	}
+	for (int c = 0; c < NE; c++)
+		fp8_kv_fill(ent[c], (size_t)c, 29, 5, 0);
 	memset(ent[1] + 64, 0, 64); /* exact, not proven */
 	ent[1][NOPE + 2 * RD + 1] = 40;
 	ent[2][NOPE + 2 * RD + 3] = 75; /* 2^-61: not exact */

@@ -610,6 +610,37 @@ static void fp8_block_scalar(const uint8_t *c, uint8_t sc, float *v)
 		v[i] = srt_fp8_e4m3_to_f32(c[i]) * s;
 }
 
+/* Whether the 64 E4M3 codes at c hold a NaN code (0x7F or 0xFF). */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) int
+fp8_block_nan_avx2(const uint8_t *c)
+{
+	const __m256i m7f = _mm256_set1_epi8(0x7F);
+	const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
+	const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
+	return (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
+		_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f))) != 0;
+}
+
+/* 2^8 times the block scale 2^(code - 127) of a scale code <= 246: the float of biased
+ * exponent code + 8, 256.0f * srt_e8m0_to_f32(code) (code 0 included), as 8 lanes. */
+__attribute__((target("avx2"))) static inline __attribute__((always_inline)) __m256
+fp8_f256_avx2(uint8_t code)
+{
+	return _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)code + 8) << 23));
+}
+
+/* The 16 E4M3 codes at c as halves (code value times 2^-8) times f (fp8_f256_avx2): codes
+ * 0-7 to *lo, 8-15 to *hi. */
+__attribute__((target("avx2,f16c"))) static inline __attribute__((always_inline)) void
+fp8x16_avx2(const uint8_t *c, __m256 f, __m256 *lo, __m256 *hi)
+{
+	const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)c);
+	const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7),
+					   _mm256_set1_epi16((short)0xBF80));
+	*lo = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), f);
+	*hi = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f);
+}
+
 /*
  * E4M3 codes of one 64 block times the block scale s = 2^(e-127): the code's bits placed as
  * an IEEE half (sign on bit 15, bias 15 instead of 7) convert exactly to v·2^-8 (E4M3
@@ -622,13 +653,9 @@ __attribute__((target("avx512f,avx2,f16c"))) static int fp8_row_avx512(const uin
 								      size_t n, float *v)
 {
 	int ex = 1;
-	const __m256i m7f = _mm256_set1_epi8(0x7F);
 	for (size_t b = 0; b < n / 64; b++) {
 		const uint8_t *c = codes + b * 64;
-		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
-		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
-		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
-				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		const int nan = fp8_block_nan_avx2(c);
 		ex &= !nan && FP8_EXACT_CODE(scales[b]);
 		if (nan || scales[b] > 246) {
 			fp8_block_scalar(c, scales[b], v + b * 64);
@@ -651,27 +678,20 @@ __attribute__((target("avx2,f16c"))) static int fp8_row_avx2(const uint8_t *code
 							       float *v)
 {
 	int ex = 1;
-	const __m256i m7f = _mm256_set1_epi8(0x7F);
 	for (size_t b = 0; b < n / 64; b++) {
 		const uint8_t *c = codes + b * 64;
-		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
-		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
-		const int nan = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
-				_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f));
+		const int nan = fp8_block_nan_avx2(c);
 		ex &= !nan && FP8_EXACT_CODE(scales[b]);
 		if (nan || scales[b] > 246) {
 			fp8_block_scalar(c, scales[b], v + b * 64);
 			continue;
 		}
-		const __m256 f = _mm256_set1_ps(256.0f * srt_e8m0_to_f32(scales[b]));
-		const __m256i mask = _mm256_set1_epi16((short)0xBF80);
+		const __m256 f = fp8_f256_avx2(scales[b]);
 		for (int q = 0; q < 4; q++) {
-			const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
-			const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), mask);
-			_mm256_storeu_ps(v + b * 64 + 16 * q,
-					 _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), f));
-			_mm256_storeu_ps(v + b * 64 + 16 * q + 8,
-					 _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f));
+			__m256 lo, hi;
+			fp8x16_avx2(c + 16 * q, f, &lo, &hi);
+			_mm256_storeu_ps(v + b * 64 + 16 * q, lo);
+			_mm256_storeu_ps(v + b * 64 + 16 * q + 8, hi);
 		}
 	}
 	return ex;
@@ -724,24 +744,17 @@ __attribute__((target("avx2,f16c"))) static int fp8_panels_avx2(const uint8_t *c
 								  const uint8_t *rope, size_t rd,
 								  float *vp, size_t ldk)
 {
-	const __m256i m7f = _mm256_set1_epi8(0x7F);
-	const __m256i mask = _mm256_set1_epi16((short)0xBF80);
 	for (size_t b = 0; b < n / 64; b++) {
 		const uint8_t *c = codes + b * 64;
-		const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)c);
-		const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(c + 32));
-		if (scales[b] > 246 ||
-		    (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
-		     _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f))))
+		if (scales[b] > 246 || fp8_block_nan_avx2(c))
 			return 0; /* fp8_row_avx2's scalar blocks: the caller's path */
-		/* 256.0f * srt_e8m0_to_f32(scales[b]) (fp8_tile_avx2) */
-		const __m256 f = _mm256_castsi256_ps(_mm256_set1_epi32((int32_t)((uint32_t)scales[b] + 8) << 23));
+		const __m256 f = fp8_f256_avx2(scales[b]);
 		for (size_t q = 0; q < 4; q++) {
-			const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(c + 16 * q));
-			const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(x), 7), mask);
+			__m256 lo, hi;
+			fp8x16_avx2(c + 16 * q, f, &lo, &hi);
 			float *o = vp + (b * 64 + 16 * q) * ldk;
-			_mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), f));
-			_mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), f));
+			_mm256_storeu_ps(o, lo);
+			_mm256_storeu_ps(o + 8, hi);
 		}
 	}
 	for (size_t i = 0; i < rd; i += 16) {
@@ -1761,29 +1774,21 @@ tile8_store(const __m256 *r, float *t)
 __attribute__((target("avx2,f16c"))) static int fp8_tile_avx2(const uint8_t *const *e, size_t nope,
 								size_t rd, float *t, int *proven)
 {
-	const __m256i m7f = _mm256_set1_epi8(0x7F);
 	const __m128i mask = _mm_set1_epi16((short)0xBF80);
 	const size_t nb = nope / 64;
 	int pr = 1;
 	for (int l = 0; l < 8; l++) {
 		const uint8_t *sc = e[l] + nope + 2 * rd;
 		for (size_t b = 0; b < nb; b++) {
-			const __m256i c0 = _mm256_loadu_si256((const __m256i *)(const void *)(e[l] + 64 * b));
-			const __m256i c1 = _mm256_loadu_si256((const __m256i *)(const void *)(e[l] + 64 * b + 32));
-			if (sc[b] > 246 ||
-			    (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c0, m7f), m7f)) |
-			     _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(c1, m7f), m7f))))
+			if (sc[b] > 246 || fp8_block_nan_avx2(e[l] + 64 * b))
 				return 0;
 			pr &= FP8_EXACT_CODE(sc[b]);
 		}
 	}
 	for (size_t b = 0; b < nb; b++) {
 		__m256 f[8];
-		/* 2^8 times the block scale 2^(code - 127), code <= 246: the float of biased
-		 * exponent code + 8 (256.0f * srt_e8m0_to_f32(code), code 0 included) */
 		PV_UNROLL for (int l = 0; l < 8; l++)
-			f[l] = _mm256_castsi256_ps(
-				_mm256_set1_epi32((int32_t)((uint32_t)e[l][nope + 2 * rd + b] + 8) << 23));
+			f[l] = fp8_f256_avx2(e[l][nope + 2 * rd + b]);
 		for (size_t c = 64 * b; c < 64 * b + 64; c += 8) {
 			__m256 r[8];
 			PV_UNROLL for (int l = 0; l < 8; l++) {

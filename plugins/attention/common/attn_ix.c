@@ -30,6 +30,7 @@
 
 #define IX_BLOCK 32
 #define IX_HPASS 4 /* heads a pass of the AVX2 kernel, each key vector loaded once for them */
+_Static_assert(16 % IX_HPASS == 0, "a pass's heads in one group of 16");
 #define IX_DMAX 512
 #define IX_SPAN 38 /* binades a (head, key) pair's block exponents may span */
 #define IX_CODE_HI 252 /* a key's greatest scale code with finite floats (6·2^(e-127) < 2^128) */
@@ -614,22 +615,23 @@ static size_t ix_scores(const struct srt_attn_ixq *q, const uint8_t *const *keys
 
 #define IX_AVX2_TARGET __attribute__((target("avx2")))
 
-/* 8x8 dwords: r[i] lane j -> r[j] lane i. */
+/* 8x8 dwords: r[i] lane j -> r[j] lane i. The loops unrolled by pragma (here and where the
+ * keys are loaded and split): GCC had kept r, t and u on the stack (48 -> 44 ns a key). */
 IX_AVX2_TARGET static inline void ix_transpose8(__m256i r[8])
 {
 	__m256i t[8], u[8];
-	for (int i = 0; i < 8; i += 2) {
+	_Pragma("GCC unroll 4") for (int i = 0; i < 8; i += 2) {
 		t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]);
 		t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
 	}
 	/* u[4h + c], 128-bit lane L: rows 4h .. 4h + 3 of column 4L + c */
-	for (int i = 0; i < 8; i += 4) {
+	_Pragma("GCC unroll 2") for (int i = 0; i < 8; i += 4) {
 		u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]);
 		u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
 		u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]);
 		u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
 	}
-	for (int c = 0; c < 4; c++) {
+	_Pragma("GCC unroll 4") for (int c = 0; c < 4; c++) {
 		r[c] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x20);
 		r[c + 4] = _mm256_permute2x128_si256(u[c], u[4 + c], 0x31);
 	}
@@ -685,17 +687,24 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				t[hh][hf][0] = t[hh][hf][1] = _mm256_setzero_pd();
 				si[hh][hf] = _mm256_setzero_si256();
 			}
+		/* a pass's heads lie in one group of 16 (IX_HPASS divides 16): head h + hh of
+		 * block b is entry b·16 + hh past head h's block 0, its group g bytes (b·8 + g)·64
+		 * + hh·4 past them. Written out: GCC had computed ix_hb and ix_qoff for every head
+		 * and block with a multiply, in a loop through the stack (54 -> 48 ns a key in a
+		 * harness) */
+		const int32_t *cw = q->corw + ix_hb(nb4, h, 0);
+		const int8_t *qq = q->q + ix_qoff(nb4, h, 0, 0);
 		for (size_t b = 0; b < nb; b++) {
 			/* [head][half] 16-bit sums, from the correction */
 			__m256i acc[IX_HPASS][2];
-			for (size_t hh = 0; hh < IX_HPASS; hh++)
-				acc[hh][0] = acc[hh][1] = _mm256_set1_epi32(q->corw[ix_hb(nb4, h + hh, b)]);
+			_Pragma("GCC unroll 4") for (size_t hh = 0; hh < IX_HPASS; hh++)
+				acc[hh][0] = acc[hh][1] = _mm256_set1_epi32(cw[b * 16 + hh]);
 			_Pragma("GCC unroll 8") for (size_t g = 0; g < 8; g++) {
 				const size_t j = 4 * b + g % 4;
 				const __m256i k0 = kt[0][g / 4][j], k1 = kt[1][g / 4][j];
 				_Pragma("GCC unroll 4") for (size_t hh = 0; hh < IX_HPASS; hh++) {
 					int32_t qw;
-					memcpy(&qw, q->q + ix_qoff(nb4, h + hh, b, g), 4);
+					memcpy(&qw, qq + (b * 8 + g) * 64 + hh * 4, 4);
 					const __m256i qv = _mm256_set1_epi32(qw);
 					acc[hh][0] = _mm256_add_epi16(acc[hh][0], _mm256_maddubs_epi16(k0, qv));
 					acc[hh][1] = _mm256_add_epi16(acc[hh][1], _mm256_maddubs_epi16(k1, qv));
@@ -706,7 +715,7 @@ ix_heads_avx2(const struct srt_attn_ixq *q, const __m256i (*kt)[2][IX_DMAX / 8],
 				}
 			}
 			_Pragma("GCC unroll 4") for (size_t hh = 0; hh < IX_HPASS; hh++) {
-				const size_t qi = ix_hb(nb, h + hh, b);
+				const size_t qi = ix_hb(nb, h, b) + hh;
 				_Pragma("GCC unroll 2") for (size_t hf = 0; hf < 2; hf++) {
 					/* ints: I·2^ksh by the pair sum, then the query's shift */
 					if (ints) {
@@ -797,14 +806,14 @@ IX_AVX2_TARGET static size_t ix_kernel16_avx2(const struct srt_attn_ixq *q,
 	for (size_t hf = 0; hf < 2; hf++)
 		for (size_t j0 = 0; j0 < nd; j0 += 8) {
 			__m256i r[8];
-			for (size_t i = 0; i < 8; i++) {
+			_Pragma("GCC unroll 8") for (size_t i = 0; i < 8; i++) {
 				const void *p = kp[8 * hf + i] + 4 * j0;
 				r[i] = nd - j0 >= 8 ? _mm256_loadu_si256((const __m256i *)p)
 						    : _mm256_inserti128_si256(_mm256_setzero_si256(),
 									      _mm_loadu_si128((const __m128i *)p), 0);
 			}
 			ix_transpose8(r);
-			for (size_t j = 0; j < 8; j++) {
+			_Pragma("GCC unroll 8") for (size_t j = 0; j < 8; j++) {
 				kt[hf][0][j0 + j] = ix_nibble_bytes8(r[j], 0);
 				kt[hf][1][j0 + j] = ix_nibble_bytes8(r[j], 1);
 			}

@@ -629,9 +629,9 @@ static void assert_pv_heads(const char *what, int bf, size_t nh, const float *co
 	}
 }
 
-/* The n-head calls (eight or four heads per pass, then pairs, then one) against one one-head call per
- * head: head counts 1 .. 9 (every remainder of 4 and of 2), tile counts around the two-tile
- * pass, output counts around the 16- and 8-wide passes, operands wide (multiplication then
+/* The n-head calls (four heads per pass, then pairs, then one) against one one-head call per
+ * head: head counts 1 .. 9 (every remainder of 4 and of 2), tile counts around the three- and
+ * two-tile passes, output counts around the 16- and 8-wide passes, operands wide (multiplication then
  * addition) and bf16 (fused, with one head of a group not bf16 in turn: unfused again). */
 START_TEST(n_head_kernels_equal_one_head_calls_bitwise)
 {
@@ -703,7 +703,8 @@ START_TEST(n_head_kernels_equal_one_head_calls_bitwise)
 END_TEST
 
 /* p·v over value panels (srt_attn_v_panels, srt_attn_pv_f32_np) against the row-major
- * one-head call: head counts 1 .. 9 (every remainder of 4 and of 2), key counts around the
+ * one-head call: head counts 1 .. 9 (every remainder of 4 and of 2), output counts with 8, 16
+ * and no outputs past the 24-wide passes (512, 64, 16), key counts around the
  * 32-key blocks the forward pass packs, a panel key stride above the key count, values written
  * in two blocks (k0 > 0), operands wide (multiplication then addition) and bf16 (fused, with one
  * head not bf16 in turn). A value in the wrong panel or key slot, a dropped or reordered key,

@@ -1337,7 +1337,10 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
  * bits). Every output is the chain of tiles_f32_avx / pv_f32_avx2 (0, then + in ascending c
  * or k); only which outputs share a pass differs. Instantiated twice (the fused kernels need
  * the fma target).
- * Tiles: two tiles (16 keys) x four heads per pass, then single tiles.
+ * Tiles: three tiles (24 keys) x four heads per pass, then two, then single tiles: 12 chains
+ * of fused multiply-adds in flight where the eight-head kernel had 8 (Zen 2: 4.0 -> 5.5 FMA a
+ * ns in a harness over 8-128 tiles of 512 dims, warm and from L3, although the tiles are read
+ * four times for 16 heads instead of twice).
  * Values: 16 outputs x four heads per pass, then 8, then single outputs (pv_tail).
  */
 #define ATTN_MA(acc, x, w) _mm256_add_ps(acc, _mm256_mul_ps(x, w))
@@ -1347,7 +1350,27 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 						       size_t K, size_t nt, float *const *y)   \
 	{                                                                                      \
 		const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];                    \
+		const float *xh[4] = {x0, x1, x2, x3};                                         \
 		size_t j = 0;                                                                  \
+		for (; j + 3 <= nt; j += 3) {                                                  \
+			__m256 a[3][4];                                                        \
+			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
+			PV_UNROLL for (int h = 0; h < 4; h++) a[u][h] = _mm256_setzero_ps();   \
+			const float *tj = t + j * K * 8;                                       \
+			for (size_t c = 0; c < K; c++) {                                       \
+				__m256 w[3];                                                   \
+				PV_UNROLL for (int u = 0; u < 3; u++)                          \
+					w[u] = _mm256_loadu_ps(tj + (size_t)u * K * 8 + c * 8); \
+				PV_UNROLL for (int h = 0; h < 4; h++) {                        \
+					const __m256 xv = _mm256_broadcast_ss(xh[h] + c);      \
+					PV_UNROLL for (int u = 0; u < 3; u++)                  \
+						a[u][h] = MADD(a[u][h], xv, w[u]);             \
+				}                                                              \
+			}                                                                      \
+			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
+			PV_UNROLL for (int h = 0; h < 4; h++)                                  \
+				_mm256_storeu_ps(y[h] + (j + (size_t)u) * 8, a[u][h]);         \
+		}                                                                              \
 		for (; j + 2 <= nt; j += 2) {                                                  \
 			__m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0,     \
 			       c1 = a0, d0 = a0, d1 = a0;                                      \
@@ -1426,31 +1449,6 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 ATTN_F32_4(tiles_f32_4_avx, pv_f32_4_avx2, "avx2", ATTN_MA)
 ATTN_F32_4(tiles_f32_4_fma, pv_f32_4_fma, "avx2,fma", ATTN_FMA)
 
-/* Eight heads, one tile per pass: each tile vector loaded once for all eight (half the tile
- * traffic of two four-head passes; a long row's tiles come from L3). The chains of
- * tiles_f32_avx. */
-#define ATTN_TILES_8(name, tgt, MADD)                                                          \
-	__attribute__((target(tgt))) static void name(const float *const *x, const float *t,   \
-						      size_t K, size_t nt, float *const *y)     \
-	{                                                                                      \
-		const float *xh[8];                                                            \
-		PV_UNROLL for (int h = 0; h < 8; h++) xh[h] = x[h];                            \
-		for (size_t j = 0; j < nt; j++) {                                              \
-			const float *tj = t + j * K * 8;                                       \
-			__m256 a[8];                                                           \
-			PV_UNROLL for (int h = 0; h < 8; h++) a[h] = _mm256_setzero_ps();      \
-			for (size_t c = 0; c < K; c++) {                                       \
-				const __m256 w = _mm256_loadu_ps(tj + c * 8);                  \
-				PV_UNROLL for (int h = 0; h < 8; h++)                          \
-					a[h] = MADD(a[h], _mm256_broadcast_ss(xh[h] + c), w);  \
-			}                                                                      \
-			PV_UNROLL for (int h = 0; h < 8; h++)                                  \
-				_mm256_storeu_ps(y[h] + j * 8, a[h]);                          \
-		}                                                                              \
-	}
-ATTN_TILES_8(tiles_f32_8_avx, "avx2", ATTN_MA)
-ATTN_TILES_8(tiles_f32_8_fma, "avx2,fma", ATTN_FMA)
-
 /* 1 when the k values of each of the nh arrays pass srt_attn_bf16_exact. */
 static int exact_n(const float *const *x, size_t nh, size_t k)
 {
@@ -1463,8 +1461,10 @@ static int exact_n(const float *const *x, size_t nh, size_t k)
 
 #ifdef ATTN_X86
 /*
- * p·v over values in 16-dim panels (srt_attn_v_panels): per pass, 8 heads x half a panel, or NH
- * heads (a constant: 4, 2 or 1) x the 16 outputs of one panel. A panel's keys are one
+ * p·v over values in 16-dim panels (srt_attn_v_panels): per pass, 4 heads x three half panels
+ * (8 heads: two such passes; 12 chains of multiply-adds in flight, where 8 heads x half a
+ * panel had 8: pv_panel_fma's samples at 64K tokens of context 3.9 -> 2.9 % of a decode step),
+ * or NH heads (a constant: 2 or 1) x the 16 outputs of one panel. A panel's keys are one
  * contiguous run (16 floats a key), where the row-major kernels read one cache line per key,
  * ld floats apart: a row's values (256 keys: 512 KiB) do not stay in L1, and the strided pass
  * waited on every key (16 heads x 256 keys x 512 dims, warm caches: 58 us against 106 us).
@@ -1500,36 +1500,61 @@ static int exact_n(const float *const *x, size_t nh, size_t k)
 			}                                                                      \
 		}                                                                              \
 	}                                                                                      \
-	/* eight heads x 8 outputs (half a panel) per pass: the panel read once from L2 or L3 \
-	 * for eight heads (its second half then comes from L1) */                             \
-	__attribute__((target(tgt))) static void name##_8(const float *const *p,              \
-							  const float *vp, size_t ldk,        \
-							  size_t n, size_t K, float *const *y, \
-							  int cont)                           \
+	/* four heads x 24 outputs (three half panels) per pass: 12 chains in flight, then     \
+	 * four heads x 8 outputs */                                                           \
+	__attribute__((target(tgt))) static void name##_4x3(const float *const *p,            \
+							    const float *vp, size_t ldk,      \
+							    size_t n, size_t K,               \
+							    float *const *y, int cont)        \
 	{                                                                                      \
-		const float *ph[8];                                                            \
-		PV_UNROLL for (int h = 0; h < 8; h++) ph[h] = p[h];                            \
-		for (size_t i = 0; i < n; i += 8) {                                            \
+		const float *ph[4];                                                            \
+		PV_UNROLL for (int h = 0; h < 4; h++) ph[h] = p[h];                            \
+		size_t i = 0;                                                                  \
+		for (; i + 24 <= n; i += 24) {                                                 \
+			const float *pan[3];                                                   \
+			__m256 a[3][4];                                                        \
+			PV_UNROLL for (int u = 0; u < 3; u++) {                                \
+				const size_t o = i + 8 * (size_t)u;                            \
+				pan[u] = vp + (o & ~(size_t)15) * ldk + (o & 8);               \
+				PV_UNROLL for (int h = 0; h < 4; h++)                          \
+					a[u][h] = cont ? _mm256_loadu_ps(y[h] + o) : _mm256_setzero_ps(); \
+			}                                                                      \
+			for (size_t k = 0; k < K; k++) {                                       \
+				__m256 w[3];                                                   \
+				PV_UNROLL for (int u = 0; u < 3; u++)                          \
+					w[u] = _mm256_loadu_ps(pan[u] + k * 16);               \
+				PV_UNROLL for (int h = 0; h < 4; h++) {                        \
+					const __m256 pk = _mm256_broadcast_ss(ph[h] + k);      \
+					PV_UNROLL for (int u = 0; u < 3; u++)                  \
+						a[u][h] = MADD(a[u][h], pk, w[u]);             \
+				}                                                              \
+			}                                                                      \
+			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
+			PV_UNROLL for (int h = 0; h < 4; h++)                                  \
+				_mm256_storeu_ps(y[h] + i + 8 * (size_t)u, a[u][h]);           \
+		}                                                                              \
+		for (; i < n; i += 8) {                                                        \
 			const float *pan = vp + (i & ~(size_t)15) * ldk + (i & 8);             \
-			__m256 a[8];                                                           \
-			PV_UNROLL for (int h = 0; h < 8; h++)                                  \
+			__m256 a[4];                                                           \
+			PV_UNROLL for (int h = 0; h < 4; h++)                                  \
 				a[h] = cont ? _mm256_loadu_ps(y[h] + i) : _mm256_setzero_ps(); \
 			for (size_t k = 0; k < K; k++) {                                       \
 				const __m256 w = _mm256_loadu_ps(pan + k * 16);                \
-				PV_UNROLL for (int h = 0; h < 8; h++)                          \
+				PV_UNROLL for (int h = 0; h < 4; h++)                          \
 					a[h] = MADD(a[h], _mm256_broadcast_ss(ph[h] + k), w);  \
 			}                                                                      \
-			PV_UNROLL for (int h = 0; h < 8; h++) _mm256_storeu_ps(y[h] + i, a[h]); \
+			PV_UNROLL for (int h = 0; h < 4; h++) _mm256_storeu_ps(y[h] + i, a[h]); \
 		}                                                                              \
 	}                                                                                      \
 	__attribute__((target(tgt))) static void name(size_t nh, const float *const *p,        \
 						      const float *vp, size_t ldk, size_t n,   \
 						      size_t K, float *const *y, int cont)     \
 	{                                                                                      \
-		if (nh == 8)                                                                   \
-			name##_8(p, vp, ldk, n, K, y, cont);                                   \
-		else if (nh == 4)                                                              \
-			name##_nh(4, p, vp, ldk, n, K, y, cont);                               \
+		if (nh == 8) {                                                                 \
+			name##_4x3(p, vp, ldk, n, K, y, cont);                                 \
+			name##_4x3(p + 4, vp, ldk, n, K, y + 4, cont);                         \
+		} else if (nh == 4)                                                            \
+			name##_4x3(p, vp, ldk, n, K, y, cont);                                 \
 		else if (nh == 2)                                                              \
 			name##_nh(2, p, vp, ldk, n, K, y, cont);                               \
 		else                                                                           \
@@ -1634,13 +1659,6 @@ void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, 
 {
 	size_t h = 0;
 #ifdef ATTN_X86
-	if (have_avx2()) /* eight heads a pass, where four would read the tiles twice */
-		for (; h + 8 <= nh; h += 8) {
-			if (t_exact && have_fma() && exact_n(x + h, 8, k))
-				tiles_f32_8_fma(x + h, t, k, nt, y + h);
-			else
-				tiles_f32_8_avx(x + h, t, k, nt, y + h);
-		}
 	if (have_avx2()) /* the AVX2 kernels, as srt_attn_dot_tiles_f32_2 on every x86 CPU */
 		for (; h + 4 <= nh; h += 4) {
 			if (t_exact && have_fma() && exact_n(x + h, 4, k))

@@ -1337,10 +1337,11 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
  * bits). Every output is the chain of tiles_f32_avx / pv_f32_avx2 (0, then + in ascending c
  * or k); only which outputs share a pass differs. Instantiated twice (the fused kernels need
  * the fma target).
- * Tiles: three tiles (24 keys) x four heads per pass, then two, then single tiles: 12 chains
- * of fused multiply-adds in flight where the eight-head kernel had 8 (Zen 2: 4.0 -> 5.5 FMA a
- * ns in a harness over 8-128 tiles of 512 dims, warm and from L3, although the tiles are read
- * four times for 16 heads instead of twice).
+ * Tiles: three tiles (24 keys) x four heads per pass, then two, then single tiles (3k + 1
+ * tiles as 3(k - 1) + 2 + 2: the forward pass's 32-key blocks are 4 tiles): 12 chains of fused
+ * multiply-adds in flight where the eight-head kernel had 8 (Zen 2: 4.0 -> 5.5 FMA a ns in a
+ * harness over 8-128 tiles of 512 dims, warm and from L3, although the tiles are read four
+ * times for 16 heads instead of twice).
  * Values: 16 outputs x four heads per pass, then 8, then single outputs (pv_tail).
  */
 #define ATTN_MA(acc, x, w) _mm256_add_ps(acc, _mm256_mul_ps(x, w))
@@ -1351,8 +1352,10 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 	{                                                                                      \
 		const float *x0 = x[0], *x1 = x[1], *x2 = x[2], *x3 = x[3];                    \
 		const float *xh[4] = {x0, x1, x2, x3};                                         \
+		/* a single last tile would run 4 chains: 3k + 1 tiles as 3(k - 1) + 2 + 2 */  \
+		const size_t n3 = nt % 3 == 1 && nt >= 4 ? nt - 4 : nt;                        \
 		size_t j = 0;                                                                  \
-		for (; j + 3 <= nt; j += 3) {                                                  \
+		for (; j + 3 <= n3; j += 3) {                                                  \
 			__m256 a[3][4];                                                        \
 			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
 			PV_UNROLL for (int h = 0; h < 4; h++) a[u][h] = _mm256_setzero_ps();   \

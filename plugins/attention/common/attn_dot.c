@@ -1346,6 +1346,18 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
  */
 #define ATTN_MA(acc, x, w) _mm256_add_ps(acc, _mm256_mul_ps(x, w))
 #define ATTN_FMA(acc, x, w) _mm256_fmadd_ps(x, w, acc)
+/* One step of the 4 heads x 3 vectors passes (tiles and value panels): a[u][h] = MADD(a[u][h],
+ * x[h][c], the vector at w[u] + o), 12 chains. */
+#define ATTN_STEP_4X3(a, w, o, x, c, MADD)                                                     \
+	do {                                                                                   \
+		__m256 w_[3];                                                                  \
+		PV_UNROLL for (int u_ = 0; u_ < 3; u_++) w_[u_] = _mm256_loadu_ps((w)[u_] + (o)); \
+		PV_UNROLL for (int h_ = 0; h_ < 4; h_++) {                                     \
+			const __m256 x_ = _mm256_broadcast_ss((x)[h_] + (c));                  \
+			PV_UNROLL for (int u_ = 0; u_ < 3; u_++)                               \
+				(a)[u_][h_] = MADD((a)[u_][h_], x_, w_[u_]);                   \
+		}                                                                              \
+	} while (0)
 #define ATTN_F32_4(tiles, pv, tgt, MADD)                                                      \
 	__attribute__((target(tgt))) static void tiles(const float *const *x, const float *t,  \
 						       size_t K, size_t nt, float *const *y)   \
@@ -1359,17 +1371,10 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
 			__m256 a[3][4];                                                        \
 			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
 			PV_UNROLL for (int h = 0; h < 4; h++) a[u][h] = _mm256_setzero_ps();   \
-			const float *tj = t + j * K * 8;                                       \
-			for (size_t c = 0; c < K; c++) {                                       \
-				__m256 w[3];                                                   \
-				PV_UNROLL for (int u = 0; u < 3; u++)                          \
-					w[u] = _mm256_loadu_ps(tj + (size_t)u * K * 8 + c * 8); \
-				PV_UNROLL for (int h = 0; h < 4; h++) {                        \
-					const __m256 xv = _mm256_broadcast_ss(xh[h] + c);      \
-					PV_UNROLL for (int u = 0; u < 3; u++)                  \
-						a[u][h] = MADD(a[u][h], xv, w[u]);             \
-				}                                                              \
-			}                                                                      \
+			const float *tj[3] = {t + j * K * 8, t + (j + 1) * K * 8,              \
+					      t + (j + 2) * K * 8};                            \
+			for (size_t c = 0; c < K; c++)                                         \
+				ATTN_STEP_4X3(a, tj, c * 8, xh, c, MADD);                      \
 			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
 			PV_UNROLL for (int h = 0; h < 4; h++)                                  \
 				_mm256_storeu_ps(y[h] + (j + (size_t)u) * 8, a[u][h]);         \
@@ -1522,16 +1527,8 @@ static int exact_n(const float *const *x, size_t nh, size_t k)
 				PV_UNROLL for (int h = 0; h < 4; h++)                          \
 					a[u][h] = cont ? _mm256_loadu_ps(y[h] + o) : _mm256_setzero_ps(); \
 			}                                                                      \
-			for (size_t k = 0; k < K; k++) {                                       \
-				__m256 w[3];                                                   \
-				PV_UNROLL for (int u = 0; u < 3; u++)                          \
-					w[u] = _mm256_loadu_ps(pan[u] + k * 16);               \
-				PV_UNROLL for (int h = 0; h < 4; h++) {                        \
-					const __m256 pk = _mm256_broadcast_ss(ph[h] + k);      \
-					PV_UNROLL for (int u = 0; u < 3; u++)                  \
-						a[u][h] = MADD(a[u][h], pk, w[u]);             \
-				}                                                              \
-			}                                                                      \
+			for (size_t k = 0; k < K; k++)                                         \
+				ATTN_STEP_4X3(a, pan, k * 16, ph, k, MADD);                    \
 			PV_UNROLL for (int u = 0; u < 3; u++)                                  \
 			PV_UNROLL for (int h = 0; h < 4; h++)                                  \
 				_mm256_storeu_ps(y[h] + i + 8 * (size_t)u, a[u][h]);           \

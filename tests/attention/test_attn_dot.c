@@ -703,8 +703,8 @@ START_TEST(n_head_kernels_equal_one_head_calls_bitwise)
 END_TEST
 
 /* p·v over value panels (srt_attn_v_panels, srt_attn_pv_f32_np) against the row-major
- * one-head call: head counts 1 .. 9 (every remainder of 4 and of 2), output counts with 8, 16
- * and no outputs past the 24-wide passes (512, 64, 16), key counts around the
+ * one-head call: head counts 1 .. 9 (every remainder of 4 and of 2), output counts 512, 64 and
+ * 16 (8 and 16 outputs past the 24-wide passes, and no such pass), key counts around the
  * 32-key blocks the forward pass packs, a panel key stride above the key count, values written
  * in two blocks (k0 > 0), operands wide (multiplication then addition) and bf16 (fused, with one
  * head not bf16 in turn). A value in the wrong panel or key slot, a dropped or reordered key,

@@ -290,8 +290,8 @@ static void hadamard(float *x, size_t n, int ref)
 
 /* x / d and x % d (d > 0), by a shift and a mask where d is a power of two, as page sizes and
  * compression ratios are: entry() runs for every entry a step selects or attends densely, and
- * its four 64-bit divisions were most of its time (perf at 64K tokens of context: 0.16 ms a
- * step in entry() on Zen 2). */
+ * its 64-bit divisions (four, one of them page_span's repeat of epp) were most of its time
+ * (perf at 64K tokens of context: 0.16 ms a step in entry() on Zen 2). */
 static inline uint64_t udiv(uint64_t x, uint64_t d)
 {
 	return d & (d - 1) ? x / d : x >> __builtin_ctzll(d);
@@ -323,7 +323,7 @@ static uint8_t *entry(const struct srt_attn *a, const struct srt_seq_view *s, in
 		return a->win_cur + (size_t)(s->first_row + (idx - s->pos)) * a->kv_bytes;
 	const struct srt_pool_decl *d = &a->pools[p];
 	uint64_t r = d->ratio ? d->ratio : a->P, epp = udiv(a->P, r);
-	uint64_t page = udiv((uint64_t)idx, page_span(a, p));
+	uint64_t page = udiv((uint64_t)idx, p == a->pool_win ? a->P : epp); /* page_span */
 	const struct srt_page_table *pt = &s->pools[p];
 	if (idx < 0 || page >= pt->n_pages || !pt->pages[page])
 		return NULL;

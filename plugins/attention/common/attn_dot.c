@@ -1661,14 +1661,15 @@ void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, 
 #ifdef ATTN_X86
 	if (have_avx2()) /* the AVX2 kernels, as srt_attn_dot_tiles_f32_2 on every x86 CPU */
 		for (; h + 4 <= nh; h += 4) {
-			if (t_exact && have_fma() && exact_n(x + h, 4, k))
+			if ((t_exact & 1) && have_fma() &&
+			    ((t_exact & SRT_ATTN_X_EXACT) || exact_n(x + h, 4, k)))
 				tiles_f32_4_fma(x + h, t, k, nt, y + h);
 			else
 				tiles_f32_4_avx(x + h, t, k, nt, y + h);
 		}
 #endif
 	for (; h + 2 <= nh; h += 2)
-		srt_attn_dot_tiles_f32_2(x[h], x[h + 1], t, k, nt, y[h], y[h + 1], t_exact);
+		srt_attn_dot_tiles_f32_2(x[h], x[h + 1], t, k, nt, y[h], y[h + 1], t_exact & 1);
 	if (h < nh)
 		srt_attn_dot_tiles_f32(x[h], t, k, nt, y[h]);
 }

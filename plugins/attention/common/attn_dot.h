@@ -93,7 +93,11 @@ void srt_attn_pv_f32_2(const float *p0, const float *p1, const float *v, size_t 
  * srt_attn_dot_tiles_f32 / srt_attn_pv_f32 give for x[h] / p[h], h in [0, nh) (x, p, y arrays
  * of nh pointers, borrowed). Heads go four at a time through kernels that load each key
  * vector once for all of them (AVX2; values on AVX-512 CPUs keep the two-head kernels), the
- * rest in pairs and alone. t_exact / v_exact as for the two-head calls. */
+ * rest in pairs and alone. t_exact / v_exact as for the two-head calls; t_exact may add
+ * SRT_ATTN_X_EXACT where the caller found srt_attn_bf16_exact true for every x[h] (k values
+ * each), which spares the check per call (a row's query is checked once, not once per block of
+ * its keys). */
+#define SRT_ATTN_X_EXACT 2
 void srt_attn_dot_tiles_f32_n(size_t nh, const float *const *x, const float *t, size_t k,
 			      size_t nt, float *const *y, int t_exact);
 void srt_attn_pv_f32_n(size_t nh, const float *const *p, const float *v, size_t ld, size_t n,

@@ -71,14 +71,17 @@ struct vinfo {
 #define ATTN_IXB 64   /* indexer keys scored per task */
 #define ATTN_KGB 32   /* keys decoded and tiled per task (a multiple of the tile, 8, and even
 		       * for the value pairs of phase_c1k) */
-#define ATTN_RH 8     /* reference profile: query heads of a row per pass over its keys */
+#define ATTN_RH 16    /* reference profile: query heads of a row per pass over its keys (16:
+		       * one thread decodes a row's values once for all of the small preset's
+		       * heads, where 8 decoded them twice; two threads still split the heads) */
 #define ATTN_VLD (ATTN_KGB + 1) /* pv_blocks: key slots a value panel (a stride of 2 KiB put all
 				 * 32 panels of a key in 2 sets of L1) */
 
 /* Reference profile: what phase_c1k found about one block of ATTN_KGB keys of a row (or c1
  * about a row's queries: span, lo, hi). */
 struct kblk {
-	uint8_t exact;  /* srt_attn_bf16_exact of the keys: the float kernels may fuse */
+	uint8_t exact;  /* srt_attn_bf16_exact of the keys (of a row's queries: c1, without dp):
+			 * the float kernels may fuse */
 	uint8_t span;   /* srt_attn_bf16_span accepted them (lo, hi); with dp, value pairs built */
 	uint8_t lo, hi;
 	uint8_t dp;     /* q·k done by c1k (srt_attn_qk16_bf16, scores in csc; no float tiles) */
@@ -1235,6 +1238,10 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 		f->cnk[u] = 0;
 		if (t < 0)
 			continue;
+		if (f->vpan) /* once here, not by each of c1k's blocks (SRT_ATTN_X_EXACT) */
+			f->cq[u].exact = (uint8_t)srt_attn_bf16_exact(
+				f->q + (size_t)r * (size_t)m->num_attention_heads * (size_t)m->head_dim,
+				(size_t)m->num_attention_heads * (size_t)m->head_dim);
 		if (f->dp) {
 			size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
 			size_t hg = (H + 15) / 16;
@@ -1345,7 +1352,8 @@ static void phase_c1k(void *ctx, int64_t b, int64_t e, int tid)
 					sh[i] = f->csc + ((size_t)gr * H + h + i) * (size_t)f->kmax8 +
 						(size_t)k0;
 				}
-				srt_attn_dot_tiles_f32_n(nh, qh, ktb, hd, (nb + 7) / 8, sh, kb->exact);
+				srt_attn_dot_tiles_f32_n(nh, qh, ktb, hd, (nb + 7) / 8, sh,
+							 kb->exact | (f->cq[gr].exact ? SRT_ATTN_X_EXACT : 0));
 			}
 			continue;
 		}

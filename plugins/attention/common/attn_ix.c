@@ -136,6 +136,7 @@ int srt_attn_ixq_prepare(const float *iq, size_t nh, size_t d, void *buf, struct
 	q->qsh = q->corw + nb4 * nh;
 	q->qe0 = q->qsh + nb * nh;
 	q->q = (int8_t *)(q->qe0 + nh);
+	q->span = ix_span();
 	q->spread = 0;
 	q->qe_lo = 255;
 	q->qe_hi = -1;
@@ -598,7 +599,7 @@ static size_t ix_scores(const struct srt_attn_ixq *q, const uint8_t *const *keys
 			const uint8_t *const *next, size_t nnext, const float *w, double *out,
 			uint8_t *ok, ix_score16_fn score16)
 {
-	const int span = ix_span();
+	const int span = q->span;
 	size_t done = 0;
 	for (size_t e = 0; e < ne; e += IX_BATCH) {
 		const size_t n = ne - e < IX_BATCH ? ne - e : IX_BATCH;
@@ -939,7 +940,7 @@ static size_t ix_keys(const struct srt_attn_ixq *q, const uint8_t *const *keys, 
 		      size_t stride, const float *w, ix_batch_fn run)
 {
 	size_t done = 0, nb = q->d / IX_BLOCK, nbytes = q->d / 2;
-	const int span = ix_span();
+	const int span = q->span;
 #ifdef IX_X86
 	const uint8_t *kp[IX_BATCH];
 	double *yk[IX_BATCH];

@@ -39,6 +39,8 @@ struct srt_attn_ixq {
 	int32_t *qe0;  /* [nh] the least code e of the head's nonzero blocks (qe_lo if none) */
 	int qe_lo, qe_hi; /* the least and greatest qe0 of the heads with a nonzero block */
 	int spread;    /* max over heads of the span of its nonzero blocks' exponent codes */
+	int span;      /* the binades a key's block exponents may span with this query on the exact
+			* path (SRT_IX_SPAN, read here once a query, not once a batch of keys) */
 };
 
 /* True when this CPU and build run srt_attn_qk_fp4 for nh heads of d dims (nh a multiple

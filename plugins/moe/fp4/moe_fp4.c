@@ -884,7 +884,8 @@ static void whole_experts(void *ctx, int64_t begin, int64_t end, int tid)
 				quant_h(in, g->first, g->first + g->count, 0);
 			atomic_store_explicit(&in->up_done[gi], 1, memory_order_release);
 		} else {
-			for (unsigned w = 0; !atomic_load_explicit(&in->up_done[gi], memory_order_acquire); w++) {
+			for (unsigned w = 0;
+			     !atomic_load_explicit(&in->up_done[gi], memory_order_acquire); w++) {
 #if defined(__x86_64__) || defined(__i386__)
 				__builtin_ia32_pause();
 #endif

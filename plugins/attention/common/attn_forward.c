@@ -1238,14 +1238,12 @@ static void phase_c1(void *ctx, int64_t b, int64_t e, int tid)
 		f->cnk[u] = 0;
 		if (t < 0)
 			continue;
+		const size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
+		const float *q = f->q + (size_t)r * H * hd; /* the row's queries */
 		if (f->vpan) /* once here, not by each of c1k's blocks (SRT_ATTN_X_EXACT) */
-			f->cq[u].exact = (uint8_t)srt_attn_bf16_exact(
-				f->q + (size_t)r * (size_t)m->num_attention_heads * (size_t)m->head_dim,
-				(size_t)m->num_attention_heads * (size_t)m->head_dim);
+			f->cq[u].exact = (uint8_t)srt_attn_bf16_exact(q, H * hd);
 		if (f->dp) {
-			size_t H = (size_t)m->num_attention_heads, hd = (size_t)m->head_dim;
 			size_t hg = (H + 15) / 16;
-			const float *q = f->q + (size_t)r * H * hd;
 			uint32_t *qp = f->cqp + (size_t)u * hg * 8 * hd;
 			struct kblk *cq = &f->cq[u];
 			cq->span = (uint8_t)srt_attn_bf16_span(q, H * hd, &cq->lo, &cq->hi);
